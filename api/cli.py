@@ -1,0 +1,22 @@
+"""The ``qkv`` command line. Each command group lives in its own module and registers here."""
+
+from __future__ import annotations
+
+import logging
+
+import typer
+
+from api import encoder_commands
+
+app = typer.Typer(help="qkv: retrieval-augmented embedding service.", no_args_is_help=True)
+
+
+@app.callback()
+def main(verbose: bool = typer.Option(False, "--verbose", "-v", help="Debug logging.")) -> None:
+    logging.basicConfig(
+        level=logging.DEBUG if verbose else logging.INFO,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+
+
+encoder_commands.register(app)

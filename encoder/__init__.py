@@ -1,0 +1,8 @@
+"""The qkv encoder: a from-scratch transformer with attention pooling."""
+
+from encoder.config import EncoderConfig
+from encoder.model import TransformerEncoder
+from encoder.text_encoder import TextEncoder, TokenWeights, load, save_checkpoint
+
+__all__ = ["EncoderConfig", "TextEncoder", "TokenWeights", "TransformerEncoder", "load",
+           "save_checkpoint"]

@@ -1,0 +1,30 @@
+"""Configuration of the encoder: the frozen architecture saved with the weights."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, fields
+from typing import Any
+
+
+@dataclass(frozen=True)
+class EncoderConfig:
+    """Architecture of :class:`encoder.model.TransformerEncoder`; saved in config.json."""
+
+    vocab_size: int = 16384
+    d_model: int = 256
+    n_layers: int = 4
+    n_heads: int = 4
+    d_ff: int = 1024
+    max_tokens: int = 256
+    dropout: float = 0.0
+    pooling: str = "dot"
+    pad_id: int = 0
+    name: str = "qkv-encoder"
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> EncoderConfig:
+        known = {f.name for f in fields(cls)}
+        return cls(**{k: v for k, v in d.items() if k in known})

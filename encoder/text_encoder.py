@@ -1,0 +1,187 @@
+"""``TextEncoder``: tokenizer + network, the public face of the encoder package."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal, overload
+
+import numpy as np
+import torch
+from safetensors.torch import load_file, save_file
+from tokenizers import Tokenizer
+
+from encoder.config import EncoderConfig
+from encoder.device import autocast, pick_device
+from encoder.model import TransformerEncoder
+from encoder.tokenizer import clean_text, load_tokenizer
+
+log = logging.getLogger(__name__)
+
+WEIGHTS, CONFIG, TOKENIZER = "model.safetensors", "config.json", "tokenizer.json"
+
+
+@dataclass(frozen=True)
+class TokenWeights:
+    """Pooling weights of one text: the tokens it was cut into and each one's weight."""
+
+    tokens: list[str]
+    weights: list[float]
+    truncated: bool
+
+
+def _check_texts(texts: Sequence[str]) -> None:
+    if isinstance(texts, str):
+        raise TypeError("texts must be a list of strings, not a single string")
+    for i, t in enumerate(texts):
+        if not isinstance(t, str):
+            raise TypeError(f"texts[{i}] is {type(t).__name__}, expected str")
+
+
+class TextEncoder:
+    """Text → L2-normalised float32 vectors (inner product = cosine).
+
+    Every text is cleaned the one documented way (:func:`encoder.tokenizer.clean_text`),
+    cut at ``max_tokens`` tokens (``truncated`` tells which were), and encoded in
+    length-sorted batches so padding is rarely computed.
+    """
+
+    def __init__(
+        self,
+        model: TransformerEncoder,
+        tokenizer: Tokenizer,
+        device: torch.device | str | None = None,
+        meta: dict[str, Any] | None = None,
+    ) -> None:
+        self.device = pick_device(str(device) if device is not None else None)
+        self.model = model.to(self.device).eval()
+        self.tokenizer = tokenizer
+        self.config = model.config
+        self.meta = meta or {}
+        self._fingerprint: str | None = None
+
+    @property
+    def dim(self) -> int:
+        return self.config.d_model
+
+    @property
+    def max_tokens(self) -> int:
+        return self.config.max_tokens
+
+    @property
+    def name(self) -> str:
+        return self.config.name
+
+    @property
+    def fingerprint(self) -> str:
+        """sha256 (first 16 hex) of the weights, in name order, and the tokenizer."""
+        if self._fingerprint is None:
+            h = hashlib.sha256()
+            for k, v in sorted(self.model.state_dict().items()):
+                h.update(k.encode())
+                h.update(v.detach().float().cpu().contiguous().numpy().tobytes())
+            h.update(self.tokenizer.to_str().encode())
+            self._fingerprint = h.hexdigest()[:16]
+        return self._fingerprint
+
+    def tokenize(self, texts: Sequence[str]) -> tuple[list[list[int]], list[bool]]:
+        """Token ids per text (starting with ``<s>``), cut at ``max_tokens``; and which were cut."""
+        _check_texts(texts)
+        encs = self.tokenizer.encode_batch([clean_text(t) for t in texts])
+        ids = [e.ids for e in encs]
+        truncated = [len(x) > self.max_tokens for x in ids]
+        return [x[: self.max_tokens] for x in ids], truncated
+
+    def truncated(self, texts: Sequence[str]) -> list[bool]:
+        """Whether each text is longer than ``max_tokens`` and would be cut."""
+        return self.tokenize(texts)[1]
+
+    @overload
+    def encode(
+        self, texts: Sequence[str], batch_size: int = 64, return_weights: Literal[False] = False
+    ) -> np.ndarray: ...
+
+    @overload
+    def encode(
+        self, texts: Sequence[str], batch_size: int = 64, *, return_weights: Literal[True]
+    ) -> tuple[np.ndarray, list[TokenWeights]]: ...
+
+    def encode(
+        self, texts: Sequence[str], batch_size: int = 64, return_weights: bool = False
+    ) -> np.ndarray | tuple[np.ndarray, list[TokenWeights]]:
+        """Encode ``texts`` to an (n, dim) float32 array of unit rows, in input order.
+
+        With ``return_weights`` also returns, per text, its tokens and pooling weights.
+        """
+        if batch_size < 1:
+            raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+        ids, truncated = self.tokenize(texts)
+        out = np.zeros((len(ids), self.dim), dtype=np.float32)
+        weights: list[np.ndarray] = [np.zeros(0, np.float32)] * len(ids)
+        order = sorted(range(len(ids)), key=lambda i: len(ids[i]), reverse=True)
+        with torch.inference_mode(), autocast(self.device):
+            for start in range(0, len(order), batch_size):
+                idx = order[start : start + batch_size]
+                batch = _pad([ids[i] for i in idx], self.config.pad_id).to(self.device)
+                vec, w = self.model(batch)  # (b, d), (b, T)
+                out[idx] = vec.float().cpu().numpy()
+                if return_weights:
+                    w_np = w.float().cpu().numpy()
+                    for row, i in enumerate(idx):
+                        weights[i] = w_np[row, : len(ids[i])]
+        out /= np.maximum(np.linalg.norm(out, axis=1, keepdims=True), 1e-12)
+        if not return_weights:
+            return out
+        explained = [
+            TokenWeights(
+                tokens=[self.tokenizer.id_to_token(t) or "" for t in ids[i]],
+                weights=[float(x) for x in weights[i]],
+                truncated=truncated[i],
+            )
+            for i in range(len(ids))
+        ]
+        return out, explained
+
+    def save(self, path: str | Path, extra: dict[str, Any] | None = None) -> None:
+        """Write the self-describing checkpoint directory (safetensors, config, tokenizer)."""
+        save_checkpoint(path, self.model, self.tokenizer, extra or self.meta)
+
+
+def _pad(seqs: list[list[int]], pad_id: int) -> torch.Tensor:
+    t = max(len(s) for s in seqs)
+    batch = torch.full((len(seqs), t), pad_id, dtype=torch.long)
+    for row, s in enumerate(seqs):
+        batch[row, : len(s)] = torch.tensor(s, dtype=torch.long)
+    return batch
+
+
+def save_checkpoint(
+    path: str | Path, model: TransformerEncoder, tokenizer: Tokenizer, extra: dict[str, Any]
+) -> None:
+    """model.safetensors + config.json (architecture, training config, metrics) + tokenizer."""
+    path = Path(path)
+    path.mkdir(parents=True, exist_ok=True)
+    state = {k: v.detach().cpu().contiguous() for k, v in model.state_dict().items()}
+    tmp = path / (WEIGHTS + ".tmp")
+    save_file(state, str(tmp))
+    tmp.replace(path / WEIGHTS)
+    tokenizer.save(str(path / TOKENIZER))
+    config = {"architecture": model.config.to_dict(), **extra}
+    (path / CONFIG).write_text(json.dumps(config, indent=2, default=str) + "\n")
+
+
+def load(path: str | Path, device: torch.device | str | None = None) -> TextEncoder:
+    """Load a checkpoint directory written by :func:`save_checkpoint`."""
+    path = Path(path)
+    for name in (WEIGHTS, CONFIG, TOKENIZER):
+        if not (path / name).is_file():
+            raise FileNotFoundError(f"{path} is not an encoder checkpoint: {name} missing")
+    meta = json.loads((path / CONFIG).read_text())
+    config = EncoderConfig.from_dict(meta["architecture"])
+    model = TransformerEncoder(config)
+    model.load_state_dict(load_file(str(path / WEIGHTS)))
+    return TextEncoder(model, load_tokenizer(path / TOKENIZER), device=device, meta=meta)

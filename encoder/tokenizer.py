@@ -1,0 +1,59 @@
+"""Byte-level BPE tokenizer (HF ``tokenizers``) and the one text-cleaning rule.
+
+Text handling, the one documented way: every input is NFKC-normalised and lower-cased by
+the tokenizer; control characters (Unicode category C*, except none) become spaces and
+runs of whitespace collapse to one space. Byte-level BPE covers any Unicode without an
+unknown token. Every sequence starts with ``<s>``, so an empty or whitespace-only text is
+the one-token sequence ``<s>`` and encodes to a fixed, valid vector.
+"""
+
+from __future__ import annotations
+
+import re
+import unicodedata
+from collections.abc import Iterable
+from pathlib import Path
+
+from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, processors
+from tokenizers.trainers import BpeTrainer
+
+PAD, BOS, UNK = "<pad>", "<s>", "<unk>"
+SPECIAL_TOKENS = [PAD, BOS, UNK]
+_WS = re.compile(r"\s+")
+
+
+def clean_text(text: str) -> str:
+    """Replace control/format/unassigned characters with spaces and collapse whitespace."""
+    if text.isascii() and text.isprintable():
+        return _WS.sub(" ", text).strip()
+    chars = (" " if unicodedata.category(ch)[0] == "C" else ch for ch in text)
+    return _WS.sub(" ", "".join(chars)).strip()
+
+
+def build_tokenizer() -> Tokenizer:
+    """An untrained byte-level BPE tokenizer with our normaliser and ``<s>`` prefix."""
+    tok = Tokenizer(models.BPE(unk_token=UNK))
+    tok.normalizer = normalizers.Sequence([normalizers.NFKC(), normalizers.Lowercase()])
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=True)
+    tok.decoder = decoders.ByteLevel()
+    return tok
+
+
+def train_tokenizer(texts: Iterable[str], vocab_size: int, min_frequency: int = 2) -> Tokenizer:
+    """Train byte-level BPE on ``texts``. Ids: <pad>=0, <s>=1, <unk>=2."""
+    tok = build_tokenizer()
+    trainer = BpeTrainer(
+        vocab_size=vocab_size,
+        min_frequency=min_frequency,
+        special_tokens=SPECIAL_TOKENS,
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,
+    )
+    tok.train_from_iterator((clean_text(t) for t in texts), trainer=trainer)
+    bos = tok.token_to_id(BOS)
+    tok.post_processor = processors.TemplateProcessing(single=f"{BOS} $A", special_tokens=[(BOS, bos)])
+    return tok
+
+
+def load_tokenizer(path: str | Path) -> Tokenizer:
+    return Tokenizer.from_file(str(path))
