@@ -6,7 +6,7 @@ import logging
 
 import typer
 
-from api import encoder_commands
+from api import encoder_commands, index_commands
 
 app = typer.Typer(help="qkv: retrieval-augmented embedding service.", no_args_is_help=True)
 
@@ -20,3 +20,4 @@ def main(verbose: bool = typer.Option(False, "--verbose", "-v", help="Debug logg
 
 
 encoder_commands.register(app)
+index_commands.register(app)

@@ -1,0 +1,43 @@
+"""The key-value memory: vector stores (Milvus, FAISS), filters, soft retrieval, bulk jobs.
+
+Depends on numpy, pymilvus and faiss only: never torch, never FastAPI. The bulk job takes
+an ``embed(texts) -> np.ndarray`` callable instead of an encoder.
+"""
+
+from index.attend import Attention, attend, attend_hits, softmax
+from index.bulk import JobConfig, JobSummary, bulk_index
+from index.corpus import Fields
+from index.faiss_store import FaissStore
+from index.filters import And, Condition, Filter, Or, matches, parse_filter, to_milvus_expr
+from index.milvus_store import MilvusStore
+from index.store import (
+    CollectionExistsError,
+    CollectionInfo,
+    CollectionNotFoundError,
+    EncoderInfo,
+    EncoderMismatchError,
+    Hit,
+    Item,
+    StoreError,
+    StoreUnavailableError,
+    VectorStore,
+)
+
+
+def open_store(uri: str, token: str = "", timeout: float = 10.0) -> VectorStore:
+    """A store from a URI: ``faiss://DIR`` (or ``faiss+hnsw://DIR``) is a :class:`FaissStore`;
+    ``http(s)://host:port`` a Milvus server; anything else a Milvus Lite file."""
+    if uri.startswith("faiss://"):
+        return FaissStore(uri.removeprefix("faiss://"), index_type="flat")
+    if uri.startswith("faiss+hnsw://"):
+        return FaissStore(uri.removeprefix("faiss+hnsw://"), index_type="hnsw")
+    return MilvusStore(uri, token=token, timeout=timeout)
+
+
+__all__ = [
+    "And", "Attention", "CollectionExistsError", "CollectionInfo", "CollectionNotFoundError",
+    "Condition", "EncoderInfo", "EncoderMismatchError", "FaissStore", "Fields", "Filter", "Hit",
+    "Item", "JobConfig", "JobSummary", "MilvusStore", "Or", "StoreError",
+    "StoreUnavailableError", "VectorStore", "attend", "attend_hits", "bulk_index", "matches",
+    "open_store", "parse_filter", "softmax", "to_milvus_expr",
+]

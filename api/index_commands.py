@@ -1,0 +1,108 @@
+"""``qkv index``: the bulk indexing job on the command line.
+
+Exit status: 0 done; 3 done but some rows were rejected (see the rejects file); 75
+(EX_TEMPFAIL) the store stayed unreachable, progress saved, run the same command again;
+1 any other error.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+from pathlib import Path
+
+import numpy as np
+import typer
+
+log = logging.getLogger(__name__)
+
+EXIT_REJECTED = 3
+EXIT_UNAVAILABLE = 75
+DEFAULT_MODEL = Path("models/encoder-default")
+
+
+def index(
+    collection: str = typer.Option(..., "--collection",
+                                   help="Collection name (created on first use)."),
+    input: list[Path] = typer.Option(..., "--input", exists=True, dir_okay=False,
+                                     help="Input file(s): --input a.jsonl b.jsonl, or repeat."),
+    more_inputs: list[Path] = typer.Argument(None, exists=True, dir_okay=False, hidden=True),
+    store: str = typer.Option("var/qkv.db", "--store",
+                              help="Milvus Lite file, http://host:port, or faiss://DIR."),
+    token: str = typer.Option("", "--token", envvar="QKV_MILVUS_TOKEN",
+                              help="Milvus token (user:password or API key)."),
+    model: Path = typer.Option(DEFAULT_MODEL, "--model", help="Encoder checkpoint directory."),
+    format: str | None = typer.Option(None, "--format",
+                                      help="jsonl, csv or parquet (default: from the suffix)."),
+    id_field: str = typer.Option("id", "--id-field"),
+    text_field: str = typer.Option("text", "--text-field"),
+    value_field: str | None = typer.Option(None, "--value-field",
+                                           help="Field holding the value the decoder reads."),
+    batch_size: int = typer.Option(256, "--batch-size", min=1),
+    shard: str = typer.Option("0/1", "--shard", help="Run shard i of N (split by id hash)."),
+    state_dir: Path = typer.Option(Path("var/index-jobs"), "--state-dir",
+                                   help="Where progress and rejects files live."),
+    rejects: Path | None = typer.Option(None, "--rejects", help="Rejects file (JSONL)."),
+    restart: bool = typer.Option(False, "--restart", help="Ignore saved progress, start over."),
+    retries: int = typer.Option(5, "--retries", min=0, help="Tries when the store is down."),
+    backoff: float = typer.Option(1.0, "--backoff", min=0.0, help="First retry delay (s)."),
+    timeout: float = typer.Option(10.0, "--timeout", min=0.1, help="Per-call store timeout (s)."),
+    device: str | None = typer.Option(None, "--device", help="cpu, cuda, ... (default: auto)."),
+    progress: bool = typer.Option(True, "--progress/--no-progress"),
+) -> None:
+    """Encode a corpus and upsert it into a collection. Resumable: run it again after a kill."""
+    import encoder
+    from index import EncoderInfo, JobConfig, StoreError, StoreUnavailableError, open_store
+    from index.bulk import job_identity
+    from index.corpus import Fields, parse_shard
+
+    inputs = [*input, *(more_inputs or [])]
+    try:
+        shard_i, n_shards = parse_shard(shard)
+    except ValueError as e:
+        raise typer.BadParameter(str(e), param_hint="--shard") from e
+    fields = Fields(id=id_field, text=text_field, value=value_field)
+    base = JobConfig(state_path=Path(), rejects_path=Path(), fields=fields, format=format,
+                     shard=(shard_i, n_shards))
+    key = hashlib.sha256(json.dumps(job_identity(collection, inputs, base, store),
+                                    sort_keys=True).encode()).hexdigest()[:10]
+    stem = f"{collection}.shard{shard_i}of{n_shards}.{key}"
+    state_path = state_dir / f"{stem}.progress.json"
+    if restart:
+        state_path.unlink(missing_ok=True)
+    state_dir.mkdir(parents=True, exist_ok=True)
+    config = JobConfig(
+        state_path=state_path, rejects_path=rejects or state_dir / f"{stem}.rejects.jsonl",
+        fields=fields, format=format, batch_size=batch_size, shard=(shard_i, n_shards),
+        retries=retries, backoff_s=backoff, progress_bar=progress)
+
+    text_encoder = encoder.load(model, device=device)
+    info = EncoderInfo(text_encoder.name, text_encoder.fingerprint, text_encoder.dim)
+    log.info("encoder %s (%s, dim %d) from %s", info.name, info.fingerprint, info.dim, model)
+
+    def embed(texts: list[str]) -> np.ndarray:
+        return text_encoder.encode(texts, batch_size=batch_size)
+
+    vector_store = open_store(store, token=token, timeout=timeout)
+    from index.bulk import bulk_index
+
+    try:
+        summary = bulk_index(vector_store, collection, inputs, embed, config, encoder=info,
+                             store_name=store)
+    except StoreUnavailableError as e:
+        typer.echo(f"error: {e}", err=True)
+        raise typer.Exit(EXIT_UNAVAILABLE) from e
+    except (StoreError, ValueError) as e:
+        typer.echo(f"error: {e}", err=True)
+        raise typer.Exit(1) from e
+    finally:
+        vector_store.close()
+    typer.echo(summary.line())
+    if summary.total_rejected:
+        typer.echo(f"{summary.total_rejected} rows rejected; see {config.rejects_path}", err=True)
+        raise typer.Exit(EXIT_REJECTED)
+
+
+def register(app: typer.Typer) -> None:
+    app.command("index")(index)

@@ -1,0 +1,282 @@
+"""The bulk indexing job: read → encode in batches → upsert, resumable and shardable.
+
+Batch n+1 is encoded while batch n is written (one writer thread). A batch's progress —
+the input position after its last record, and the size of the rejects file — is saved
+only after the store acknowledged the batch, so a job killed at any moment and started
+again with the same arguments rewrites at most the batch in flight (upserts make that
+harmless) and ends with exactly the input's distinct ids. Bad rows go to a JSONL rejects
+file with their line and reason. When the store is unreachable the write is retried with
+exponential backoff; after the last try the job stops with its progress saved.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import time
+from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, TypeVar
+
+import numpy as np
+from tqdm import tqdm
+
+from index.corpus import Fields, Position, detect_format, read_records, shard_of, to_fields
+from index.store import EncoderInfo, Item, StoreUnavailableError, VectorStore
+
+log = logging.getLogger(__name__)
+T = TypeVar("T")
+Embed = Callable[[list[str]], np.ndarray]
+
+
+@dataclass(frozen=True)
+class JobConfig:
+    """How to run one bulk job (or one shard of it)."""
+
+    state_path: Path
+    rejects_path: Path
+    fields: Fields = Fields()
+    format: str | None = None
+    batch_size: int = 256
+    shard: tuple[int, int] = (0, 1)
+    retries: int = 5
+    backoff_s: float = 1.0
+    max_backoff_s: float = 30.0
+    progress_bar: bool = True
+
+
+@dataclass
+class JobSummary:
+    """What one run did (``read`` … ``seconds``) and the job's totals over all its runs."""
+
+    read: int = 0
+    skipped_other_shards: int = 0
+    written: int = 0
+    rejected: int = 0
+    seconds: float = 0.0
+    total_written: int = 0
+    total_rejected: int = 0
+    complete: bool = False
+
+    @property
+    def docs_per_s(self) -> float:
+        return self.written / self.seconds if self.seconds > 0 else 0.0
+
+    def line(self) -> str:
+        return (f"read {self.read}, written {self.written}, rejected {self.rejected}, "
+                f"other shards {self.skipped_other_shards}, {self.seconds:.1f} s, "
+                f"{self.docs_per_s:.1f} docs/s (job totals: written {self.total_written}, "
+                f"rejected {self.total_rejected}{', complete' if self.complete else ''})")
+
+
+@dataclass
+class _State:
+    """The saved progress: next file and position in it, and the rejects file's size."""
+
+    job: dict[str, Any]
+    file: int = 0
+    position: Position = Position()
+    rejects_bytes: int = 0
+    written: int = 0
+    rejected: int = 0
+    done: bool = False
+
+
+@dataclass
+class _Batch:
+    ids: list[str] = field(default_factory=list)
+    texts: list[str] = field(default_factory=list)
+    values: list[str | None] = field(default_factory=list)
+    metadata: list[dict[str, Any]] = field(default_factory=list)
+    rejects: list[dict[str, Any]] = field(default_factory=list)
+    file: int = 0
+    position: Position = Position()
+
+
+def _load_state(path: Path, job: dict[str, Any]) -> _State:
+    if not path.is_file():
+        return _State(job=job)
+    d = json.loads(path.read_text())
+    if d["job"] != job:
+        raise ValueError(
+            f"progress file {path} belongs to another job ({d['job']}); use the same arguments, "
+            "or delete it (or pass --restart) to start over")
+    return _State(job=d["job"], file=d["file"], position=Position(**d["position"]),
+                  rejects_bytes=d["rejects_bytes"], written=d["written"],
+                  rejected=d["rejected"], done=d["done"])
+
+
+def _save_state(path: Path, state: _State) -> None:
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    with open(tmp, "w", encoding="utf-8") as f:
+        json.dump({**asdict(state), "position": asdict(state.position)}, f)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+
+
+def job_identity(collection: str, inputs: Sequence[Path], config: JobConfig,
+                 store: str) -> dict[str, Any]:
+    """What makes two runs the same job (resuming needs identical values)."""
+    return {"collection": collection, "store": store,
+            "inputs": [str(Path(p).resolve()) for p in inputs],
+            "fields": asdict(config.fields), "format": config.format,
+            "shard": list(config.shard)}
+
+
+class BulkJob:
+    """One run of a bulk job. Use :func:`bulk_index`."""
+
+    def __init__(self, store: VectorStore, collection: str, inputs: Sequence[Path],
+                 embed: Embed, encoder: EncoderInfo | None, config: JobConfig,
+                 job: dict[str, Any]) -> None:
+        if config.batch_size < 1:
+            raise ValueError(f"batch_size must be >= 1, got {config.batch_size}")
+        self.store, self.collection, self.embed = store, collection, embed
+        self.inputs = [Path(p) for p in inputs]
+        self.formats = [detect_format(p, config.format) for p in self.inputs]
+        self.encoder, self.config = encoder, config
+        self.state = _load_state(config.state_path, job)
+        self.summary = JobSummary()
+        self._created = False
+        self._bar: Any = None
+
+    def run(self) -> JobSummary:
+        t0 = time.perf_counter()
+        cfg, st = self.config, self.state
+        if st.done:
+            log.info("job already complete per %s; nothing to do", cfg.state_path)
+        else:
+            cfg.rejects_path.parent.mkdir(parents=True, exist_ok=True)
+            with open(cfg.rejects_path, "ab") as f:  # drop rejects of unacknowledged batches
+                f.truncate(st.rejects_bytes)
+            if st.file or st.position.offset:
+                log.info("resuming at %s line %d", self.inputs[min(st.file, len(self.inputs) - 1)],
+                         st.position.line)
+            with tqdm(unit="doc", desc=self.collection, disable=not cfg.progress_bar,
+                      dynamic_ncols=True) as self._bar:
+                self._pipeline()
+            st.done = True
+            _save_state(cfg.state_path, st)
+        s = self.summary
+        s.seconds = time.perf_counter() - t0
+        s.total_written, s.total_rejected, s.complete = st.written, st.rejected, st.done
+        return s
+
+    def _pipeline(self) -> None:
+        with ThreadPoolExecutor(max_workers=1, thread_name_prefix="qkv-writer") as pool:
+            pending: Future[None] | None = None
+            for batch in self._batches():
+                vectors = self._encode(batch.texts)  # overlaps the write of the previous batch
+                if pending is not None:
+                    pending.result()
+                pending = pool.submit(self._write, batch, vectors)
+            if pending is not None:
+                pending.result()
+
+    def _encode(self, texts: list[str]) -> np.ndarray:
+        if not texts:
+            return np.zeros((0, self.encoder.dim if self.encoder else 0), np.float32)
+        xb = np.asarray(self.embed(texts), dtype=np.float32)
+        if xb.ndim != 2 or len(xb) != len(texts):
+            raise ValueError(f"embed returned shape {xb.shape} for {len(texts)} texts")
+        return xb
+
+    def _batches(self) -> Iterator[_Batch]:
+        st, cfg = self.state, self.config
+        shard_i, n_shards = cfg.shard
+        batch = _Batch(file=st.file, position=st.position)
+        for fi in range(st.file, len(self.inputs)):
+            path, start = self.inputs[fi], st.position if fi == st.file else Position()
+            for rec in read_records(path, self.formats[fi], start):
+                self.summary.read += 1
+                batch.file, batch.position = fi, rec.end
+                parsed = (to_fields(rec.row, cfg.fields) if rec.row is not None
+                          else rec.error or "unreadable record")
+                if isinstance(parsed, str):  # each bad row is reported by one shard only
+                    if rec.line % n_shards == shard_i:
+                        batch.rejects.append({"file": str(path), "line": rec.line,
+                                              "reason": parsed, "raw": rec.raw})
+                elif shard_of(parsed[0], n_shards) != shard_i:
+                    self.summary.skipped_other_shards += 1
+                else:
+                    rid, text, value, meta = parsed
+                    batch.ids.append(rid)
+                    batch.texts.append(text)
+                    batch.values.append(value)
+                    batch.metadata.append(meta)
+                if len(batch.ids) >= cfg.batch_size:
+                    yield batch
+                    batch = _Batch(file=fi, position=rec.end)
+            batch.file, batch.position = fi + 1, Position()
+        yield batch  # the tail, possibly empty: it moves the saved position to the end
+
+    def _write(self, batch: _Batch, vectors: np.ndarray) -> None:
+        cfg, st = self.config, self.state
+        if batch.ids:
+            if not self._created:
+                dim = self.encoder.dim if self.encoder else vectors.shape[1]
+                self._retry("create", lambda: self.store.create(self.collection, dim, self.encoder))
+                self._created = True
+            items = [Item(i, vectors[r], batch.texts[r], batch.values[r], batch.metadata[r])
+                     for r, i in enumerate(batch.ids)]
+            n = self._retry("upsert", lambda: self.store.upsert(self.collection, items,
+                                                                self.encoder))
+            st.written += n
+            self.summary.written += n
+        if batch.rejects:
+            with open(cfg.rejects_path, "a", encoding="utf-8") as f:
+                for r in batch.rejects:
+                    f.write(json.dumps(r, ensure_ascii=False) + "\n")
+                f.flush()
+                os.fsync(f.fileno())
+            st.rejected += len(batch.rejects)
+            self.summary.rejected += len(batch.rejects)
+            for r in batch.rejects:
+                log.debug("rejected %s line %d: %s", r["file"], r["line"], r["reason"])
+        st.rejects_bytes = cfg.rejects_path.stat().st_size if cfg.rejects_path.exists() else 0
+        st.file, st.position = batch.file, batch.position
+        _save_state(cfg.state_path, st)  # only now: the store has acknowledged the batch
+        if self._bar is not None:
+            self._bar.update(len(batch.ids))
+            self._bar.set_postfix(written=st.written, rejected=st.rejected, refresh=False)
+
+    def _retry(self, what: str, fn: Callable[[], T]) -> T:
+        cfg = self.config
+        for attempt in range(cfg.retries + 1):
+            try:
+                return fn()
+            except StoreUnavailableError as e:
+                if attempt == cfg.retries:
+                    where = (f"{self.inputs[self.state.file]} line {self.state.position.line}"
+                             if self.state.file < len(self.inputs) else "the end of the input")
+                    raise StoreUnavailableError(
+                        f"store unreachable, gave up after {cfg.retries + 1} tries ({what}): "
+                        f"{e}. Progress is saved at {where}; run the same command again to "
+                        "continue.") from e
+                delay = min(cfg.max_backoff_s, cfg.backoff_s * 2**attempt)
+                log.warning("store unreachable (%s), retry %d/%d in %.1f s: %s", what,
+                            attempt + 1, cfg.retries, delay, e)
+                time.sleep(delay)
+        raise AssertionError("unreachable")
+
+
+def bulk_index(
+    store: VectorStore,
+    collection: str,
+    inputs: Sequence[Path],
+    embed: Embed,
+    config: JobConfig,
+    encoder: EncoderInfo | None = None,
+    store_name: str = "",
+) -> JobSummary:
+    """Index ``inputs`` into ``collection`` with ``embed(texts) -> (n, d) float32``.
+
+    The collection is created on first use (recording ``encoder``). Resumes from
+    ``config.state_path`` when it holds the progress of the same job.
+    """
+    job = job_identity(collection, inputs, config, store_name)
+    return BulkJob(store, collection, inputs, embed, encoder, config, job).run()

@@ -1,0 +1,265 @@
+"""``MilvusStore``: the key-value memory in Milvus through pymilvus ``MilvusClient``.
+
+A URI without a scheme is a file of embedded Milvus Lite (the default); ``http://host:port``
+is a Milvus server or cluster (optionally with a ``token``). Schema: ``id`` VARCHAR primary
+key, ``vector`` FLOAT_VECTOR with an inner-product index (HNSW by default), ``text`` and
+``value`` VARCHAR, ``metadata`` JSON. The encoder that made the vectors is kept in the
+collection's properties. Writes are upserts; counts and gets are strong reads; searches
+default to Session consistency (sees this client's writes, fast otherwise).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any, TypeVar
+
+import numpy as np
+
+from index.filters import Filter, quote, to_milvus_expr
+from index.store import (
+    MAX_ID_BYTES,
+    MAX_TEXT_BYTES,
+    CollectionExistsError,
+    CollectionInfo,
+    CollectionNotFoundError,
+    EncoderInfo,
+    Hit,
+    Item,
+    StoreError,
+    StoreUnavailableError,
+    as_matrix,
+    check_collection_name,
+    check_encoder,
+    check_item,
+    check_search_args,
+    dedupe_last,
+)
+
+log = logging.getLogger(__name__)
+
+ENCODER_PROPERTY = "qkv.encoder"
+INDEX_TYPES = ("HNSW", "FLAT", "AUTOINDEX")
+OUTPUT_FIELDS = ["id", "text", "value", "metadata"]
+UPSERT_CHUNK = 512
+T = TypeVar("T")
+# Milvus/grpc wording for a server that is down or did not answer in time.
+_UNAVAILABLE_MARKERS = ("unavailable", "deadline", "fail connecting", "timeout", "timed out",
+                        "connection refused", "connect failed", "server is not ready")
+
+
+def _is_unavailable(e: Exception) -> bool:
+    text = f"{type(e).__name__} {e}".lower()
+    return any(m in text for m in _UNAVAILABLE_MARKERS)
+
+
+class MilvusStore:
+    """:class:`index.store.VectorStore` on Milvus Lite (a file path) or a Milvus server."""
+
+    def __init__(
+        self,
+        uri: str = "var/qkv.db",
+        token: str = "",
+        timeout: float = 10.0,
+        index_type: str = "HNSW",
+        hnsw_m: int = 16,
+        ef_construction: int = 200,
+        ef: int = 128,
+    ) -> None:
+        if index_type not in INDEX_TYPES:
+            raise ValueError(f"index_type must be one of {INDEX_TYPES}, got {index_type!r}")
+        self.uri, self.token, self.timeout = uri, token, timeout
+        self.index_type, self.hnsw_m, self.ef_construction, self.ef = (
+            index_type, hnsw_m, ef_construction, ef)
+        self.is_lite = "://" not in uri
+        self._client: Any = None
+        self._info: dict[str, CollectionInfo] = {}
+        self._loaded: set[str] = set()
+
+    # -- connection -------------------------------------------------------------------
+    def _connect(self) -> Any:
+        from pymilvus import MilvusClient  # heavy import, paid on first use only
+
+        if self._client is None:
+            if self.is_lite:
+                Path(self.uri).expanduser().resolve().parent.mkdir(parents=True, exist_ok=True)
+            self._client = MilvusClient(uri=self.uri, token=self.token, timeout=self.timeout)
+        return self._client
+
+    def _call(self, what: str, fn: Callable[[Any], T]) -> T:
+        """Run ``fn(client)``, turning pymilvus failures into the store's errors."""
+        try:
+            return fn(self._connect())
+        except StoreError:
+            raise
+        except Exception as e:
+            if _is_unavailable(e):
+                self.close()  # reconnect from scratch on the next call
+                raise StoreUnavailableError(
+                    f"Milvus at {self.uri} unreachable ({what}): {e}") from e
+            raise StoreError(f"Milvus {what} failed: {e}") from e
+
+    def close(self) -> None:
+        if self._client is not None:
+            try:
+                self._client.close()
+            except Exception as e:  # a dead connection may fail to close; nothing to keep
+                log.debug("closing Milvus client: %s", e)
+            self._client = None
+            self._loaded.clear()
+
+    # -- collections ------------------------------------------------------------------
+    def create(
+        self, collection: str, dim: int, encoder: EncoderInfo | None = None, exist_ok: bool = True
+    ) -> CollectionInfo:
+        check_collection_name(collection)
+        if dim < 1:
+            raise ValueError(f"dim must be >= 1, got {dim}")
+        if encoder is not None and encoder.dim != dim:
+            raise ValueError(f"encoder {encoder.name!r} makes dim {encoder.dim}, not {dim}")
+        if self._call("has_collection", lambda c: c.has_collection(collection)):
+            info = self.describe(collection)
+            if not exist_ok or info.dim != dim or info.encoder != encoder:
+                raise CollectionExistsError(
+                    f"collection {collection!r} exists with dim {info.dim} and encoder "
+                    f"{info.encoder}; asked for dim {dim} and encoder {encoder}")
+            return info
+        self._call("create_collection", lambda c: self._create(c, collection, dim, encoder))
+        self._info.pop(collection, None)
+        log.info("created Milvus collection %s (dim %d, %s) at %s", collection, dim,
+                 self.index_type, self.uri)
+        return self.describe(collection)
+
+    def _create(self, client: Any, name: str, dim: int, encoder: EncoderInfo | None) -> None:
+        from pymilvus import DataType, MilvusClient
+
+        schema = MilvusClient.create_schema(auto_id=False, enable_dynamic_field=False)
+        schema.add_field("id", DataType.VARCHAR, is_primary=True, max_length=MAX_ID_BYTES)
+        schema.add_field("vector", DataType.FLOAT_VECTOR, dim=dim)
+        schema.add_field("text", DataType.VARCHAR, max_length=MAX_TEXT_BYTES)
+        schema.add_field("value", DataType.VARCHAR, max_length=MAX_TEXT_BYTES)
+        schema.add_field("metadata", DataType.JSON)
+        params = client.prepare_index_params()
+        build = ({"M": self.hnsw_m, "efConstruction": self.ef_construction}
+                 if self.index_type == "HNSW" else {})
+        params.add_index(field_name="vector", index_type=self.index_type, metric_type="IP",
+                         params=build)
+        props = {ENCODER_PROPERTY: json.dumps(encoder.to_dict() if encoder else None)}
+        client.create_collection(name, schema=schema, index_params=params, properties=props,
+                                 consistency_level="Bounded", timeout=self.timeout)
+
+    def drop(self, collection: str) -> None:
+        self._call("drop_collection",
+                   lambda c: c.drop_collection(collection, timeout=self.timeout))
+        self._info.pop(collection, None)
+        self._loaded.discard(collection)
+
+    def list_collections(self) -> list[str]:
+        return sorted(self._call("list_collections", lambda c: c.list_collections()))
+
+    def describe(self, collection: str) -> CollectionInfo:
+        if collection in self._info:
+            return self._info[collection]
+        if not self._call("has_collection", lambda c: c.has_collection(collection)):
+            raise CollectionNotFoundError(f"no collection {collection!r} in {self.uri}")
+        d = self._call("describe_collection",
+                       lambda c: c.describe_collection(collection, timeout=self.timeout))
+        dim = next(int(f["params"]["dim"]) for f in d["fields"] if f["name"] == "vector")
+        raw = json.loads(d.get("properties", {}).get(ENCODER_PROPERTY, "null"))
+        info = CollectionInfo(collection, dim, EncoderInfo.from_dict(raw) if raw else None)
+        self._info[collection] = info
+        return info
+
+    def _ready(self, collection: str, encoder: EncoderInfo | None = None) -> CollectionInfo:
+        """Describe (cached), check the encoder, and make sure the collection is loaded."""
+        info = self.describe(collection)
+        check_encoder(info, encoder)
+        if collection not in self._loaded:
+            self._call("load_collection",
+                       lambda c: c.load_collection(collection, timeout=self.timeout))
+            self._loaded.add(collection)
+        return info
+
+    # -- items ------------------------------------------------------------------------
+    def upsert(
+        self, collection: str, items: Sequence[Item], encoder: EncoderInfo | None = None
+    ) -> int:
+        info = self._ready(collection, encoder)
+        items = dedupe_last(items)
+        if not items:
+            return 0
+        for it in items:
+            check_item(it)
+        xb = as_matrix(np.stack([it.vector for it in items]), info.dim)
+        rows = [{"id": it.id, "vector": xb[i].tolist(), "text": it.text, "value": it.value or "",
+                 "metadata": it.metadata} for i, it in enumerate(items)]
+        for start in range(0, len(rows), UPSERT_CHUNK):
+            chunk = rows[start : start + UPSERT_CHUNK]
+            self._call("upsert", lambda c, ch=chunk: c.upsert(collection, ch,  # type: ignore[misc]
+                                                              timeout=self.timeout))
+        return len(rows)
+
+    def delete(self, collection: str, ids: Sequence[str]) -> None:
+        self._ready(collection)
+        if ids:
+            expr = "id in [" + ", ".join(quote(i) for i in ids) + "]"
+            self._call("delete", lambda c: c.delete(collection, filter=expr, timeout=self.timeout))
+
+    def get(self, collection: str, ids: Sequence[str]) -> list[Item]:
+        self._ready(collection)
+        if not ids:
+            return []
+        expr = "id in [" + ", ".join(quote(i) for i in dict.fromkeys(ids)) + "]"
+        rows = self._call("query", lambda c: c.query(
+            collection, filter=expr, output_fields=[*OUTPUT_FIELDS, "vector"],
+            consistency_level="Strong", timeout=self.timeout))
+        by_id = {str(r["id"]): r for r in rows}
+        return [_item(by_id[i]) for i in dict.fromkeys(ids) if i in by_id]
+
+    def count(self, collection: str) -> int:
+        self._ready(collection)
+        res = self._call("count", lambda c: c.query(
+            collection, filter="", output_fields=["count(*)"], consistency_level="Strong",
+            timeout=self.timeout))
+        return int(res[0]["count(*)"])
+
+    def search(
+        self,
+        collection: str,
+        xq: np.ndarray,
+        k: int,
+        filter: Filter | None = None,
+        encoder: EncoderInfo | None = None,
+        with_vectors: bool = False,
+        consistency: str = "Session",
+    ) -> list[list[Hit]]:
+        check_search_args(k, consistency)
+        info = self._ready(collection, encoder)
+        xq = as_matrix(xq, info.dim)
+        if len(xq) == 0:
+            return []
+        fields = [*OUTPUT_FIELDS, "vector"] if with_vectors else OUTPUT_FIELDS
+        params: dict[str, Any] = {"metric_type": "IP"}
+        if self.index_type == "HNSW":
+            params["params"] = {"ef": max(self.ef, k)}
+        res = self._call("search", lambda c: c.search(
+            collection, data=[row.tolist() for row in xq], limit=k,
+            filter=to_milvus_expr(filter) if filter is not None else "",
+            output_fields=fields, search_params=params, consistency_level=consistency,
+            timeout=self.timeout))
+        return [[_hit(h, with_vectors) for h in row] for row in res]
+
+
+def _item(row: dict[str, Any]) -> Item:
+    return Item(id=str(row["id"]), vector=np.asarray(row["vector"], dtype=np.float32),
+                text=row.get("text") or "", value=row.get("value") or None,
+                metadata=dict(row.get("metadata") or {}))
+
+
+def _hit(h: dict[str, Any], with_vector: bool) -> Hit:
+    e = h.get("entity", {})
+    vec = np.asarray(e["vector"], dtype=np.float32) if with_vector else None
+    return Hit(id=str(h["id"]), score=float(h["distance"]), text=e.get("text") or "",
+               value=e.get("value") or None, metadata=dict(e.get("metadata") or {}), vector=vec)

@@ -1,0 +1,217 @@
+"""The key-value memory's contract: items, hits, the ``VectorStore`` protocol, its errors.
+
+A store holds named collections. Each stored item is an ``id`` (the caller's string), a
+unit ``vector`` (the key), its ``text``, an optional ``value`` (what the decoder reads) and
+a JSON ``metadata`` object. Scores are inner products of unit vectors, i.e. cosines:
+higher is better. Every collection records the encoder that made its vectors
+(:class:`EncoderInfo`); writing or searching with another encoder is refused.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol, runtime_checkable
+
+import numpy as np
+
+from index.filters import Filter
+
+MAX_ID_BYTES = 512
+MAX_TEXT_BYTES = 65_535  # Milvus VARCHAR limit; `value` shares it
+CONSISTENCY_LEVELS = ("Strong", "Session", "Bounded", "Eventually")
+
+
+class StoreError(Exception):
+    """Base of every error the index package raises about a store or a collection."""
+
+
+class CollectionNotFoundError(StoreError):
+    """The named collection does not exist."""
+
+
+class CollectionExistsError(StoreError):
+    """A collection of that name exists with a different dimension or encoder."""
+
+
+class EncoderMismatchError(StoreError):
+    """The vectors come from another encoder (name, fingerprint or dimension) than the
+    collection's."""
+
+
+class StoreUnavailableError(StoreError):
+    """The store cannot be reached (server down, timeout). Retrying later may succeed."""
+
+
+@dataclass(frozen=True)
+class EncoderInfo:
+    """Which encoder made a collection's vectors: name, fingerprint (weights + tokenizer)
+    and dimension."""
+
+    name: str
+    fingerprint: str
+    dim: int
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"name": self.name, "fingerprint": self.fingerprint, "dim": self.dim}
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> EncoderInfo:
+        return cls(name=str(d["name"]), fingerprint=str(d["fingerprint"]), dim=int(d["dim"]))
+
+
+@dataclass(frozen=True)
+class CollectionInfo:
+    """A collection's dimension and, when it was created with one, its encoder."""
+
+    name: str
+    dim: int
+    encoder: EncoderInfo | None
+
+
+@dataclass
+class Item:
+    """One stored entry. ``vector`` is a float32 (d,) unit row."""
+
+    id: str
+    vector: np.ndarray
+    text: str = ""
+    value: str | None = None
+    metadata: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class Hit:
+    """One neighbour of a query: similarity ``score`` (higher is better) and the item's
+    fields; ``vector`` only when the search asked for vectors."""
+
+    id: str
+    score: float
+    text: str
+    value: str | None
+    metadata: dict[str, Any]
+    vector: np.ndarray | None = None
+
+
+@runtime_checkable
+class VectorStore(Protocol):
+    """A set of named collections of :class:`Item` searchable by inner product."""
+
+    def create(
+        self, collection: str, dim: int, encoder: EncoderInfo | None = None, exist_ok: bool = True
+    ) -> CollectionInfo:
+        """Create ``collection``; an existing one with the same dim and encoder is kept."""
+        ...
+
+    def drop(self, collection: str) -> None:
+        """Delete ``collection`` and everything in it (no error if absent)."""
+        ...
+
+    def list_collections(self) -> list[str]:
+        """Names of all collections, sorted."""
+        ...
+
+    def describe(self, collection: str) -> CollectionInfo: ...
+
+    def upsert(
+        self, collection: str, items: Sequence[Item], encoder: EncoderInfo | None = None
+    ) -> int:
+        """Insert or replace by id (the last of duplicate ids wins); returns rows written.
+        Durable and visible to strong reads when it returns."""
+        ...
+
+    def delete(self, collection: str, ids: Sequence[str]) -> None: ...
+
+    def get(self, collection: str, ids: Sequence[str]) -> list[Item]:
+        """The items with these ids that exist, in the order asked (strong read)."""
+        ...
+
+    def search(
+        self,
+        collection: str,
+        xq: np.ndarray,
+        k: int,
+        filter: Filter | None = None,
+        encoder: EncoderInfo | None = None,
+        with_vectors: bool = False,
+        consistency: str = "Session",
+    ) -> list[list[Hit]]:
+        """For each query row of ``xq`` (nq, d), up to ``k`` hits, best first."""
+        ...
+
+    def count(self, collection: str) -> int:
+        """Exact number of items (strong read)."""
+        ...
+
+    def close(self) -> None: ...
+
+
+def as_matrix(x: np.ndarray, dim: int) -> np.ndarray:
+    """The store-boundary array contract: C-contiguous float32 (n, dim), finite."""
+    x = np.asarray(x)
+    if x.ndim == 1:
+        x = x[None, :]
+    if x.ndim != 2 or x.shape[1] != dim:
+        raise EncoderMismatchError(
+            f"vectors have shape {x.shape}, the collection expects (n, {dim})")
+    x = np.ascontiguousarray(x, dtype=np.float32)
+    if not np.isfinite(x).all():
+        raise ValueError("vectors contain NaN or infinity")
+    return x
+
+
+def check_item(item: Item) -> None:
+    """Validate one item's id, text and value sizes; raises ``ValueError`` naming the limit."""
+    if not isinstance(item.id, str) or not item.id:
+        raise ValueError(f"item id must be a non-empty string, got {item.id!r}")
+    if len(item.id.encode()) > MAX_ID_BYTES:
+        raise ValueError(f"item id is longer than {MAX_ID_BYTES} bytes: {item.id[:40]!r}...")
+    for name, text in (("text", item.text), ("value", item.value or "")):
+        if len(text.encode()) > MAX_TEXT_BYTES:
+            raise ValueError(f"item {item.id!r}: {name} is longer than {MAX_TEXT_BYTES} bytes")
+    if not isinstance(item.metadata, dict):
+        raise ValueError(f"item {item.id!r}: metadata must be a JSON object")
+
+
+def dedupe_last(items: Iterable[Item]) -> list[Item]:
+    """Items with duplicate ids resolved to the last one, in first-seen order."""
+    by_id: dict[str, Item] = {}
+    for it in items:
+        by_id.pop(it.id, None)
+        by_id[it.id] = it
+    return list(by_id.values())
+
+
+def check_encoder(info: CollectionInfo, encoder: EncoderInfo | None) -> None:
+    """Refuse an encoder other than the one the collection was built with."""
+    if encoder is None or info.encoder is None:
+        if encoder is not None and encoder.dim != info.dim:
+            raise EncoderMismatchError(
+                f"collection {info.name!r} has dim {info.dim}, encoder {encoder.name!r} "
+                f"makes dim {encoder.dim}"
+            )
+        return
+    if encoder != info.encoder:
+        raise EncoderMismatchError(
+            f"collection {info.name!r} was built with encoder {info.encoder.name!r} "
+            f"(fingerprint {info.encoder.fingerprint}, dim {info.encoder.dim}); got "
+            f"{encoder.name!r} (fingerprint {encoder.fingerprint}, dim {encoder.dim})"
+        )
+
+
+def check_search_args(k: int, consistency: str) -> None:
+    if k < 1:
+        raise ValueError(f"k must be >= 1, got {k}")
+    if consistency not in CONSISTENCY_LEVELS:
+        raise ValueError(f"consistency must be one of {CONSISTENCY_LEVELS}, got {consistency!r}")
+
+
+def check_collection_name(name: str) -> None:
+    """Milvus's rule for names, applied to every store so the contract is one."""
+    ok = bool(name) and len(name) <= 255 and (name[0].isalpha() or name[0] == "_")
+    if not ok or not all(c.isascii() and (c.isalnum() or c == "_") for c in name):
+        raise ValueError(
+            f"collection name must start with a letter or '_' and contain only ASCII letters, "
+            f"digits and '_' (at most 255), got {name!r}"
+        )
+
