@@ -2,8 +2,89 @@
 
 from __future__ import annotations
 
+import json
+import logging
+from pathlib import Path
+
 import typer
+
+log = logging.getLogger(__name__)
+
+
+def train_encoder(
+    data: Path = typer.Option(..., "--data", help="The shared data directory (../shared/data)."),
+    out: Path = typer.Option(Path("runs/encoder"), "--out", help="Checkpoint directory."),
+    steps: int = typer.Option(3000, min=1),
+    batch_size: int = typer.Option(128, min=2),
+    lr: float = typer.Option(7e-4, min=0.0),
+    warmup_steps: int = typer.Option(300, min=0),
+    temperature: float = typer.Option(0.05, min=1e-4, help="InfoNCE temperature τ (fixed)."),
+    max_query_tokens: int = typer.Option(64, min=4),
+    max_doc_tokens: int = typer.Option(192, min=4),
+    hard_negatives: bool = typer.Option(True, help="Mine FAISS hard negatives mid-run."),
+    mine_at: float = typer.Option(0.6, min=0.0, max=1.0),
+    checkpoint_every: int = typer.Option(200, min=1),
+    seed: int = typer.Option(0),
+    device: str | None = typer.Option(None, help="cpu, cuda, cuda:1 ... (default: auto)."),
+    vocab_size: int = typer.Option(16384, min=300),
+    d_model: int = typer.Option(256, min=8),
+    n_layers: int = typer.Option(4, min=1),
+    n_heads: int = typer.Option(4, min=1),
+    d_ff: int = typer.Option(1024, min=8),
+    max_tokens: int = typer.Option(256, min=8),
+    pooling: str = typer.Option("dot", help="Attention pooling score: dot or additive."),
+    name: str = typer.Option("qkv-encoder", help="Encoder name recorded in the checkpoint."),
+    eval_beir: list[Path] = typer.Option([], help="BEIR folders to evaluate on at the end."),
+    eval_sts: Path | None = typer.Option(None, help="STS-B-format file to evaluate on."),
+) -> None:
+    """Train the encoder contrastively (InfoNCE, in-batch + hard negatives). Resumable."""
+    from encoder.train import TrainConfig, train
+
+    arch = {"vocab_size": vocab_size, "d_model": d_model, "n_layers": n_layers, "n_heads": n_heads,
+                "d_ff": d_ff, "max_tokens": max_tokens, "pooling": pooling, "name": name}
+    cfg = TrainConfig(
+        data_dir=str(data), out_dir=str(out), steps=steps, batch_size=batch_size, lr=lr,
+        warmup_steps=warmup_steps, temperature=temperature, max_query_tokens=max_query_tokens,
+        max_doc_tokens=max_doc_tokens, hard_negatives=hard_negatives, mine_at=mine_at,
+        checkpoint_every=checkpoint_every, seed=seed, device=device, arch=arch,
+    )
+    path = train(cfg)
+    if eval_beir or eval_sts:
+        _evaluate(path, eval_beir, "test", eval_sts, path / "eval.json", bm25=True)
+
+
+def _evaluate(model: Path, beir: list[Path], split: str, sts: Path | None, report: Path | None,
+              bm25: bool) -> dict:
+    import encoder
+    from encoder.evaluate import evaluate_beir, evaluate_sts
+
+    enc = encoder.load(model)
+    results: dict = {"model": str(model), "fingerprint": enc.fingerprint}
+    for folder in beir:
+        results[f"beir:{folder.name}:{split}"] = evaluate_beir(enc, folder, split, bm25=bm25)
+    if sts is not None:
+        results[f"sts:{sts.name}"] = evaluate_sts(enc, sts)
+    text = json.dumps(results, indent=2)
+    typer.echo(text)
+    if report is not None:
+        report.write_text(text + "\n")
+    return results
+
+
+def eval_encoder(
+    model: Path = typer.Option(Path("models/encoder-default"), "--model"),
+    beir: list[Path] = typer.Option([], "--beir", help="BEIR-layout folder (repeatable)."),
+    split: str = typer.Option("test", help="qrels split to score."),
+    sts: Path | None = typer.Option(None, "--sts", help="STS-B-format file."),
+    bm25: bool = typer.Option(True, help="Also score BM25 (bm25s) on the same queries."),
+    report: Path | None = typer.Option(None, help="Write the JSON report here too."),
+) -> None:
+    """nDCG@10 and Recall@100 on BEIR folders (with BM25), Spearman on an STS file."""
+    if not beir and sts is None:
+        raise typer.BadParameter("give at least one --beir folder or an --sts file")
+    _evaluate(model, beir, split, sts, report, bm25)
 
 
 def register(app: typer.Typer) -> None:
-    """Placeholder until the encoder commands land (filled below in this issue)."""
+    app.command("train-encoder")(train_encoder)
+    app.command("eval-encoder")(eval_encoder)

@@ -91,6 +91,8 @@ class SinusoidalPositionalEncoding(nn.Module):
     buffer: it is not saved with the weights.
     """
 
+    table: torch.Tensor
+
     def __init__(self, d_model: int, max_len: int) -> None:
         super().__init__()
         pos = torch.arange(max_len, dtype=torch.float32).unsqueeze(1)  # (L, 1)

@@ -51,7 +51,9 @@ def train_tokenizer(texts: Iterable[str], vocab_size: int, min_frequency: int = 
     )
     tok.train_from_iterator((clean_text(t) for t in texts), trainer=trainer)
     bos = tok.token_to_id(BOS)
-    tok.post_processor = processors.TemplateProcessing(single=f"{BOS} $A", special_tokens=[(BOS, bos)])
+    tok.post_processor = processors.TemplateProcessing(
+        single=f"{BOS} $A", special_tokens=[(BOS, bos)]
+    )
     return tok
 
 

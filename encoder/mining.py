@@ -1,0 +1,43 @@
+"""Hard negatives mined with FAISS from the current model (ANCE-style, one-shot)."""
+
+from __future__ import annotations
+
+import logging
+from typing import Protocol
+
+import faiss
+import numpy as np
+
+log = logging.getLogger(__name__)
+
+
+class Embedder(Protocol):
+    def encode(self, texts: list[str], batch_size: int = 64) -> np.ndarray: ...
+
+
+def mine_hard_negatives(
+    enc: Embedder,
+    pairs: list[tuple[str, str]],
+    k: int = 30,
+    skip_top: int = 2,
+    seed: int = 0,
+) -> dict[int, str]:
+    """For each pair i, a document ranked in [skip_top, k) for its query that is not its
+    positive. Skipping the very top lowers the chance of a false negative (an unlabelled
+    true match). Returns {pair index: negative text}.
+    """
+    docs = sorted({d for _, d in pairs})
+    pos = {d: j for j, d in enumerate(docs)}
+    xb = enc.encode(docs, batch_size=128)  # (nb, d)
+    xq = enc.encode([q for q, _ in pairs], batch_size=128)  # (nq, d)
+    index = faiss.IndexFlatIP(xb.shape[1])
+    index.add(xb)
+    _, I = index.search(xq, min(k, len(docs)))  # (nq, k)
+    rng = np.random.default_rng(seed)
+    out: dict[int, str] = {}
+    for i, (_, d) in enumerate(pairs):
+        cands = [j for j in I[i, skip_top:] if j >= 0 and j != pos[d]]
+        if cands:
+            out[i] = docs[int(rng.choice(cands))]
+    log.info("mined %d hard negatives over %d documents", len(out), len(docs))
+    return out

@@ -1,0 +1,104 @@
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+import encoder
+from encoder.tokenizer import clean_text
+
+
+@pytest.fixture(scope="module")
+def enc(tiny_encoder_dir: Path) -> encoder.TextEncoder:
+    return encoder.load(tiny_encoder_dir, device="cpu")
+
+
+TEXTS = ["A dog runs in the park.", "cat", "A white horse sleeps near the river at night.",
+         "Le café est très bon ☕ 東京", "fish swim"]
+
+
+def test_encode_shape_dtype_norm(enc: encoder.TextEncoder) -> None:
+    x = enc.encode(TEXTS)
+    assert x.shape == (len(TEXTS), enc.dim) and x.dtype == np.float32
+    assert x.flags["C_CONTIGUOUS"]
+    np.testing.assert_allclose(np.linalg.norm(x, axis=1), 1.0, atol=1e-5)
+
+
+def test_length_bucketing_restores_input_order(enc: encoder.TextEncoder) -> None:
+    together = enc.encode(TEXTS, batch_size=2)
+    one_by_one = np.stack([enc.encode([t])[0] for t in TEXTS])
+    # bf16 autocast may round differently with different padding; order must still match
+    np.testing.assert_allclose(together, one_by_one, atol=2e-2)
+    sims = together @ one_by_one.T
+    assert (sims.argmax(axis=1) == np.arange(len(TEXTS))).all()
+
+
+def test_empty_list_gives_zero_rows(enc: encoder.TextEncoder) -> None:
+    assert enc.encode([]).shape == (0, enc.dim)
+
+
+def test_empty_whitespace_and_control_characters_are_one_documented_case(
+    enc: encoder.TextEncoder,
+) -> None:
+    x = enc.encode(["", "   \t\n ", "\x00\x07\u200b", "dog", "dog\x00\x1f", "  dog  "])
+    assert np.isfinite(x).all()
+    np.testing.assert_allclose(x[0], x[1], atol=1e-6)  # all empty → the <s> vector
+    np.testing.assert_allclose(x[0], x[2], atol=1e-6)
+    np.testing.assert_allclose(x[3], x[4], atol=1e-6)  # control characters → spaces
+    np.testing.assert_allclose(x[3], x[5], atol=1e-6)
+    assert clean_text("a\x00b\u2028c  d") == "a b c d"
+
+
+def test_non_string_raises_type_error_naming_position(enc: encoder.TextEncoder) -> None:
+    with pytest.raises(TypeError, match=r"texts\[2\] is int"):
+        enc.encode(["a", "b", 3])  # type: ignore[list-item]
+    with pytest.raises(TypeError, match="single string"):
+        enc.encode("just one string")
+
+
+def test_truncation_is_reported(enc: encoder.TextEncoder) -> None:
+    long = " ".join(["horse"] * 200)
+    assert enc.truncated(["dog", long]) == [False, True]
+    ids, cut = enc.tokenize([long])
+    assert len(ids[0]) == enc.max_tokens and cut == [True]
+    _, explained = enc.encode([long, "dog"], return_weights=True)
+    assert explained[0].truncated and not explained[1].truncated
+
+
+def test_return_weights_gives_tokens_and_pooling_weights(enc: encoder.TextEncoder) -> None:
+    x, explained = enc.encode(["a dog runs", "cat"], return_weights=True)
+    assert x.shape == (2, enc.dim)
+    for e in explained:
+        assert e.tokens[0] == "<s>" and len(e.tokens) == len(e.weights)
+        assert abs(sum(e.weights) - 1.0) < 1e-4
+    assert len(explained[0].tokens) > len(explained[1].tokens)
+
+
+def test_fingerprint_is_stable_and_tracks_weights(
+    enc: encoder.TextEncoder, tiny_encoder_dir: Path, tmp_path: Path
+) -> None:
+    again = encoder.load(tiny_encoder_dir, device="cpu")
+    assert enc.fingerprint == again.fingerprint and len(enc.fingerprint) == 16
+    with torch.no_grad():
+        again.model.embed.weight[5, 0] += 1.0
+    again._fingerprint = None
+    assert again.fingerprint != enc.fingerprint
+
+
+def test_save_load_round_trip(enc: encoder.TextEncoder, tmp_path: Path) -> None:
+    enc.save(tmp_path / "copy", {"note": "round trip"})
+    copy = encoder.load(tmp_path / "copy", device="cpu")
+    assert copy.fingerprint == enc.fingerprint and copy.dim == enc.dim
+    assert copy.max_tokens == enc.max_tokens
+    np.testing.assert_allclose(copy.encode(TEXTS), enc.encode(TEXTS), atol=1e-6)
+    assert not any(p.suffix in {".pt", ".pkl", ".bin"} for p in (tmp_path / "copy").iterdir())
+
+
+def test_load_missing_checkpoint_is_clear(tmp_path: Path) -> None:
+    with pytest.raises(FileNotFoundError, match="model.safetensors missing"):
+        encoder.load(tmp_path)
+
+
+def test_bad_batch_size(enc: encoder.TextEncoder) -> None:
+    with pytest.raises(ValueError, match="batch_size"):
+        enc.encode(["a"], batch_size=0)

@@ -1,0 +1,75 @@
+import json
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors.torch import load_file
+
+import encoder
+from encoder.losses import InfoNCE
+from encoder.pairs import build_sources
+from encoder.train import TrainConfig, _ids, draw_batch, lr_at, train
+
+ARCH = {"d_model": 32, "n_layers": 1, "n_heads": 2, "d_ff": 64, "max_tokens": 48,
+        "vocab_size": 500}
+
+
+def _cfg(data_dir: Path, out: Path, **kw: object) -> TrainConfig:
+    base = {"data_dir": str(data_dir), "out_dir": str(out), "steps": 40, "batch_size": 16,
+            "lr": 3e-3, "warmup_steps": 5, "checkpoint_every": 10, "mine_at": 0.5,
+            "device": "cpu", "arch": ARCH}
+    base.update(kw)
+    return TrainConfig(**base)  # type: ignore[arg-type]
+
+
+def _held_out_loss(model: encoder.TransformerEncoder, tok, pairs) -> float:
+    model.eval()
+    with torch.no_grad():
+        q, _ = model(_ids(tok, [a for a, _ in pairs], 32))
+        d, _ = model(_ids(tok, [b for _, b in pairs], 48))
+        return InfoNCE()(q, d)[0].item()
+
+
+def test_tiny_training_run_lowers_the_loss(data_dir: Path, tmp_path: Path) -> None:
+    cfg = _cfg(data_dir, tmp_path / "run")
+    out = train(cfg)
+    trained = encoder.load(out, device="cpu")
+    pairs = build_sources(data_dir)[0].pairs[:32]  # multi30k paraphrases
+    torch.manual_seed(cfg.seed)
+    init = encoder.TransformerEncoder(trained.config)
+    before = _held_out_loss(init, trained.tokenizer, pairs)
+    after = _held_out_loss(trained.model, trained.tokenizer, pairs)
+    assert after < 0.8 * before, (before, after)
+    meta = json.loads((out / "config.json").read_text())
+    assert meta["architecture"]["d_model"] == 32 and meta["training"]["steps"] == 40
+    assert (out / "hard_negatives.json").is_file()
+    assert json.loads((out / "last/trainer_state.json").read_text())["step"] == 40
+
+
+def test_resumed_run_equals_uninterrupted_run(data_dir: Path, tmp_path: Path) -> None:
+    straight = train(_cfg(data_dir, tmp_path / "a", steps=12, checkpoint_every=4))
+    _ = train(_cfg(data_dir, tmp_path / "b", steps=12, checkpoint_every=4, stop_after=8))
+    assert not (tmp_path / "b/model.safetensors").exists()  # stopped early: only last/
+    assert json.loads((tmp_path / "b/last/trainer_state.json").read_text())["step"] == 8
+    resumed = train(_cfg(data_dir, tmp_path / "b", steps=12, checkpoint_every=4))
+    a, b = (load_file(str(p / "model.safetensors")) for p in (straight, resumed))
+    for k in a:
+        torch.testing.assert_close(a[k], b[k], atol=1e-5, rtol=1e-4)
+
+
+def test_batches_are_a_function_of_seed_and_step(data_dir: Path) -> None:
+    sources = build_sources(data_dir)
+    cfg = TrainConfig(data_dir="", out_dir="", batch_size=8)
+    s1, i1 = draw_batch(sources, 7, cfg, 0)
+    s2, i2 = draw_batch(sources, 7, cfg, 0)
+    assert s1.name == s2.name and list(i1) == list(i2) and len(set(i1)) == len(i1)
+    others = [tuple(draw_batch(sources, 7, cfg, r)[1]) for r in range(1, 4)]
+    assert any(o != tuple(i1) for o in others)  # DDP ranks draw different batches
+
+
+def test_learning_rate_warms_up_then_decays() -> None:
+    cfg = TrainConfig(data_dir="", out_dir="", steps=100, lr=1e-3, warmup_steps=10)
+    assert lr_at(0, cfg) == pytest.approx(1e-4)
+    assert lr_at(9, cfg) == pytest.approx(1e-3)
+    assert lr_at(99, cfg) < lr_at(50, cfg) < lr_at(10, cfg)
+    assert lr_at(100, cfg) == pytest.approx(1e-4)
