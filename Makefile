@@ -7,6 +7,7 @@ STAMP := $(VENV)/.installed
 # The CPU wheel of torch lies on this machine's disk; pinning it first keeps pip from
 # pulling a multi-GB CUDA build through the project's `torch>=` range.
 TORCH := torch==2.13.0
+DATA ?= ../shared/data
 
 .PHONY: venv test lint typecheck run bench clean
 
@@ -33,7 +34,7 @@ typecheck: $(STAMP)
 
 bench: $(STAMP)
 	$(PIP) install -q -e '.[bench]'
-	$(PY) bench/encode_speed.py
+	$(PY) bench/encode_speed.py --data $(DATA)
 
 clean:
 	rm -rf $(VENV) var .pytest_cache .mypy_cache .ruff_cache

@@ -21,3 +21,7 @@ def main(verbose: bool = typer.Option(False, "--verbose", "-v", help="Debug logg
 
 encoder_commands.register(app)
 index_commands.register(app)
+
+
+if __name__ == "__main__":  # torchrun --nproc_per_node N -m api.cli train-encoder ...
+    app()

@@ -1,9 +1,9 @@
 """Encoding speed: our default encoder vs all-MiniLM-L6-v2, side by side in one run.
 
-Usage: python bench/encode_speed.py [--data ../shared/data] [--n 2000] [--model DIR]
+Usage: python bench/encode_speed.py --data ../shared/data [--n 2000] [--model DIR]
 
-Takes 2,000 English sentences of 10–60 words (Reuters-21578 sentences when --data is given,
-else the committed demo sentences), encodes them with each model (ours: batch 64,
+Takes 2,000 English sentences of 10–60 words (evenly spaced Reuters-21578 sentences from
+the data directory), encodes them with each model (ours: batch 64,
 length-bucketed, bf16 where the CPU has it; MiniLM: sentence-transformers, batch 32,
 default settings) and prints sentences/s, the ratio, and our peak RSS. Appends the figures
 to bench/RESULTS.md. Each model runs in its own subprocess so peak RSS is per model.
@@ -23,17 +23,14 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def sentences(data: Path | None, n: int) -> list[str]:
+def sentences(data: Path, n: int) -> list[str]:
     """n sentences of 10–60 words, deterministic."""
-    texts: list[str] = []
-    if data is not None:
-        sys.path.insert(0, str(ROOT))
-        from encoder.pairs import reuters_articles
+    sys.path.insert(0, str(ROOT))
+    from encoder.pairs import reuters_articles
 
-        for _, body in reuters_articles(data):
-            texts += re.split(r"(?<=[.!?])\s+", body)
-    else:
-        texts = (ROOT / "bench/sentences.txt").read_text().splitlines()
+    texts: list[str] = []
+    for _, body in reuters_articles(data):
+        texts += re.split(r"(?<=[.!?])\s+", body)
     picked = [t for t in texts if 10 <= len(t.split()) <= 60]
     if len(picked) < n:
         raise SystemExit(f"only {len(picked)} sentences of 10-60 words, need {n}")
@@ -75,7 +72,7 @@ def child(which: str, texts_file: str, model: str) -> None:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--data", type=Path, default=None)
+    ap.add_argument("--data", type=Path, required="--child" not in sys.argv)
     ap.add_argument("--n", type=int, default=2000)
     ap.add_argument("--model", default=str(ROOT / "models/encoder-default"))
     ap.add_argument("--child", default=None)
@@ -107,8 +104,8 @@ def main() -> None:
         f"| all-MiniLM-L6-v2 (sentence-transformers, batch 32) | {res['minilm']['per_s']:.0f} | "
         f"{res['minilm']['peak_rss_mb']:.0f} |",
         "",
-        f"Ratio ours / MiniLM: **{ratio:.1f}×**. Command: `python bench/encode_speed.py"
-        f"{' --data ' + str(args.data) if args.data else ''}`",
+        f"Ratio ours / MiniLM: **{ratio:.1f}×**. "
+        f"Command: `python bench/encode_speed.py --data {args.data}`",
         "",
     ]
     print("\n".join(lines))
