@@ -5,8 +5,10 @@ A filter is a tree: a :class:`Condition` ``(key, op, value)`` on a metadata key,
 string values are written as JSON string literals (quotes, backslashes and control
 characters escaped), numbers are checked finite and in range, booleans become
 ``true``/``false``. :func:`matches` evaluates the same tree in Python (for
-:class:`index.faiss_store.FaissStore`) with Milvus's typing: a boolean never equals a
-number, a number never equals a string, a missing key matches nothing.
+:class:`index.faiss_store.FaissStore`) with the Milvus server's typing: a boolean never
+equals a number, a number never equals a string, a missing key matches nothing. (Milvus
+Lite alone reads ``true`` as 1 when the stored value is a number; don't mix the two types
+under one key.)
 """
 
 from __future__ import annotations

@@ -1,0 +1,119 @@
+"""The four store backends of the contract tests, and the real servers behind two of them.
+
+The servers are started and stopped by session fixtures in conftest.py:
+
+* ``milvus==2.3.5`` (PyPI) ships Milvus standalone with embedded etcd and local storage;
+  :class:`milvus.MilvusServer` unpacks the binary into the data directory and starts it
+  as our direct child. Every port it needs is picked free; the gRPC port is ours.
+* ``milvus-lite server`` serves a Milvus Lite data directory over gRPC.
+
+Both run in a temporary directory and are stopped by their own pid (TERM, then KILL), so
+nothing outlives the test session.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from index import FaissStore, MilvusStore, VectorStore
+
+log = logging.getLogger(__name__)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def wait_for_port(port: int, timeout: float, proc: subprocess.Popen[bytes] | None = None) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc is not None and proc.poll() is not None:
+            raise RuntimeError(f"server exited with status {proc.returncode} before listening")
+        with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), 0.5):
+            return
+        time.sleep(0.2)
+    raise TimeoutError(f"nothing listening on port {port} after {timeout} s")
+
+
+def stop_process(proc: subprocess.Popen[bytes], grace: float = 5.0) -> None:
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(grace)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(10)
+
+
+@contextlib.contextmanager
+def milvus_standalone(data_dir: Path) -> Iterator[str]:
+    """Milvus 2.3.5 standalone on a free port; yields its ``http://`` URI."""
+    from milvus import MilvusServer
+
+    server = MilvusServer()
+    server.set_base_dir(str(data_dir))
+    port = free_port()
+    server.listen_port = port
+    t0 = time.monotonic()
+    server.start()  # blocks until /healthz says OK (raises after 180 s)
+    proc = server.server_proc
+    assert proc is not None
+    log.info("milvus 2.3.5 pid %d on port %d in %.1f s", proc.pid, port, time.monotonic() - t0)
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        stop_process(proc)
+        server.server_proc = None
+        server.stop()  # closes its log files
+
+
+@contextlib.contextmanager
+def milvus_lite_server(data_dir: Path) -> Iterator[str]:
+    """``milvus-lite server`` on a free port; yields its ``http://`` URI."""
+    port = free_port()
+    exe = Path(sys.executable).with_name("milvus-lite")
+    log_file = open(data_dir.parent / f"{data_dir.name}.log", "wb")  # noqa: SIM115
+    proc = subprocess.Popen(
+        [str(exe), "server", "--data-dir", str(data_dir), "--host", "127.0.0.1",
+         "--port", str(port), "--max-workers", "4"],
+        stdout=log_file, stderr=subprocess.STDOUT, env={**os.environ, "PYTHONUNBUFFERED": "1"})
+    try:
+        wait_for_port(port, 60, proc)
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        stop_process(proc, grace=2.0)  # nothing to flush: the data dir is thrown away
+        log_file.close()
+
+
+BACKENDS = ["faiss", "lite-file", "milvus-2.3.5", "lite-server"]
+
+
+def open_backend(backend: str, request: pytest.FixtureRequest, tmp_path: Path) -> VectorStore:
+    if backend == "faiss":
+        return FaissStore(tmp_path / "faiss", index_type="hnsw")
+    if backend == "lite-file":
+        return MilvusStore(str(tmp_path / "lite.db"))
+    if backend == "milvus-2.3.5":
+        return MilvusStore(request.getfixturevalue("milvus_server_uri"))
+    if backend == "lite-server":
+        return MilvusStore(request.getfixturevalue("lite_server_uri"))
+    raise ValueError(f"backend must be one of {BACKENDS}, got {backend!r}")
+
+
+def unit_rows(n: int, d: int, seed: int = 0) -> np.ndarray:
+    x = np.random.default_rng(seed).standard_normal((n, d)).astype(np.float32)
+    return x / np.linalg.norm(x, axis=1, keepdims=True)

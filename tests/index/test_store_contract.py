@@ -1,0 +1,213 @@
+"""One contract, four backends: FaissStore, Milvus Lite file, Milvus 2.3.5 server, and
+``milvus-lite server``. Every test here runs unchanged against each of them."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+from store_backends import open_backend, unit_rows
+
+from index import (
+    And,
+    CollectionExistsError,
+    CollectionNotFoundError,
+    Condition,
+    EncoderInfo,
+    EncoderMismatchError,
+    Item,
+    Or,
+    VectorStore,
+    matches,
+)
+
+D = 16
+ENC = EncoderInfo("enc-a", "f00d", D)
+STRONG = "Strong"  # the tests read right after writing
+SESSION = "Session"  # sees this client's own writes; much faster than Strong on a server
+
+
+def make_items(n: int, seed: int = 0) -> list[Item]:
+    xb = unit_rows(n, D, seed)
+    langs = ["en", "fr", "de"]
+    return [Item(id=f"doc-{i}", vector=xb[i], text=f"text {i}",
+                 value=f"value {i}" if i % 2 else None,
+                 metadata={"n": i, "lang": langs[i % 3], "even": i % 2 == 0, "score": i / 10})
+            for i in range(n)]
+
+
+def test_create_is_idempotent_and_checks_dim_and_encoder(store: VectorStore,
+                                                         collection: str) -> None:
+    info = store.create(collection, D, ENC)
+    assert (info.dim, info.encoder) == (D, ENC)
+    assert store.create(collection, D, ENC) == info
+    assert collection in store.list_collections()
+    with pytest.raises(CollectionExistsError):
+        store.create(collection, D + 1)
+    with pytest.raises(CollectionExistsError):
+        store.create(collection, D, EncoderInfo("enc-b", "beef", D))
+    with pytest.raises(CollectionExistsError):
+        store.create(collection, D, ENC, exist_ok=False)
+
+
+def test_round_trip_count_and_get(store: VectorStore, collection: str) -> None:
+    store.create(collection, D, ENC)
+    assert store.count(collection) == 0
+    items = make_items(30)
+    assert store.upsert(collection, items, ENC) == 30
+    assert store.count(collection) == 30
+    got = store.get(collection, ["doc-3", "missing", "doc-0", "doc-3"])
+    assert [g.id for g in got] == ["doc-3", "doc-0"]
+    g3 = got[0]
+    assert g3.text == "text 3" and g3.value == "value 3" and got[1].value is None
+    assert g3.metadata == {"n": 3, "lang": "en", "even": False, "score": 0.3}
+    assert g3.vector.dtype == np.float32
+    np.testing.assert_allclose(g3.vector, items[3].vector, atol=1e-6)
+
+
+def test_upsert_replaces_and_last_duplicate_wins(store: VectorStore, collection: str) -> None:
+    store.create(collection, D)
+    items = make_items(10)
+    store.upsert(collection, items)
+    xb = unit_rows(3, D, seed=9)
+    batch = [Item("doc-1", xb[0], "first"), Item("doc-1", xb[1], "second"),
+             Item("new", xb[2], "new one")]
+    assert store.upsert(collection, batch) == 2
+    assert store.count(collection) == 11
+    (doc1,) = store.get(collection, ["doc-1"])
+    assert doc1.text == "second" and doc1.metadata == {}
+    np.testing.assert_allclose(doc1.vector, xb[1], atol=1e-6)
+    store.upsert(collection, items)  # re-running a write is harmless
+    assert store.count(collection) == 11
+
+
+def test_delete(store: VectorStore, collection: str) -> None:
+    store.create(collection, D)
+    store.upsert(collection, make_items(10))
+    store.delete(collection, ["doc-2", "doc-5", "never-there", 'x" or id != "'])
+    assert store.count(collection) == 8
+    assert store.get(collection, ["doc-2", "doc-5"]) == []
+
+
+def test_search_finds_each_item_first_in_score_order(store: VectorStore,
+                                                    collection: str) -> None:
+    store.create(collection, D, ENC)
+    items = make_items(40)
+    store.upsert(collection, items)
+    xq = np.stack([items[i].vector for i in (0, 7, 33)])
+    results = store.search(collection, xq, k=5, encoder=ENC, consistency=STRONG)
+    assert len(results) == 3
+    for hits, i in zip(results, (0, 7, 33), strict=True):
+        assert len(hits) == 5
+        assert hits[0].id == f"doc-{i}" and hits[0].score == pytest.approx(1.0, abs=1e-4)
+        scores = [h.score for h in hits]
+        assert scores == sorted(scores, reverse=True)
+        assert hits[0].text == f"text {i}" and hits[0].metadata["n"] == i
+        assert hits[0].vector is None
+    # scores are inner products: check one against numpy
+    h = results[1][3]
+    (stored,) = store.get(collection, [h.id])
+    assert h.score == pytest.approx(float(stored.vector @ xq[1]), abs=1e-4)
+
+
+def test_search_k_larger_than_collection_and_with_vectors(store: VectorStore,
+                                                          collection: str) -> None:
+    store.create(collection, D)
+    items = make_items(6)
+    store.upsert(collection, items)
+    (hits,) = store.search(collection, items[2].vector, k=50, with_vectors=True,
+                           consistency=STRONG)
+    assert sorted(h.id for h in hits) == sorted(it.id for it in items)
+    np.testing.assert_allclose(hits[0].vector, items[2].vector, atol=1e-6)
+
+
+FILTERS = [
+    Condition("lang", "eq", "fr"),
+    Condition("n", "in", [1, 4, 9, 100]),
+    Condition("n", "gte", 20),
+    Condition("score", "lt", 0.45),
+    Condition("even", "eq", True),
+    And((Condition("lang", "in", ["en", "de"]), Condition("n", "lt", 12))),
+    Or((Condition("lang", "eq", "de"), And((Condition("n", "gt", 25),
+                                            Condition("even", "eq", False))))),
+    Condition("missing", "eq", "x"),
+]
+
+
+@pytest.mark.parametrize("flt", FILTERS, ids=[str(i) for i in range(len(FILTERS))])
+def test_filtered_search_returns_exactly_the_matching_items(store: VectorStore, collection: str,
+                                                            flt: object) -> None:
+    store.create(collection, D)
+    items = make_items(30)
+    store.upsert(collection, items)
+    expected = {it.id for it in items if matches(flt, it.metadata)}  # type: ignore[arg-type]
+    (hits,) = store.search(collection, items[0].vector, k=30, filter=flt,  # type: ignore[arg-type]
+                           consistency=STRONG)
+    assert {h.id for h in hits} == expected
+
+
+HOSTILE = ['it\'s', 'say "hi"', "back\\slash", "trailing\\", '" or 1==1 or "', "' or 1==1 --",
+           'x"] == "x" or metadata["n', "new\nline", "tab\there", "émoji 🚀", "\\\"", ""]
+
+
+def test_hostile_filter_values_match_literally(store: VectorStore, collection: str) -> None:
+    store.create(collection, D)
+    xb = unit_rows(len(HOSTILE) + 1, D, seed=3)
+    items = [Item(f"h{i}", xb[i], "t", metadata={"tag": v, 'we"ird\\key': v})
+             for i, v in enumerate(HOSTILE)]
+    items.append(Item("plain", xb[-1], "t", metadata={"tag": "plain", 'we"ird\\key': "plain"}))
+    store.upsert(collection, items)
+    for i, v in enumerate(HOSTILE):
+        for key in ("tag", 'we"ird\\key'):
+            (hits,) = store.search(collection, xb[0], k=20, filter=Condition(key, "eq", v),
+                                   consistency=SESSION)
+            assert [h.id for h in hits] == [f"h{i}"], (key, v)
+    for v in ['" or 1==1 or "x', "1 == 1", "plain\\"]:  # values stored nowhere match nothing
+        (hits,) = store.search(collection, xb[0], k=20, filter=Condition("tag", "eq", v),
+                               consistency=SESSION)
+        assert hits == []
+    (hits,) = store.search(collection, xb[0], k=20, consistency=SESSION,
+                           filter=Condition("tag", "in", [HOSTILE[4], HOSTILE[5]]))
+    assert {h.id for h in hits} == {"h4", "h5"}
+
+
+def test_other_encoder_is_refused(store: VectorStore, collection: str) -> None:
+    store.create(collection, D, ENC)
+    other = EncoderInfo("enc-b", "beef", D)
+    it = make_items(1)
+    with pytest.raises(EncoderMismatchError):
+        store.upsert(collection, it, other)
+    with pytest.raises(EncoderMismatchError):
+        store.search(collection, it[0].vector, k=1, encoder=other)
+    with pytest.raises(EncoderMismatchError):
+        store.search(collection, np.ones((1, D + 1), np.float32), k=1)
+    with pytest.raises(ValueError, match="consistency must be one of"):
+        store.search(collection, it[0].vector, k=1, consistency="Sloppy")
+
+
+def test_drop_and_missing_collection(store: VectorStore, collection: str) -> None:
+    store.create(collection, D)
+    store.drop(collection)
+    assert collection not in store.list_collections()
+    with pytest.raises(CollectionNotFoundError):
+        store.count(collection)
+    store.drop(collection)  # dropping twice is fine
+
+
+def test_reopened_store_sees_data_and_encoder(store: VectorStore, collection: str, backend: str,
+                                              request: pytest.FixtureRequest,
+                                              tmp_path: Path) -> None:
+    store.create(collection, D, ENC)
+    items = make_items(12)
+    store.upsert(collection, items)
+    store.delete(collection, ["doc-0"])
+    store.close()
+    again = open_backend(backend, request, tmp_path)
+    try:
+        assert again.describe(collection).encoder == ENC
+        assert again.count(collection) == 11
+        (hits,) = again.search(collection, items[5].vector, k=1, consistency=STRONG)
+        assert hits[0].id == "doc-5"
+    finally:
+        again.close()
