@@ -1,0 +1,81 @@
+"""The filter → Milvus expression function: exact output, quoting, and refusals."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from index import And, Condition, Or, matches, parse_filter, to_milvus_expr
+from index.filters import quote
+
+
+def test_expressions_are_exact() -> None:
+    assert to_milvus_expr(Condition("lang", "eq", "en")) == '(metadata["lang"] == "en")'
+    assert to_milvus_expr(Condition("n", "gte", 3)) == '(metadata["n"] >= 3)'
+    assert to_milvus_expr(Condition("x", "lt", 0.5)) == '(metadata["x"] < 0.5)'
+    assert to_milvus_expr(Condition("ok", "eq", False)) == '(metadata["ok"] == false)'
+    assert to_milvus_expr(Condition("n", "in", [1, "a"])) == (
+        '(metadata["n"] == 1 or metadata["n"] == "a")')
+    f = Or((And((Condition("a", "eq", 1), Condition("b", "gt", 2))), Condition("c", "eq", "z")))
+    assert to_milvus_expr(f) == (
+        '(((metadata["a"] == 1) and (metadata["b"] > 2)) or (metadata["c"] == "z"))')
+
+
+@pytest.mark.parametrize("value", ['" or 1==1 or "', "a\\", '\\"', "x\ny\r\t\x00z", "ü🚀'"])
+def test_quote_round_trips_and_cannot_close_the_string(value: str) -> None:
+    q = quote(value)
+    assert q.startswith('"') and q.endswith('"')
+    assert json.loads(q) == value
+    inner = q[1:-1]
+    # every quote inside is escaped: the literal cannot end early
+    for i, ch in enumerate(inner):
+        if ch == '"':
+            backslashes = len(inner[:i]) - len(inner[:i].rstrip("\\"))
+            assert backslashes % 2 == 1
+    assert "\n" not in q and "\x00" not in q
+
+
+def test_hostile_key_is_quoted_too() -> None:
+    expr = to_milvus_expr(Condition('a"] == 1 or metadata["b', "eq", 1))
+    assert expr == '(metadata["a\\"] == 1 or metadata[\\"b"] == 1)'
+
+
+@pytest.mark.parametrize(
+    ("obj", "message"),
+    [
+        ({"key": "a", "op": "like", "value": "x"}, "op must be one of"),
+        ({"key": "a", "op": "gt", "value": "x"}, "takes a number"),
+        ({"key": "a", "op": "eq", "value": float("nan")}, "finite"),
+        ({"key": "a", "op": "eq", "value": 2**64}, "64-bit"),
+        ({"key": "a", "op": "eq", "value": None}, "string, number or boolean"),
+        ({"key": "a", "op": "eq", "value": {"$ne": 1}}, "string, number or boolean"),
+        ({"key": "a", "op": "in", "value": "abc"}, "list"),
+        ({"key": "a", "op": "in", "value": []}, "1..1024"),
+        ({"key": "", "op": "eq", "value": 1}, "key"),
+        ({"and": []}, "non-empty"),
+        ({"expr": "1 == 1"}, "a filter is"),
+        ("lang == 'en'", "JSON object"),
+    ],
+)
+def test_bad_filters_are_refused(obj: object, message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        parse_filter(obj)
+
+
+def test_parse_filter_builds_the_tree() -> None:
+    f = parse_filter({"or": [{"key": "lang", "op": "in", "value": ["en", "fr"]},
+                             {"and": [{"key": "n", "op": "gt", "value": 1}]}]})
+    assert f == Or((Condition("lang", "in", ("en", "fr")), And((Condition("n", "gt", 1),))))
+
+
+def test_matches_uses_strict_json_typing() -> None:
+    meta = {"n": 1, "s": "1", "b": True, "f": 2.5}
+    assert matches(Condition("n", "eq", 1), meta)
+    assert matches(Condition("n", "eq", 1.0), meta)
+    assert not matches(Condition("n", "eq", True), meta)
+    assert not matches(Condition("s", "eq", 1), meta)
+    assert not matches(Condition("b", "eq", 1), meta)
+    assert not matches(Condition("s", "gt", 0), meta)
+    assert matches(Condition("f", "lte", 2.5), meta) and not matches(Condition("f", "lt", 2.5), meta)
+    assert not matches(Condition("missing", "in", [1, "1"]), meta)
