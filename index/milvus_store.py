@@ -85,7 +85,10 @@ class MilvusStore:
         if self._client is None:
             if self.is_lite:
                 Path(self.uri).expanduser().resolve().parent.mkdir(parents=True, exist_ok=True)
-            self._client = MilvusClient(uri=self.uri, token=self.token, timeout=self.timeout)
+            # A dedicated connection: pymilvus shares one per URI otherwise, and a shared one
+            # that saw the server go away stays broken after close().
+            self._client = MilvusClient(uri=self.uri, token=self.token, timeout=self.timeout,
+                                        dedicated=True)
         return self._client
 
     def _call(self, what: str, fn: Callable[[Any], T]) -> T:

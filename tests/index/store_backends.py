@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import os
 import signal
 import socket
 import subprocess
@@ -81,22 +80,39 @@ def milvus_standalone(data_dir: Path) -> Iterator[str]:
         server.stop()  # closes its log files
 
 
+class LiteServer:
+    """``milvus-lite server`` over ``data_dir``; can be stopped and started again on the
+    same port (to play a store that goes away and comes back)."""
+
+    def __init__(self, data_dir: Path, port: int | None = None) -> None:
+        self.data_dir, self.port = data_dir, port or free_port()
+        self.uri = f"http://127.0.0.1:{self.port}"
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> str:
+        exe = Path(sys.executable).with_name("milvus-lite")
+        with open(self.data_dir.parent / f"{self.data_dir.name}.log", "ab") as log_file:
+            self.proc = subprocess.Popen(
+                [str(exe), "server", "--data-dir", str(self.data_dir), "--host", "127.0.0.1",
+                 "--port", str(self.port), "--max-workers", "4"],
+                stdout=log_file, stderr=subprocess.STDOUT)
+        wait_for_port(self.port, 60, self.proc)
+        return self.uri
+
+    def stop(self) -> None:
+        if self.proc is not None:
+            stop_process(self.proc, grace=5.0)
+            self.proc = None
+
+
 @contextlib.contextmanager
 def milvus_lite_server(data_dir: Path) -> Iterator[str]:
     """``milvus-lite server`` on a free port; yields its ``http://`` URI."""
-    port = free_port()
-    exe = Path(sys.executable).with_name("milvus-lite")
-    log_file = open(data_dir.parent / f"{data_dir.name}.log", "wb")  # noqa: SIM115
-    proc = subprocess.Popen(
-        [str(exe), "server", "--data-dir", str(data_dir), "--host", "127.0.0.1",
-         "--port", str(port), "--max-workers", "4"],
-        stdout=log_file, stderr=subprocess.STDOUT, env={**os.environ, "PYTHONUNBUFFERED": "1"})
+    server = LiteServer(data_dir)
     try:
-        wait_for_port(port, 60, proc)
-        yield f"http://127.0.0.1:{port}"
+        yield server.start()
     finally:
-        stop_process(proc, grace=2.0)  # nothing to flush: the data dir is thrown away
-        log_file.close()
+        server.stop()
 
 
 BACKENDS = ["faiss", "lite-file", "milvus-2.3.5", "lite-server"]
