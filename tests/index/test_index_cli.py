@@ -1,0 +1,88 @@
+"""``qkv index`` as a real process: killed with SIGKILL mid-run, then run again."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from index import MilvusStore
+
+N_DISTINCT, N_DUPLICATES, BAD_LINES = 1500, 300, (7, 400, 1201)
+
+
+def write_corpus(path: Path) -> Path:
+    lines = [json.dumps({"id": f"doc-{i}", "text": f"document {i} about the dog in the park",
+                         "tgt": f"v{i}", "n": i}) for i in range(N_DISTINCT)]
+    lines += [json.dumps({"id": f"doc-{i}", "text": f"second version of {i}"})
+              for i in range(N_DUPLICATES)]
+    for line_no in BAD_LINES:
+        lines.insert(line_no - 1, '{"id": "broken", "text": ')
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def qkv_index(args: list[str]) -> list[str]:
+    return [sys.executable, "-c", "from api.cli import app; app()", "index", *args]
+
+
+@pytest.mark.slow
+def test_sigkill_then_rerun_gives_exactly_the_distinct_ids(tmp_path: Path,
+                                                           tiny_model_dir: Path) -> None:
+    src = write_corpus(tmp_path / "corpus.jsonl")
+    db, state = tmp_path / "qkv.db", tmp_path / "jobs"
+    args = qkv_index(["--collection", "docs", "--input", str(src), "--store", str(db),
+                      "--model", str(tiny_model_dir), "--value-field", "tgt",
+                      "--batch-size", "64", "--state-dir", str(state), "--no-progress",
+                      "--device", "cpu"])
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    proc = subprocess.Popen(args, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    deadline, written = time.monotonic() + 120, 0
+    while time.monotonic() < deadline and proc.poll() is None:
+        files = list(state.glob("*.progress.json"))
+        if files:
+            try:
+                written = json.loads(files[0].read_text())["written"]
+            except (ValueError, KeyError):
+                written = 0
+            if written >= 300:
+                break
+        time.sleep(0.05)
+    assert proc.poll() is None, proc.stderr.read().decode() if proc.stderr else ""
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    saved = json.loads(next(state.glob("*.progress.json")).read_text())
+    assert 0 < saved["written"] < N_DISTINCT + N_DUPLICATES and not saved["done"]
+
+    done = subprocess.run(args, env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 3, done.stderr  # finished, with rejected rows
+    assert "rows rejected" in done.stderr and "written" in done.stdout
+
+    store = MilvusStore(str(db))
+    try:
+        assert store.count("docs") == N_DISTINCT
+        ids = [f"doc-{i}" for i in range(N_DISTINCT)]
+        got = store.get("docs", ids)
+        assert sorted(it.id for it in got) == sorted(ids)
+        by_id = {it.id: it for it in got}
+        assert by_id["doc-5"].text == "second version of 5"  # the last duplicate wins
+        assert by_id["doc-1400"].value == "v1400" and by_id["doc-1400"].metadata == {"n": 1400}
+        assert store.describe("docs").encoder is not None
+    finally:
+        store.close()
+    rejects = [json.loads(x) for x in next(state.glob("*.rejects.jsonl")).read_text().splitlines()]
+    assert [r["line"] for r in rejects] == list(BAD_LINES)  # none lost, none doubled
+
+
+def test_bad_shard_is_a_usage_error(tmp_path: Path, tiny_model_dir: Path) -> None:
+    src = write_corpus(tmp_path / "c.jsonl")
+    r = subprocess.run(qkv_index(["--collection", "c", "--input", str(src), "--shard", "3/2",
+                                  "--model", str(tiny_model_dir)]),
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 2 and "0 <= i < N" in r.stderr
