@@ -50,6 +50,15 @@ _UNAVAILABLE_MARKERS = ("unavailable", "deadline", "fail connecting", "timeout",
                         "connection refused", "connect failed", "server is not ready")
 
 
+class _LiteNoise(logging.Filter):
+    """Milvus Lite's in-process gRPC server logs a traceback each time pymilvus asks it for a
+    timestamp (``AllocTimestamp``, unimplemented there, harmless); drop just those."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        exc = record.exc_info[1] if record.exc_info else None
+        return not isinstance(exc, NotImplementedError)
+
+
 def _is_unavailable(e: Exception) -> bool:
     text = f"{type(e).__name__} {e}".lower()
     return any(m in text for m in _UNAVAILABLE_MARKERS)
@@ -84,6 +93,9 @@ class MilvusStore:
 
         if self._client is None:
             if self.is_lite:
+                grpc_log = logging.getLogger("grpc._server")
+                if not any(isinstance(f, _LiteNoise) for f in grpc_log.filters):
+                    grpc_log.addFilter(_LiteNoise())
                 Path(self.uri).expanduser().resolve().parent.mkdir(parents=True, exist_ok=True)
             # A dedicated connection: pymilvus shares one per URI otherwise, and a shared one
             # that saw the server go away stays broken after close().
