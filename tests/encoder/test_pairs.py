@@ -2,7 +2,7 @@ import random
 from pathlib import Path
 
 import pytest
-from conftest import ANIMALS, PLACES
+from minidata import ANIMALS, PLACES
 
 from encoder.pairs import (
     build_sources,
