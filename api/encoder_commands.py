@@ -54,7 +54,7 @@ def train_encoder(
 
 
 def _evaluate(model: Path, beir: list[Path], split: str, sts: Path | None, report: Path | None,
-              bm25: bool) -> dict:
+              bm25: bool, record: bool = False) -> dict:
     import encoder
     from encoder.evaluate import evaluate_beir, evaluate_sts
 
@@ -68,6 +68,12 @@ def _evaluate(model: Path, beir: list[Path], split: str, sts: Path | None, repor
     typer.echo(text)
     if report is not None:
         report.write_text(text + "\n")
+    if record:  # metrics and fingerprint into the checkpoint's config.json (weights untouched)
+        meta = json.loads((model / "config.json").read_text())
+        meta["fingerprint"] = enc.fingerprint
+        meta.setdefault("metrics", {}).update(
+            {k: v for k, v in results.items() if k not in ("model", "fingerprint")})
+        (model / "config.json").write_text(json.dumps(meta, indent=2) + "\n")
     return results
 
 
@@ -78,11 +84,12 @@ def eval_encoder(
     sts: Path | None = typer.Option(None, "--sts", help="STS-B-format file."),
     bm25: bool = typer.Option(True, help="Also score BM25 (bm25s) on the same queries."),
     report: Path | None = typer.Option(None, help="Write the JSON report here too."),
+    record: bool = typer.Option(False, help="Record metrics + fingerprint in config.json."),
 ) -> None:
     """nDCG@10 and Recall@100 on BEIR folders (with BM25), Spearman on an STS file."""
     if not beir and sts is None:
         raise typer.BadParameter("give at least one --beir folder or an --sts file")
-    _evaluate(model, beir, split, sts, report, bm25)
+    _evaluate(model, beir, split, sts, report, bm25, record)
 
 
 def register(app: typer.Typer) -> None:

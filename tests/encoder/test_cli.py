@@ -13,7 +13,7 @@ def test_eval_encoder_reports_dense_bm25_and_sts(
     result = CliRunner().invoke(app, [
         "eval-encoder", "--model", str(tiny_encoder_dir), "--beir", str(data_dir / "beir/scifact"),
         "--split", "test", "--sts", str(data_dir / "sts/stsbenchmark/sts-dev.csv"),
-        "--report", str(report),
+        "--report", str(report), "--record",
     ])
     assert result.exit_code == 0, result.output
     data = json.loads(report.read_text())
@@ -22,6 +22,9 @@ def test_eval_encoder_reports_dense_bm25_and_sts(
     assert set(beir["dense"]) == {"ndcg@10", "recall@100"}
     assert beir["bm25"]["ndcg@10"] > beir["dense"]["ndcg@10"]  # untrained model vs BM25
     assert -1 <= data["sts:sts-dev.csv"]["spearman"] <= 1
+    meta = json.loads((tiny_encoder_dir / "config.json").read_text())
+    assert meta["fingerprint"] == data["fingerprint"]
+    assert meta["metrics"]["beir:scifact:test"] == beir
 
 
 def test_eval_encoder_needs_something_to_evaluate(tiny_encoder_dir: Path) -> None:
