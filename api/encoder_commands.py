@@ -26,6 +26,8 @@ def train_encoder(
     checkpoint_every: int = typer.Option(200, min=1),
     seed: int = typer.Option(0),
     device: str | None = typer.Option(None, help="cpu, cuda, cuda:1 ... (default: auto)."),
+    stop_after: int | None = typer.Option(
+        None, min=1, help="Stop this process after N steps (checkpointed; rerun resumes)."),
     vocab_size: int = typer.Option(16384, min=300),
     d_model: int = typer.Option(256, min=8),
     n_layers: int = typer.Option(4, min=1),
@@ -46,7 +48,8 @@ def train_encoder(
         data_dir=str(data), out_dir=str(out), steps=steps, batch_size=batch_size, lr=lr,
         warmup_steps=warmup_steps, temperature=temperature, max_query_tokens=max_query_tokens,
         max_doc_tokens=max_doc_tokens, hard_negatives=hard_negatives, mine_at=mine_at,
-        checkpoint_every=checkpoint_every, seed=seed, device=device, arch=arch,
+        checkpoint_every=checkpoint_every, seed=seed, device=device, stop_after=stop_after,
+        arch=arch,
     )
     path = train(cfg)
     if eval_beir or eval_sts:

@@ -103,7 +103,7 @@ def main() -> None:
     ratio = res["ours"]["per_s"] / res["minilm"]["per_s"]
     words = sum(len(t.split()) for t in texts) / len(texts)
     lines = [
-        f"### Encoding speed ({time.strftime('%Y-%m-%d')}, {len(texts)} sentences, "
+        f"## Encoding speed ({time.strftime('%Y-%m-%d')}, {len(texts)} sentences, "
         f"mean {words:.1f} words, {os.cpu_count()} CPU threads, best of {REPEATS} runs each)",
         "",
         "| model | sentences/s | peak RSS (MB) |",
