@@ -58,6 +58,23 @@ class TrainConfig:
     arch: dict[str, Any] = field(default_factory=dict)
 
 
+class PairForward(torch.nn.Module):
+    """Encodes a step's queries, documents and hard negatives in one module call (so DDP
+    sees one forward per backward). Ids (B, Tq), (B, Td), (H, Td) → unit vectors."""
+
+    def __init__(self, model: TransformerEncoder) -> None:
+        super().__init__()
+        self.model = model
+
+    def forward(
+        self, q_ids: torch.Tensor, d_ids: torch.Tensor, h_ids: torch.Tensor | None
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
+        q, _ = self.model(q_ids)
+        d, _ = self.model(d_ids)
+        h = self.model(h_ids)[0] if h_ids is not None else None
+        return q, d, h
+
+
 def _rank() -> tuple[int, int]:
     return int(os.environ.get("RANK", 0)), int(os.environ.get("WORLD_SIZE", 1))
 
@@ -158,7 +175,9 @@ def train(cfg: TrainConfig) -> Path:
     model = TransformerEncoder(arch).to(device)
     opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
     start = _load_state(out, model, opt)
-    ddp = torch.nn.parallel.DistributedDataParallel(model) if world > 1 else model
+    pairs: torch.nn.Module = PairForward(model)
+    if world > 1:  # one forward call per step, as DDP expects
+        pairs = torch.nn.parallel.DistributedDataParallel(pairs)
     loss_fn = InfoNCE(cfg.temperature)
     hard: dict[str, dict[int, str]] = _load_hard(out)
     mine_step = int(cfg.mine_at * cfg.steps) if cfg.hard_negatives else cfg.steps + 1
@@ -186,9 +205,11 @@ def train(cfg: TrainConfig) -> Path:
             group["lr"] = lr_at(step, cfg)
         model.train()
         with autocast(device):
-            q, _ = ddp(_ids(tok, queries, max_q).to(device))
-            d, _ = ddp(_ids(tok, docs, max_d).to(device))
-            h = ddp(_ids(tok, negs, max_d).to(device))[0] if negs else None
+            q, d, h = pairs(
+                _ids(tok, queries, max_q).to(device),
+                _ids(tok, docs, max_d).to(device),
+                _ids(tok, negs, max_d).to(device) if negs else None,
+            )
         loss, acc = loss_fn(q, d, h)
         opt.zero_grad(set_to_none=True)
         loss.backward()
