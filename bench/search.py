@@ -226,7 +226,7 @@ def main() -> None:
 def report(args: argparse.Namespace, argv: str, meta: dict[str, Any],
            results: dict[str, Any]) -> str:
     enc = meta["encoder"]
-    lines = [f"### Search ({time.strftime('%Y-%m-%d')}, {args.n:,} vectors, {args.queries} "
+    lines = [f"## Search ({time.strftime('%Y-%m-%d')}, {args.n:,} vectors, {args.queries} "
              f"held-out queries, {enc['name']} {enc['fingerprint']} dim {enc['dim']}, "
              f"{os.cpu_count()} CPU threads)", "", f"Command: `{argv}`", "",
              "Base and queries: real texts from the data dir (Reuters sentences, WordNet "
