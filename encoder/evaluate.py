@@ -7,7 +7,6 @@ import json
 import logging
 import time
 from pathlib import Path
-from typing import Protocol
 
 import bm25s
 import faiss
@@ -15,15 +14,12 @@ import numpy as np
 import pytrec_eval
 from scipy.stats import spearmanr
 
+from encoder.mining import Embedder
 from encoder.pairs import doc_text
 
 log = logging.getLogger(__name__)
 
 METRICS = {"ndcg_cut_10": "ndcg@10", "recall_100": "recall@100"}
-
-
-class Embedder(Protocol):
-    def encode(self, texts: list[str], batch_size: int = 64) -> np.ndarray: ...
 
 
 def load_beir(folder: str | Path, split: str

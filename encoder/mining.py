@@ -12,6 +12,8 @@ log = logging.getLogger(__name__)
 
 
 class Embedder(Protocol):
+    """Anything that turns texts into (n, d) unit rows: a TextEncoder, or a test double."""
+
     def encode(self, texts: list[str], batch_size: int = 64) -> np.ndarray: ...
 
 
