@@ -10,7 +10,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-import os
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -40,7 +40,8 @@ def index(
     text_field: str = typer.Option("text", "--text-field"),
     value_field: str | None = typer.Option(None, "--value-field",
                                            help="Field holding the value the decoder reads."),
-    batch_size: int = typer.Option(256, "--batch-size", min=1),
+    batch_size: int = typer.Option(2048, "--batch-size", min=1,
+                                    help="Docs per encode call and per store write."),
     shard: str = typer.Option("0/1", "--shard", help="Run shard i of N (split by id hash)."),
     state_dir: Path = typer.Option(Path("var/index-jobs"), "--state-dir",
                                    help="Where progress and rejects files live."),
@@ -50,14 +51,16 @@ def index(
     backoff: float = typer.Option(1.0, "--backoff", min=0.0, help="First retry delay (s)."),
     timeout: float = typer.Option(10.0, "--timeout", min=0.1, help="Per-call store timeout (s)."),
     device: str | None = typer.Option(None, "--device", help="cpu, cuda, ... (default: auto)."),
+    workers: int = typer.Option(0, "--encode-workers", min=0,
+                                help="Batches encoded at once (default: one per CPU thread, "
+                                     "each single-threaded; 1 on a GPU)."),
     progress: bool = typer.Option(True, "--progress/--no-progress"),
 ) -> None:
     """Encode a corpus and upsert it into a collection. Resumable: run it again after a kill."""
-    # Encoding (torch's OpenMP threads) overlaps the write of the previous batch (another
-    # thread, and Milvus Lite's server process): spinning OpenMP workers then fight the
-    # writer for the cores and encoding slowed ~10x here. Passive waiting avoids that; it
-    # must be set before torch loads.
-    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+    # Encoding overlaps the write of the previous batch: see api.runtime.
+    from api import runtime
+
+    runtime.configure()
     import encoder
     from index import EncoderInfo, JobConfig, StoreError, StoreUnavailableError, open_store
     from index.bulk import job_identity
@@ -84,12 +87,22 @@ def index(
         retries=retries, backoff_s=backoff, progress_bar=progress)
 
     text_encoder = encoder.load(model, device=device)
+    if text_encoder.device.type == "cpu":
+        # Several single-threaded encoders instead of one multi-threaded one: when the
+        # writer (or Milvus on the same machine) takes a core, one encoder slows down
+        # instead of every OpenMP barrier stalling. 0.74x -> 0.9x of encoder-only here.
+        import torch
+
+        workers = workers or torch.get_num_threads()
+        torch.set_num_threads(1)
+    config = replace(config, encode_workers=workers or 1)
     info = EncoderInfo(text_encoder.name, text_encoder.fingerprint, text_encoder.dim)
     log.info("encoder %s (%s, dim %d) from %s", info.name, info.fingerprint, info.dim, model)
 
     def embed(texts: list[str]) -> np.ndarray:
-        # --batch-size is the write batch; the encoder keeps its own (length-bucketed,
-        # 64) batches, which ran ~4x faster here than one 256-text forward pass.
+        # One call per job batch (default 2048 docs): the encoder sorts them by length into
+        # batches of 64, so big job batches waste little padding. At 256 docs per call the
+        # encoder ran at 0.51x its one-call speed here (bench/RESULTS.md, Ingest).
         return text_encoder.encode(texts)
 
     vector_store = open_store(store, token=token, timeout=timeout)

@@ -1,6 +1,7 @@
 """The bulk indexing job: read → encode in batches → upsert, resumable and shardable.
 
-Batch n+1 is encoded while batch n is written (one writer thread). A batch's progress —
+Batch n+1 is encoded while batch n is written (one writer thread; with
+``encode_workers`` > 1, that many batches are encoded at once). A batch's progress —
 the input position after its last record, and the size of the rejects file — is saved
 only after the store acknowledged the batch, so a job killed at any moment and started
 again with the same arguments rewrites at most the batch in flight (upserts make that
@@ -15,6 +16,7 @@ import json
 import logging
 import os
 import time
+from collections import deque
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
@@ -40,7 +42,8 @@ class JobConfig:
     rejects_path: Path
     fields: Fields = Fields()
     format: str | None = None
-    batch_size: int = 256
+    batch_size: int = 2048
+    encode_workers: int = 1
     shard: tuple[int, int] = (0, 1)
     retries: int = 5
     backoff_s: float = 1.0
@@ -167,15 +170,29 @@ class BulkJob:
         return s
 
     def _pipeline(self) -> None:
-        with ThreadPoolExecutor(max_workers=1, thread_name_prefix="qkv-writer") as pool:
-            pending: Future[None] | None = None
+        """Read on this thread, encode up to ``encode_workers`` batches at once, write in
+        input order on one writer thread (progress must advance in order)."""
+        workers = max(1, self.config.encode_workers)
+        with (ThreadPoolExecutor(workers, thread_name_prefix="qkv-encode") as encoders,
+              ThreadPoolExecutor(1, thread_name_prefix="qkv-writer") as writer):
+            encoding: deque[tuple[_Batch, Future[np.ndarray]]] = deque()
+            writing: Future[None] | None = None
+
+            def write_next() -> Future[None]:
+                batch, vectors = encoding.popleft()
+                result = vectors.result()
+                if writing is not None:
+                    writing.result()  # the previous write must land first
+                return writer.submit(self._write, batch, result)
+
             for batch in self._batches():
-                vectors = self._encode(batch.texts)  # overlaps the write of the previous batch
-                if pending is not None:
-                    pending.result()
-                pending = pool.submit(self._write, batch, vectors)
-            if pending is not None:
-                pending.result()
+                if len(encoding) >= workers:
+                    writing = write_next()
+                encoding.append((batch, encoders.submit(self._encode, batch.texts)))
+            while encoding:
+                writing = write_next()
+            if writing is not None:
+                writing.result()
 
     def _encode(self, texts: list[str]) -> np.ndarray:
         if not texts:

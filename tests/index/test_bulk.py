@@ -182,3 +182,38 @@ def test_unreachable_store_retries_then_stops_and_resumes(tmp_path: Path) -> Non
         store.close()
     finally:
         server.stop()
+
+
+def test_parallel_encoders_write_in_input_order(tmp_path: Path) -> None:
+    """With several encode workers, batches finishing out of order are still written (and
+    progress saved) in input order: every saved position is after all rows written so far."""
+    import threading
+    import time
+
+    src = write_jsonl(tmp_path / "in.jsonl", rows(60), {})
+    seen: list[int] = []
+    lock = threading.Lock()
+
+    def slow_first_embed(texts: list[str]) -> np.ndarray:
+        first = int(texts[0].split()[-1])
+        if first % 14 == 0:  # every other batch of 7 is slow, so later ones finish first
+            time.sleep(0.05)
+        with lock:
+            seen.append(first)
+        return embed(texts)
+
+    store = FaissStore(tmp_path / "faiss")
+    positions: list[int] = []
+    real_upsert = store.upsert
+
+    def upsert(collection: str, items: list, encoder: EncoderInfo | None = None) -> int:
+        positions.append(int(items[0].id[1:]))
+        return real_upsert(collection, items, encoder)
+
+    store.upsert = upsert  # type: ignore[method-assign]
+    s = bulk_index(store, "docs", [src], slow_first_embed, config(tmp_path, encode_workers=3),
+                   encoder=ENC)
+    assert s.written == 60 and s.complete
+    assert positions == sorted(positions) == list(range(0, 60, 7))
+    assert seen != sorted(seen)  # the encoders really did finish out of order
+    assert all_ids(store, "docs") == {f"r{i}" for i in range(60)}
