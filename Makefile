@@ -10,6 +10,7 @@ TORCH := torch==2.13.0
 DATA ?= ../shared/data
 
 .PHONY: venv test lint typecheck run bench clean
+PORT ?= 8000
 
 $(STAMP): pyproject.toml
 	test -d $(VENV) || $(PYTHON) -m venv $(VENV)
@@ -31,6 +32,13 @@ lint: $(STAMP)
 
 typecheck: $(STAMP)
 	$(VENV)/bin/mypy
+
+# The service on 127.0.0.1:8000: shipped encoder, embedded Milvus Lite file under var/, and
+# on first start a `docs` collection from the demo corpus (chunked Python documentation).
+run: $(STAMP)
+	mkdir -p var
+	$(VENV)/bin/qkv serve --host 127.0.0.1 --port $(PORT) --store var/qkv.db \
+		--model models/encoder-default --demo data/demo/python-docs.jsonl.gz
 
 bench: $(STAMP)
 	$(PIP) install -q -e '.[bench]'

@@ -43,7 +43,11 @@ class TransformerEncoder(nn.Module):
             x = block(x, key_mask)
         return self.ln_f(x), mask
 
-    def forward(self, ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    def forward(
+        self, ids: torch.Tensor, normalize: bool = True
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """(B, T) ids → (pooled vectors (B, d), unit unless ``normalize`` is false; pooling
+        weights (B, T))."""
         h, mask = self.token_states(ids)
         pooled, weights = self.pool(h, mask)  # (B, d), (B, T)
-        return F.normalize(pooled, dim=-1), weights
+        return (F.normalize(pooled, dim=-1) if normalize else pooled), weights

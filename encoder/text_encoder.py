@@ -120,23 +120,8 @@ class TextEncoder:
 
         With ``return_weights`` also returns, per text, its tokens and pooling weights.
         """
-        if batch_size < 1:
-            raise ValueError(f"batch_size must be >= 1, got {batch_size}")
         ids, truncated = self.tokenize(texts)
-        out = np.zeros((len(ids), self.dim), dtype=np.float32)
-        weights: list[np.ndarray] = [np.zeros(0, np.float32)] * len(ids)
-        order = sorted(range(len(ids)), key=lambda i: len(ids[i]), reverse=True)
-        with torch.inference_mode(), autocast(self.device):
-            for start in range(0, len(order), batch_size):
-                idx = order[start : start + batch_size]
-                batch = _pad([ids[i] for i in idx], self.config.pad_id, PAD_MULTIPLE)
-                batch = batch.to(self.device)
-                vec, w = self.model(batch)  # (b, d), (b, T)
-                out[idx] = vec.float().cpu().numpy()
-                if return_weights:
-                    w_np = w.float().cpu().numpy()
-                    for row, i in enumerate(idx):
-                        weights[i] = w_np[row, : len(ids[i])]
+        out, weights = self._forward(ids, batch_size, return_weights)
         out /= np.maximum(np.linalg.norm(out, axis=1, keepdims=True), 1e-12)
         if not return_weights:
             return out
@@ -150,12 +135,49 @@ class TextEncoder:
         ]
         return out, explained
 
+    def encode_ids(
+        self, ids: Sequence[Sequence[int]], batch_size: int = 64, normalize: bool = True
+    ) -> np.ndarray:
+        """Encode token id lists from :meth:`tokenize` (each at most ``max_tokens``) to an
+        (n, dim) float32 array, unit rows unless ``normalize`` is false (then the pooled
+        vectors as the model makes them). Callers that batch texts from many requests
+        (the API's dynamic batcher) tokenize on arrival and encode here."""
+        for x in ids:
+            if not 0 < len(x) <= self.max_tokens:
+                raise ValueError(f"token lists must have 1..{self.max_tokens} ids, got {len(x)}")
+        out, _ = self._forward(ids, batch_size, False, normalize)
+        if normalize:  # again in float32: the model's own normalisation ran under bf16
+            out /= np.maximum(np.linalg.norm(out, axis=1, keepdims=True), 1e-12)
+        return out
+
+    def _forward(
+        self, ids: Sequence[Sequence[int]], batch_size: int, return_weights: bool,
+        normalize: bool = True,
+    ) -> tuple[np.ndarray, list[np.ndarray]]:
+        """Pooled vectors in input order, batches sorted by length."""
+        if batch_size < 1:
+            raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+        out = np.zeros((len(ids), self.dim), dtype=np.float32)
+        weights: list[np.ndarray] = [np.zeros(0, np.float32)] * len(ids)
+        order = sorted(range(len(ids)), key=lambda i: len(ids[i]), reverse=True)
+        with torch.inference_mode(), autocast(self.device):
+            for start in range(0, len(order), batch_size):
+                idx = order[start : start + batch_size]
+                batch = _pad([ids[i] for i in idx], self.config.pad_id, PAD_MULTIPLE)
+                vec, w = self.model(batch.to(self.device), normalize)  # (b, d), (b, T)
+                out[idx] = vec.float().cpu().numpy()
+                if return_weights:
+                    w_np = w.float().cpu().numpy()
+                    for row, i in enumerate(idx):
+                        weights[i] = w_np[row, : len(ids[i])]
+        return out, weights
+
     def save(self, path: str | Path, extra: dict[str, Any] | None = None) -> None:
         """Write the self-describing checkpoint directory (safetensors, config, tokenizer)."""
         save_checkpoint(path, self.model, self.tokenizer, extra or self.meta)
 
 
-def _pad(seqs: list[list[int]], pad_id: int, multiple: int = 1) -> torch.Tensor:
+def _pad(seqs: Sequence[Sequence[int]], pad_id: int, multiple: int = 1) -> torch.Tensor:
     t = max(len(s) for s in seqs)
     t = -(-t // multiple) * multiple
     batch = torch.full((len(seqs), t), pad_id, dtype=torch.long)

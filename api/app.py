@@ -1,0 +1,140 @@
+"""``create_app(settings)``: the FastAPI application.
+
+The lifespan loads the encoder (and the configured decoders), opens the store, starts the
+dynamic batcher and, on first start, loads the demo corpus. A store that is down at start
+does not stop the service: ``/ready`` says so and requests answer 503 until it is back.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import logging
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+from fastapi import FastAPI
+
+from api import errors, routes
+from api.errors import ApiError, error_response
+from api.metrics import Metrics, MetricsMiddleware
+from api.settings import Settings
+
+log = logging.getLogger(__name__)
+
+
+class BodyLimitMiddleware:
+    """413 for a body over ``limit`` bytes, by Content-Length or, for chunked bodies, by
+    counting, before any route reads it."""
+
+    def __init__(self, app: Any, limit: int) -> None:
+        self.app, self.limit = app, limit
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        length = dict(scope["headers"]).get(b"content-length")
+        if length is not None:
+            if length.isdigit() and int(length) > self.limit:
+                await self._reject(scope, receive, send)
+                return
+            await self.app(scope, receive, send)
+            return
+        chunks, size, more = [], 0, True  # chunked: read it all (up to the limit) first
+        while more:
+            message = await receive()
+            if message["type"] != "http.request":
+                break
+            chunks.append(message.get("body", b""))
+            size += len(chunks[-1])
+            more = message.get("more_body", False)
+            if size > self.limit:
+                await self._reject(scope, receive, send)
+                return
+        body, sent = b"".join(chunks), False
+
+        async def replay() -> Any:
+            nonlocal sent
+            if not sent:
+                sent = True
+                return {"type": "http.request", "body": body, "more_body": False}
+            return await receive()
+
+        await self.app(scope, replay, send)
+
+    async def _reject(self, scope: Any, receive: Any, send: Any) -> None:
+        err = ApiError(413, "payload_too_large",
+                       f"request body over {self.limit} bytes (QKV_MAX_BODY_BYTES)")
+        await error_response(err)(scope, receive, send)
+
+
+def seed_demo(svc: Any, corpus: Path, collection: str) -> int:
+    """Create ``collection`` from the JSONL ``corpus`` (id, text, metadata) if it does not
+    exist yet. Returns the documents written (0 when it already existed)."""
+    from index import CollectionNotFoundError, Item
+
+    try:
+        svc.store.describe(collection)
+        return 0
+    except CollectionNotFoundError:
+        pass
+    opener = gzip.open if corpus.suffix == ".gz" else open
+    with opener(corpus, "rt", encoding="utf-8") as f:
+        rows = [json.loads(line) for line in f if line.strip()]
+    log.info("creating the demo collection %r from %s (%d documents)...", collection, corpus,
+             len(rows))
+    texts = [r["text"] for r in rows]
+    x = svc.encoder.encode(texts)
+    items = [Item(str(r["id"]), x[i], r["text"], r.get("value"), r.get("metadata") or {})
+             for i, r in enumerate(rows)]
+    svc.store.create(collection, svc.info.dim, svc.info)
+    n = 0
+    for start in range(0, len(items), 1000):
+        n += svc.store.upsert(collection, items[start : start + 1000], svc.info)
+    return int(n)
+
+
+def create_app(settings: Settings | None = None) -> FastAPI:
+    from api import runtime
+
+    runtime.configure()
+    settings = settings or Settings()
+    metrics = Metrics()
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        from api.service import Service
+        from index import StoreError
+
+        svc = Service(settings, metrics)
+        app.state.service = svc
+        if settings.demo_corpus is not None:
+            try:
+                n = await svc.run(seed_demo, svc, settings.demo_corpus, settings.demo_collection)
+                if n:
+                    log.info("demo collection %r: %d documents", settings.demo_collection, n)
+            except StoreError as e:
+                log.warning("demo collection not created (store: %s); it will be on a later "
+                            "start", e)
+        try:
+            yield
+        finally:
+            svc.close()
+
+    app = FastAPI(
+        title="qkv",
+        version="0.1.0",
+        summary="Retrieval-augmented embedding service: embeddings, collections, search, "
+                "soft retrieval (attend) and generation.",
+        lifespan=lifespan,
+    )
+    app.state.settings = settings
+    errors.install(app)
+    app.include_router(routes.open_routes)
+    app.include_router(routes.v1)
+    app.add_middleware(BodyLimitMiddleware, limit=settings.max_body_bytes)
+    app.add_middleware(MetricsMiddleware, metrics=metrics)
+    return app

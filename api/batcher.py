@@ -1,0 +1,177 @@
+"""Dynamic batching: embedding work from many concurrent requests, encoded together.
+
+Requests tokenize their texts and :meth:`DynamicBatcher.embed` them; one worker thread
+takes texts off the queue in arrival order into a batch bounded by ``max_size`` texts and
+``max_tokens`` padded tokens, waiting at most ``max_wait_s`` after the first text for
+company, and runs the encoder once per batch. While the encoder runs, new texts queue up,
+so under load batches fill by themselves and the wait never triggers. A request whose texts
+would push the queue past ``queue_max`` is refused at once (:class:`QueueFullError`, 429)
+rather than queued behind an unbounded backlog. ``max_size=1`` turns batching off.
+
+The encoder runs in the worker thread (torch releases the GIL), so the event loop keeps
+serving other requests meanwhile; results go back to each request's loop thread-safely.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+import time
+from collections import deque
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from api.errors import QueueFullError
+from api.metrics import Metrics
+
+log = logging.getLogger(__name__)
+EncodeIds = Callable[[list[list[int]]], np.ndarray]
+
+
+@dataclass
+class _Request:
+    """One caller's texts: the rows fill in as their batches finish."""
+
+    n: int
+    loop: asyncio.AbstractEventLoop
+    future: asyncio.Future[np.ndarray]
+    out: np.ndarray | None = None
+    remaining: int = 0
+
+    def __post_init__(self) -> None:
+        self.remaining = self.n
+
+
+@dataclass
+class _Text:
+    ids: list[int]
+    request: _Request
+    row: int
+    enqueued: float = field(default_factory=time.perf_counter)
+
+
+class DynamicBatcher:
+    """Gathers texts from concurrent requests into encoder batches (see the module doc)."""
+
+    def __init__(self, encode_ids: EncodeIds, dim: int, max_size: int = 64,
+                 max_tokens: int = 8192, max_wait_s: float = 0.002, queue_max: int = 2048,
+                 metrics: Metrics | None = None) -> None:
+        if max_size < 1 or max_tokens < 1 or queue_max < 1 or max_wait_s < 0:
+            raise ValueError("batcher limits must be positive")
+        self.encode_ids, self.dim = encode_ids, dim
+        self.max_size, self.max_tokens = max_size, max_tokens
+        self.max_wait_s, self.queue_max = max_wait_s, queue_max
+        self.metrics = metrics
+        self._queue: deque[_Text] = deque()
+        self._cond = threading.Condition()
+        self._stopped = False
+        self._thread = threading.Thread(target=self._run, name="qkv-encoder", daemon=True)
+        self._thread.start()
+
+    @property
+    def depth(self) -> int:
+        """Texts waiting (not yet taken into a batch)."""
+        return len(self._queue)
+
+    async def embed(self, ids: Sequence[list[int]]) -> np.ndarray:
+        """Encode token id lists (from ``TextEncoder.tokenize``); (n, dim) float32 rows in
+        the encoder's raw output (callers normalise). Raises :class:`QueueFullError` when
+        the queue cannot take them."""
+        loop = asyncio.get_running_loop()
+        request = _Request(len(ids), loop, loop.create_future())
+        if not ids:
+            return np.zeros((0, self.dim), np.float32)
+        with self._cond:
+            if self._stopped:
+                raise RuntimeError("the encoder is shut down")
+            if len(self._queue) + len(ids) > self.queue_max:
+                if self.metrics:
+                    self.metrics.rejected.inc(len(ids))
+                raise QueueFullError(
+                    f"the encoder queue is full ({len(self._queue)} texts waiting, at most "
+                    f"{self.queue_max}); retry shortly")
+            self._queue.extend(_Text(list(x), request, row) for row, x in enumerate(ids))
+            self._set_depth()
+            self._cond.notify()
+        return await request.future
+
+    def close(self) -> None:
+        """Stop the worker after the batch in progress; waiting requests get an error."""
+        with self._cond:
+            self._stopped = True
+            self._cond.notify_all()
+        self._thread.join(timeout=30)
+        for t in self._queue:
+            self._fail(t.request, RuntimeError("the encoder was shut down"))
+        self._queue.clear()
+
+    def _set_depth(self) -> None:
+        if self.metrics:
+            self.metrics.queue_depth.set(len(self._queue))
+
+    def _take(self) -> list[_Text] | None:
+        """The next batch (FIFO, within the limits), waiting for company; None = stop."""
+        with self._cond:
+            while not self._queue and not self._stopped:
+                self._cond.wait()
+            if self._stopped:
+                return None
+            deadline = self._queue[0].enqueued + self.max_wait_s
+            while len(self._queue) < self.max_size and not self._stopped:
+                longest = max(len(t.ids) for t in self._queue)
+                if longest * len(self._queue) >= self.max_tokens:
+                    break
+                left = deadline - time.perf_counter()
+                if left <= 0:
+                    break
+                self._cond.wait(left)
+            batch: list[_Text] = []
+            longest = 0
+            while self._queue and len(batch) < self.max_size:
+                nxt = max(longest, len(self._queue[0].ids))
+                if batch and nxt * (len(batch) + 1) > self.max_tokens:
+                    break
+                longest = nxt
+                batch.append(self._queue.popleft())
+            self._set_depth()
+            return batch
+
+    def _run(self) -> None:
+        while (batch := self._take()) is not None:
+            try:
+                vectors = self.encode_ids([t.ids for t in batch])
+            except Exception as e:  # the requests in this batch fail, the worker goes on
+                log.exception("encoder batch of %d failed", len(batch))
+                for t in batch:
+                    self._fail(t.request, e)
+                continue
+            if self.metrics:
+                self.metrics.batch_texts.observe(len(batch))
+                self.metrics.batch_tokens.observe(len(batch) * max(len(t.ids) for t in batch))
+            for t, row in zip(batch, vectors, strict=True):
+                r = t.request
+                if r.out is None:
+                    r.out = np.empty((r.n, self.dim), np.float32)
+                r.out[t.row] = row
+                r.remaining -= 1
+                if r.remaining == 0:
+                    r.loop.call_soon_threadsafe(_resolve, r.future, r.out)
+
+    @staticmethod
+    def _fail(request: _Request, e: BaseException) -> None:
+        if request.remaining > 0:
+            request.remaining = 0
+            request.loop.call_soon_threadsafe(_reject, request.future, e)
+
+
+def _resolve(future: asyncio.Future[np.ndarray], value: np.ndarray) -> None:
+    if not future.done():  # the client may have gone away (cancelled)
+        future.set_result(value)
+
+
+def _reject(future: asyncio.Future[np.ndarray], e: BaseException) -> None:
+    if not future.done():
+        future.set_exception(e)

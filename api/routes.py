@@ -1,0 +1,321 @@
+"""The HTTP routes: translate requests into :class:`api.service.Service` calls and results
+into the response shapes (vector-heavy ones serialised with orjson, straight from numpy)."""
+
+from __future__ import annotations
+
+import base64
+import secrets
+from collections.abc import Sequence
+from typing import Annotated, Any
+
+import numpy as np
+import orjson
+from fastapi import APIRouter, Depends, Query, Request, Response
+from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
+
+from api import schemas as s
+from api.errors import ApiError, invalid, not_found, too_large
+from api.service import Service
+from index import EncoderInfo, Hit, Item, parse_filter, softmax
+
+ERRORS: dict[int | str, dict[str, Any]] = {
+    code: {"model": s.ErrorBody, "description": text}
+    for code, text in ((401, "Missing or wrong API key"), (404, "Unknown collection or item"),
+                       (409, "Encoder/dimension mismatch, existing collection, no decoder"),
+                       (413, "Body or batch over the limits"),
+                       (422, "Invalid request, or text over the token limit without truncate"),
+                       (429, "Encoder queue full (see Retry-After)"),
+                       (503, "Store unreachable (see Retry-After)"))}
+_bearer = HTTPBearer(auto_error=False, description="QKV_API_KEY, when the server sets one.")
+
+
+def service(request: Request) -> Service:
+    return request.app.state.service  # type: ignore[no-any-return]
+
+
+def require_key(
+    request: Request, credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)]
+) -> None:
+    key = request.app.state.settings.api_key
+    if not key:
+        return
+    given = credentials.credentials if credentials else ""
+    if not secrets.compare_digest(given.encode(), key.encode()):
+        raise ApiError(401, "unauthorized",
+                       "missing or wrong API key: send 'Authorization: Bearer <key>'",
+                       {"WWW-Authenticate": "Bearer"})
+
+
+def json_response(obj: Any, status: int = 200) -> Response:
+    return Response(orjson.dumps(obj, option=orjson.OPT_SERIALIZE_NUMPY), status_code=status,
+                    media_type="application/json")
+
+
+open_routes = APIRouter()
+v1 = APIRouter(dependencies=[Depends(require_key)], responses=ERRORS)
+
+
+# operations
+@open_routes.get("/health", response_model=s.Health, tags=["operations"])
+async def health() -> Response:
+    """Liveness: the process answers."""
+    return json_response({"status": "ok"})
+
+
+@open_routes.get("/ready", response_model=s.Health, tags=["operations"],
+                 responses={503: {"model": s.ErrorBody, "description": "Not ready"}})
+async def ready(request: Request) -> Response:
+    """Readiness: the model is loaded and the store answers."""
+    ok, detail = await service(request).ready()
+    if not ok:
+        raise ApiError(503, "not_ready", detail, {"Retry-After": "1"})
+    return json_response({"status": "ready", "detail": detail})
+
+
+@open_routes.get("/metrics", tags=["operations"],
+                 responses={200: {"content": {"text/plain": {}}, "description": "Prometheus"}})
+async def metrics(request: Request) -> Response:
+    m = service(request).metrics
+    return Response(m.render(), media_type=m.content_type)
+
+
+# embeddings
+def _texts(inputs: str | list[str], limit: int) -> list[str]:
+    texts = [inputs] if isinstance(inputs, str) else inputs
+    if not texts:
+        raise invalid("input must be a text or a non-empty list of texts")
+    if len(texts) > limit:
+        raise too_large(f"{len(texts)} inputs in one request; at most {limit} (QKV_MAX_INPUTS)")
+    return texts
+
+
+@v1.post("/v1/embeddings", response_model=s.EmbeddingsResponse, tags=["embeddings"])
+async def embeddings(body: s.EmbeddingsRequest, request: Request) -> Response:
+    """OpenAI's embeddings: floats or base64 (little-endian float32), with ``usage``."""
+    svc = service(request)
+    if body.model is not None and body.model != svc.info.name:
+        raise not_found(f"model {body.model!r} not found; this server serves "
+                        f"{svc.info.name!r} (GET /v1/models)")
+    if body.dimensions is not None and body.dimensions != svc.info.dim:
+        raise invalid(f"dimensions must be {svc.info.dim} for {svc.info.name!r}, "
+                      f"got {body.dimensions}")
+    emb = await svc.embed(_texts(body.input, svc.settings.max_inputs), body.truncate)
+    data: list[dict[str, Any]] = []
+    for i, row in enumerate(emb.vectors):
+        vec: Any = (base64.b64encode(row.astype("<f4").tobytes()).decode()
+                    if body.encoding_format == "base64" else row)
+        data.append({"object": "embedding", "index": i, "embedding": vec})
+    n_tokens = sum(emb.tokens)
+    return json_response({"object": "list", "data": data, "model": svc.info.name,
+                          "usage": {"prompt_tokens": n_tokens, "total_tokens": n_tokens},
+                          "truncated": any(emb.truncated)})
+
+
+@v1.post("/embed", response_model=list[list[float]], tags=["embeddings"])
+async def tei_embed(body: s.TeiEmbedRequest, request: Request) -> Response:
+    """Text Embeddings Inference's ``/embed``: an array of vectors, one per input. Whether any
+    input was cut is in the ``X-Truncated`` header (TEI's body has no room for it)."""
+    svc = service(request)
+    emb = await svc.embed(_texts(body.inputs, svc.settings.max_inputs), body.truncate,
+                          normalize=body.normalize)
+    resp = json_response(emb.vectors)
+    resp.headers["X-Truncated"] = "true" if any(emb.truncated) else "false"
+    return resp
+
+
+def _card(svc: Service) -> dict[str, Any]:
+    return {"id": svc.info.name, "object": "model", "created": svc.model_created,
+            "owned_by": "qkv", "dim": svc.info.dim, "fingerprint": svc.info.fingerprint,
+            "max_tokens": svc.encoder.max_tokens}
+
+
+@v1.get("/v1/models", response_model=s.ModelList, tags=["embeddings"])
+async def list_models(request: Request) -> Response:
+    """OpenAI's model list: the served encoder, with its dim, fingerprint and max tokens."""
+    return json_response({"object": "list", "data": [_card(service(request))]})
+
+
+@v1.get("/v1/models/{model_id}", response_model=s.ModelCard, tags=["embeddings"])
+async def get_model(model_id: str, request: Request) -> Response:
+    svc = service(request)
+    if model_id != svc.info.name:
+        raise not_found(f"model {model_id!r} not found")
+    return json_response(_card(svc))
+
+
+# collections
+def _collection_out(svc: Service, name: str, dim: int, enc: EncoderInfo | None,
+                    count: int | None = None) -> dict[str, Any]:
+    dec = svc.settings.decoders.get(name)
+    return {"name": name, "dim": dim, "encoder": enc.to_dict() if enc else None,
+            "count": count, "decoder": str(dec) if dec else None}
+
+
+@v1.post("/v1/collections", status_code=201, response_model=s.CollectionOut,
+         tags=["collections"])
+async def create_collection(body: s.CollectionCreate, request: Request) -> Response:
+    """Create a collection for the served encoder; an existing name is 409."""
+    svc = service(request)
+    info = await svc.call(svc.store.create, body.name, svc.info.dim, svc.info, exist_ok=False)
+    return json_response(_collection_out(svc, info.name, info.dim, info.encoder, 0), 201)
+
+
+@v1.get("/v1/collections", response_model=s.CollectionList, tags=["collections"])
+async def list_collections(request: Request) -> Response:
+    svc = service(request)
+    out = []
+    for name in await svc.call(svc.store.list_collections):
+        info = await svc.call(svc.store.describe, name)
+        out.append(_collection_out(svc, name, info.dim, info.encoder))
+    return json_response({"collections": out})
+
+
+@v1.get("/v1/collections/{name}", response_model=s.CollectionOut, tags=["collections"])
+async def get_collection(name: str, request: Request) -> Response:
+    """Dim, encoder, decoder and the exact document count."""
+    svc = service(request)
+    info = await svc.call(svc.store.describe, name)
+    count = await svc.call(svc.store.count, name)
+    return json_response(_collection_out(svc, name, info.dim, info.encoder, count))
+
+
+@v1.delete("/v1/collections/{name}", response_model=s.Deleted, tags=["collections"])
+async def delete_collection(name: str, request: Request) -> Response:
+    svc = service(request)
+    await svc.call(svc.store.describe, name)  # 404 when absent
+    await svc.call(svc.store.drop, name)
+    return json_response({"deleted": name})
+
+
+# documents
+@v1.post("/v1/collections/{name}/documents", response_model=s.UpsertResult, tags=["documents"])
+async def upsert_documents(name: str, body: s.DocumentsUpsert, request: Request) -> Response:
+    """Embed and upsert documents (the last of duplicate ids wins). At most
+    ``QKV_MAX_DOCUMENTS`` per request (413)."""
+    svc = service(request)
+    docs = body.documents
+    if len(docs) > svc.settings.max_documents:
+        raise too_large(f"{len(docs)} documents in one request; at most "
+                        f"{svc.settings.max_documents} (QKV_MAX_DOCUMENTS)")
+    await svc.call(svc.store.describe, name)  # 404 before any encoding
+    emb = await svc.embed([d.text for d in docs], body.truncate)
+    items = [Item(d.id, emb.vectors[i], d.text, d.value, d.metadata) for i, d in enumerate(docs)]
+    n = await svc.call(svc.store.upsert, name, items, svc.info)
+    cut = [d.id for d, t in zip(docs, emb.truncated, strict=True) if t]
+    return json_response({"upserted": n, "truncated": cut})
+
+
+@v1.delete("/v1/collections/{name}/documents", response_model=s.DeleteResult,
+           tags=["documents"])
+async def delete_documents(name: str, body: s.DocumentsDelete, request: Request) -> Response:
+    svc = service(request)
+    if len(body.ids) > svc.settings.max_documents:
+        raise too_large(f"{len(body.ids)} ids in one request; at most "
+                        f"{svc.settings.max_documents} (QKV_MAX_DOCUMENTS)")
+    await svc.call(svc.store.delete, name, body.ids)
+    return json_response({"deleted": len(set(body.ids))})
+
+
+@v1.get("/v1/collections/{name}/documents/{doc_id}", response_model=s.DocumentOut,
+        tags=["documents"])
+async def get_document(name: str, doc_id: str, request: Request,
+                       include_vector: Annotated[bool, Query()] = False) -> Response:
+    svc = service(request)
+    items = await svc.call(svc.store.get, name, [doc_id])
+    if not items:
+        raise not_found(f"no document {doc_id!r} in collection {name!r}")
+    it = items[0]
+    return json_response({"id": it.id, "text": it.text, "value": it.value,
+                          "metadata": it.metadata,
+                          "vector": it.vector if include_vector else None})
+
+
+# search, attend, generate
+async def _neighbours(svc: Service, name: str, body: s.SearchRequest, with_vectors: bool
+                      ) -> tuple[list[Hit], bool]:
+    if (body.query is None) == (body.vector is None):
+        raise invalid("give exactly one of `query` (text) or `vector`")
+    filt = parse_filter(body.filter) if body.filter is not None else None
+    await svc.call(svc.store.describe, name)  # 404 before any encoding
+    truncated = False
+    if body.query is not None:
+        emb = await svc.embed([body.query], body.truncate)
+        xq, truncated = emb.vectors[0], emb.truncated[0]
+    else:
+        xq = np.asarray(body.vector, dtype=np.float32)
+    hits = await svc.search(name, xq, body.top_k, filt, with_vectors, body.consistency)
+    return hits, truncated
+
+
+def _hits_out(hits: list[Hit], weights: np.ndarray, fields: Sequence[str]) -> list[dict[str, Any]]:
+    out = []
+    for h, w in zip(hits, weights, strict=True):
+        d: dict[str, Any] = {"id": h.id, "score": h.score, "weight": float(w)}
+        if "text" in fields:
+            d["text"] = h.text
+        if "value" in fields:
+            d["value"] = h.value
+        if "metadata" in fields:
+            d["metadata"] = h.metadata
+        if "vector" in fields and h.vector is not None:
+            d["vector"] = h.vector
+        out.append(d)
+    return out
+
+
+@v1.post("/v1/collections/{name}/search", response_model=s.SearchResponse, tags=["retrieval"])
+async def search(name: str, body: s.SearchRequest, request: Request) -> Response:
+    """Nearest neighbours of a text or vector, each with its softmax weight."""
+    svc = service(request)
+    hits, truncated = await _neighbours(svc, name, body, "vector" in body.fields)
+    t = body.temperature or svc.settings.default_temperature
+    weights = softmax(np.array([h.score for h in hits], np.float32), t)
+    return json_response({"hits": _hits_out(hits, weights, body.fields), "temperature": t,
+                          "truncated": truncated})
+
+
+@v1.post("/v1/collections/{name}/attend", response_model=s.AttendResponse, tags=["retrieval"])
+async def attend(name: str, body: s.SearchRequest, request: Request) -> Response:
+    """The query-key-value view: neighbours (keys = their vectors), weights
+    softmax(score / T) summing to 1, and the output Σ wᵢ vᵢ."""
+    from index import attend_hits
+
+    svc = service(request)
+    hits, truncated = await _neighbours(svc, name, body, True)
+    t = body.temperature or svc.settings.default_temperature
+    if hits:
+        att = attend_hits(hits, t)
+        weights, output = att.weights, att.output
+    else:
+        weights, output = np.zeros(0, np.float32), np.zeros(svc.info.dim, np.float32)
+    return json_response({"neighbours": _hits_out(hits, weights, body.fields),
+                          "weights": weights, "output": output, "temperature": t,
+                          "truncated": truncated})
+
+
+@v1.post("/v1/collections/{name}/generate", response_model=s.GenerateResponse,
+         tags=["retrieval"])
+async def generate(name: str, body: s.GenerateRequest, request: Request) -> Response:
+    """Retrieve ``top_k`` neighbours, weight them, and decode with the collection's decoder
+    (each neighbour's value is read with its weight as an attention bias)."""
+    svc = service(request)
+    await svc.call(svc.store.describe, name)  # 404 first
+    dec = svc.decoder_for(name)  # then 409 without a decoder
+    if body.max_tokens is not None and body.max_tokens > svc.settings.max_generate_tokens:
+        raise invalid(f"max_tokens must be at most {svc.settings.max_generate_tokens}")
+    t = body.temperature or svc.settings.default_temperature
+    hits: list[Hit] = []
+    if body.top_k > 0:
+        search_body = s.SearchRequest(query=body.query, top_k=body.top_k, filter=body.filter)
+        hits, _ = await _neighbours(svc, name, search_body, False)
+    weights = softmax(np.array([h.score for h in hits], np.float32), t)
+    neighbours = [(h.value or h.text, float(w)) for h, w in zip(hits, weights, strict=True)]
+    gen = await svc.run(dec.generate, body.query, neighbours, beam=body.beam,
+                        max_tokens=body.max_tokens, return_attention=body.return_attention)
+    attention = None
+    if body.return_attention and gen.attention is not None:
+        attention = {"tokens": gen.tokens, "memory_tokens": gen.memory_tokens,
+                     "memory_segments": gen.memory_segments, "weights": gen.attention}
+    return json_response({"text": gen.text,
+                          "neighbours": _hits_out(hits, weights, ["text", "value", "metadata"]),
+                          "weights": weights, "attention": attention})

@@ -1,0 +1,208 @@
+"""Request and response bodies. Field limits that depend on settings (batch sizes, top_k)
+are checked in the routes, with the status the contract gives them (413, 422)."""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+Consistency = Literal["Strong", "Session", "Bounded", "Eventually"]
+HitField = Literal["text", "value", "metadata", "vector"]
+
+
+class ErrorBody(BaseModel):
+    error: str
+    error_type: str
+
+
+# embeddings (OpenAI)
+class EmbeddingsRequest(BaseModel):
+    input: str | list[str] = Field(description="A text or a list of texts. Token arrays are "
+                                   "not accepted.")
+    model: str | None = Field(None, description="An id from GET /v1/models; missing means the "
+                              "served encoder, unknown is 404.")
+    encoding_format: Literal["float", "base64"] = "float"
+    dimensions: int | None = Field(None, ge=1, description="Must equal the encoder's dim.")
+    user: str | None = None
+    truncate: bool = Field(False, description="qkv extension: cut texts over the encoder's "
+                           "token limit instead of answering 422.")
+
+
+class EmbeddingData(BaseModel):
+    object: Literal["embedding"] = "embedding"
+    index: int
+    embedding: list[float] | str = Field(description="Floats, or base64 of little-endian "
+                                         "float32 with encoding_format=base64.")
+
+
+class Usage(BaseModel):
+    prompt_tokens: int
+    total_tokens: int
+
+
+class EmbeddingsResponse(BaseModel):
+    object: Literal["list"] = "list"
+    data: list[EmbeddingData]
+    model: str
+    usage: Usage
+    truncated: bool = Field(description="Whether any input was cut to the token limit.")
+
+
+# embeddings (TEI)
+class TeiEmbedRequest(BaseModel):
+    inputs: str | list[str]
+    truncate: bool = False
+    normalize: bool = True
+    truncation_direction: Literal["Right", "right"] = "Right"
+
+
+# models
+class ModelCard(BaseModel):
+    id: str
+    object: Literal["model"] = "model"
+    created: int
+    owned_by: str = "qkv"
+    dim: int
+    fingerprint: str
+    max_tokens: int
+
+
+class ModelList(BaseModel):
+    object: Literal["list"] = "list"
+    data: list[ModelCard]
+
+
+# collections
+class CollectionCreate(BaseModel):
+    name: str = Field(min_length=1, max_length=255, pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")
+
+
+class EncoderOut(BaseModel):
+    name: str
+    fingerprint: str
+    dim: int
+
+
+class CollectionOut(BaseModel):
+    name: str
+    dim: int
+    encoder: EncoderOut | None
+    count: int | None = Field(None, description="Exact number of documents (only on GET of "
+                              "one collection).")
+    decoder: str | None = Field(None, description="The decoder generate uses, if any.")
+
+
+class CollectionList(BaseModel):
+    collections: list[CollectionOut]
+
+
+class Deleted(BaseModel):
+    deleted: str
+
+
+# documents
+class Document(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    id: str = Field(min_length=1, max_length=512)
+    text: str = Field(min_length=1)
+    value: str | None = None
+    metadata: dict[str, Any] = Field(default_factory=dict)
+
+
+class DocumentsUpsert(BaseModel):
+    documents: list[Document] = Field(min_length=1)
+    truncate: bool = Field(True, description="Cut texts over the token limit (listed in "
+                           "`truncated`); false answers 422 instead.")
+
+
+class UpsertResult(BaseModel):
+    upserted: int
+    truncated: list[str] = Field(description="Ids whose text was cut to the token limit.")
+
+
+class DocumentsDelete(BaseModel):
+    ids: list[str] = Field(min_length=1)
+
+
+class DeleteResult(BaseModel):
+    deleted: int = Field(description="Number of ids asked to delete (absent ids are no-ops).")
+
+
+class DocumentOut(BaseModel):
+    id: str
+    text: str
+    value: str | None
+    metadata: dict[str, Any]
+    vector: list[float] | None = None
+
+
+# search / attend / generate
+class SearchRequest(BaseModel):
+    query: str | None = Field(None, min_length=1, description="Text to search for, or give "
+                              "`vector`.")
+    vector: list[float] | None = Field(None, description="A query vector of the "
+                                       "collection's dim (instead of `query`).")
+    top_k: int = Field(10, ge=1)
+    filter: dict[str, Any] | None = Field(None, description="{'key','op','value'} with op one "
+                                          "of eq, in, lt, lte, gt, gte; or {'and': [...]}, "
+                                          "{'or': [...]}. Keys are metadata keys.")
+    fields: list[HitField] = Field(["text", "value", "metadata"], description="Which fields "
+                                   "each hit carries besides id, score and weight.")
+    temperature: float | None = Field(None, gt=0, description="Softmax temperature of the "
+                                      "hits' weights (default: the server's).")
+    truncate: bool = True
+    consistency: Consistency = "Session"
+
+
+class HitOut(BaseModel):
+    id: str
+    score: float
+    weight: float = Field(description="softmax(score / temperature) over the returned hits.")
+    text: str | None = None
+    value: str | None = None
+    metadata: dict[str, Any] | None = None
+    vector: list[float] | None = None
+
+
+class SearchResponse(BaseModel):
+    hits: list[HitOut]
+    temperature: float
+    truncated: bool
+
+
+class AttendResponse(BaseModel):
+    neighbours: list[HitOut]
+    weights: list[float] = Field(description="The neighbours' weights; they sum to 1.")
+    output: list[float] = Field(description="Σ weightᵢ · vectorᵢ over the neighbours.")
+    temperature: float
+    truncated: bool
+
+
+class GenerateRequest(BaseModel):
+    query: str = Field(min_length=1)
+    top_k: int = Field(4, ge=0)
+    filter: dict[str, Any] | None = None
+    temperature: float | None = Field(None, gt=0)
+    beam: int = Field(4, ge=1, le=16)
+    max_tokens: int | None = Field(None, ge=1)
+    return_attention: bool = False
+
+
+class AttentionMap(BaseModel):
+    tokens: list[str] = Field(description="The generated tokens (rows).")
+    memory_tokens: list[str] = Field(description="Source and neighbour tokens (columns).")
+    memory_segments: list[int] = Field(description="-1 for the query, i for neighbour i.")
+    weights: list[list[float]]
+
+
+class GenerateResponse(BaseModel):
+    text: str
+    neighbours: list[HitOut]
+    weights: list[float]
+    attention: AttentionMap | None = None
+
+
+class Health(BaseModel):
+    status: str
+    detail: str | None = None

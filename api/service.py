@@ -1,0 +1,122 @@
+"""The wiring: one :class:`Service` holds the encoder, its batcher, the store and the
+decoders, and does the work the routes ask for (routes only translate HTTP)."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+import numpy as np
+from starlette.concurrency import run_in_threadpool
+
+from api.batcher import DynamicBatcher
+from api.errors import conflict, invalid
+from api.metrics import Metrics
+from api.settings import Settings
+from index import (
+    EncoderInfo,
+    Hit,
+    StoreError,
+    StoreUnavailableError,
+    VectorStore,
+    open_store,
+)
+
+log = logging.getLogger(__name__)
+T = TypeVar("T")
+
+
+@dataclass
+class Embedded:
+    """Vectors of a request's texts, their token counts and which were cut."""
+
+    vectors: np.ndarray
+    tokens: list[int]
+    truncated: list[bool]
+
+
+class Service:
+    def __init__(self, settings: Settings, metrics: Metrics) -> None:
+        import encoder  # torch loads here, after api.runtime.configure()
+
+        self.settings, self.metrics = settings, metrics
+        self.encoder = encoder.load(settings.model, device=settings.device)
+        self.info = EncoderInfo(self.encoder.name, self.encoder.fingerprint, self.encoder.dim)
+        self.model_created = int(settings.model.joinpath("model.safetensors").stat().st_mtime)
+        self.store: VectorStore = open_store(settings.store, token=settings.milvus_token,
+                                             timeout=settings.store_timeout_s)
+        self.batcher = DynamicBatcher(
+            lambda ids: self.encoder.encode_ids(ids, batch_size=len(ids), normalize=False),
+            self.encoder.dim, max_size=settings.batch_max_size,
+            max_tokens=settings.batch_max_tokens, max_wait_s=settings.batch_max_wait_ms / 1e3,
+            queue_max=settings.queue_max, metrics=metrics)
+        self.decoders: dict[str, Any] = {}
+        for collection, path in settings.decoders.items():
+            import decoder
+
+            self.decoders[collection] = decoder.load(path, device=settings.device)
+            log.info("collection %s generates with decoder %s", collection, path)
+
+    def close(self) -> None:
+        self.batcher.close()
+        self.store.close()
+
+    # encoding
+    def tokenize(self, texts: Sequence[str], truncate: bool) -> tuple[list[list[int]], list[bool]]:
+        ids, cut = self.encoder.tokenize(texts)
+        if not truncate and any(cut):
+            first = cut.index(True)
+            raise invalid(
+                f"input {first} is longer than the encoder's {self.encoder.max_tokens} tokens; "
+                "send shorter text or set truncate to true")
+        return ids, cut
+
+    async def embed(self, texts: Sequence[str], truncate: bool, normalize: bool = True
+                    ) -> Embedded:
+        ids, cut = self.tokenize(texts, truncate)
+        x = await self.batcher.embed(ids)
+        if normalize:
+            x = x / np.maximum(np.linalg.norm(x, axis=1, keepdims=True), 1e-12)
+        return Embedded(np.ascontiguousarray(x, dtype=np.float32), [len(i) for i in ids], cut)
+
+    # the store, off the event loop
+    async def call(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+        try:
+            return await run_in_threadpool(fn, *args, **kwargs)
+        except StoreUnavailableError:
+            self.metrics.store_errors.labels("unavailable").inc()
+            raise
+        except StoreError:
+            self.metrics.store_errors.labels("error").inc()
+            raise
+
+    async def run(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+        """CPU-bound work (decoding) off the event loop."""
+        return await run_in_threadpool(fn, *args, **kwargs)
+
+    async def ready(self) -> tuple[bool, str]:
+        try:
+            await self.call(self.store.list_collections)
+        except StoreError as e:
+            return False, f"store not reachable: {e}"
+        return True, "ok"
+
+    async def search(self, collection: str, xq: np.ndarray, k: int, filter: Any,
+                     with_vectors: bool, consistency: str) -> list[Hit]:
+        if k > self.settings.max_top_k:
+            raise invalid(f"top_k must be at most {self.settings.max_top_k}, got {k}")
+        (hits,) = await self.call(self.store.search, collection, xq[None, :], k, filter,
+                                  self.info, with_vectors, consistency)
+        return hits
+
+    def decoder_for(self, collection: str) -> Any:
+        dec = self.decoders.get(collection)
+        if dec is None:
+            configured = ", ".join(sorted(self.decoders)) or "none"
+            raise conflict(
+                f"collection {collection!r} has no decoder (collections with one: "
+                f"{configured}); configure one with QKV_DECODERS='{{\"{collection}\": "
+                "\"models/DECODER\"}'")
+        return dec

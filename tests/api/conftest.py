@@ -1,0 +1,53 @@
+"""Fixtures for the API tests: an app on a Milvus Lite file with the tiny encoder."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+from fastapi.testclient import TestClient
+
+from api.app import create_app
+from api.settings import Settings
+
+MakeClient = Callable[..., TestClient]
+
+
+@pytest.fixture(scope="module")
+def lite_path(tmp_path_factory: pytest.TempPathFactory) -> str:
+    return str(tmp_path_factory.mktemp("api-lite") / "qkv.db")
+
+
+@pytest.fixture
+def make_client(tiny_encoder_dir: Path, lite_path: str) -> Iterator[MakeClient]:
+    """``make_client(**settings)``: a started app (lifespan run) on the module's Lite file."""
+    clients: list[TestClient] = []
+
+    def make(**overrides: object) -> TestClient:
+        base: dict[str, object] = {"store": lite_path, "model": tiny_encoder_dir}
+        base.update(overrides)
+        client = TestClient(create_app(Settings(**base)))  # type: ignore[arg-type]
+        client.__enter__()
+        clients.append(client)
+        return client
+
+    yield make
+    for c in clients:
+        c.__exit__(None, None, None)
+
+
+@pytest.fixture
+def client(make_client: MakeClient) -> TestClient:
+    return make_client()
+
+
+@pytest.fixture
+def collection(client: TestClient) -> Iterator[str]:
+    """A fresh collection with the tiny encoder; dropped after the test."""
+    name = "c_" + uuid.uuid4().hex[:10]
+    r = client.post("/v1/collections", json={"name": name})
+    assert r.status_code == 201, r.text
+    yield name
+    client.delete(f"/v1/collections/{name}")
