@@ -141,6 +141,7 @@ class DynamicBatcher:
 
     def _run(self) -> None:
         while (batch := self._take()) is not None:
+            t0 = time.perf_counter()
             try:
                 vectors = self.encode_ids([t.ids for t in batch])
             except Exception as e:  # the requests in this batch fail, the worker goes on
@@ -149,6 +150,7 @@ class DynamicBatcher:
                     self._fail(t.request, e)
                 continue
             if self.metrics:
+                self.metrics.batch_seconds.observe(time.perf_counter() - t0)
                 self.metrics.batch_texts.observe(len(batch))
                 self.metrics.batch_tokens.observe(len(batch) * max(len(t.ids) for t in batch))
             for t, row in zip(batch, vectors, strict=True):

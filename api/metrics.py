@@ -1,7 +1,8 @@
 """Prometheus metrics of one app (its own registry, so several apps can live in a process).
 
 - ``qkv_request_seconds{method,route,status}``: latency histogram per route template;
-- ``qkv_encoder_batch_texts`` / ``qkv_encoder_batch_tokens``: sizes of the encoder's batches;
+- ``qkv_encoder_batch_texts`` / ``qkv_encoder_batch_tokens`` / ``qkv_encoder_batch_seconds``:
+  sizes and encoder time of the encoder's batches;
 - ``qkv_encoder_queue_depth``: texts waiting for the encoder; ``qkv_encoder_rejected_total``:
   texts refused with 429 because the queue was full;
 - ``qkv_store_errors_total{kind}``: store calls that failed (``unavailable`` or ``error``).
@@ -40,6 +41,9 @@ class Metrics:
         self.batch_tokens = Histogram("qkv_encoder_batch_tokens",
                                       "Padded tokens per encoder batch", buckets=TOKEN_BUCKETS,
                                       registry=r)
+        self.batch_seconds = Histogram("qkv_encoder_batch_seconds",
+                                       "Encoder time per batch", buckets=LATENCY_BUCKETS,
+                                       registry=r)
         self.queue_depth = Gauge("qkv_encoder_queue_depth", "Texts waiting for the encoder",
                                  registry=r)
         self.rejected = Counter("qkv_encoder_rejected_total",

@@ -1,10 +1,10 @@
-"""Build the demo corpus: the Python 3.11 tutorial and library reference, cut into chunks.
+"""Build the demo corpus: the Python 3.11 tutorial and the most used library pages, in chunks.
 
 Usage: python data/demo/make_python_docs.py --data ../shared/data
        [--out data/demo/python-docs.jsonl.gz]
 
 Each reST section of ``tutorial/`` and ``library/`` becomes one or more chunks of at most
-``--words`` words (the encoder reads 256 tokens, ≈ 160 words of this text), one JSON line
+``--words`` words (≈ 120 tokens; the encoder reads up to 256), one JSON line
 each: ``{"id": "library/json#3", "text": "json — ...: Section title. body...",
 "metadata": {"file": "library/json.rst", "section": "...", "url": "https://docs.python.org/3.11/library/json.html"}}``.
 """
@@ -50,11 +50,20 @@ def sections(path: Path) -> list[tuple[str, str]]:
     return out
 
 
+# The library pages people look up most; the whole tutorial is taken too. Kept small so
+# that the first start embeds it in seconds on a CPU.
+LIBRARY = """abc argparse asyncio-task base64 bisect collections contextlib copy csv dataclasses
+datetime enum exceptions functions functools glob gzip hashlib heapq io itertools json logging
+math os.path pathlib pickle random re shutil socket sqlite3 statistics stdtypes string
+subprocess sys tempfile textwrap threading time typing unittest urllib.request venv
+zipfile""".split()
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--data", type=Path, required=True)
     ap.add_argument("--out", type=Path, default=Path(__file__).with_name("python-docs.jsonl.gz"))
-    ap.add_argument("--words", type=int, default=120)
+    ap.add_argument("--words", type=int, default=80)
     ap.add_argument("--min-words", type=int, default=12)
     args = ap.parse_args()
     root = args.data / "text/python-docs"
@@ -62,23 +71,24 @@ def main() -> None:
     raw = args.out.open("wb")
     with raw, gzip.GzipFile(fileobj=raw, mode="wb", compresslevel=9, mtime=0) as gz, \
             io.TextIOWrapper(gz, encoding="utf-8") as f:
-        for folder in ("tutorial", "library"):
-            for path in sorted((root / folder).glob("*.txt")):
-                rel = path.relative_to(root).as_posix().removesuffix(".txt")
-                page = rel.removesuffix(".rst")
-                chunk_no = 0
-                for title, text in sections(path):
-                    words = text.split()
-                    for start in range(0, len(words), args.words):
-                        piece = words[start : start + args.words]
-                        if len(piece) < args.min_words:
-                            continue
-                        row = {"id": f"{page}#{chunk_no}", "text": f"{title}. {' '.join(piece)}",
-                               "metadata": {"file": rel, "section": title,
-                                            "url": f"https://docs.python.org/3.11/{page}.html"}}
-                        f.write(json.dumps(row, ensure_ascii=False) + "\n")
-                        chunk_no += 1
-                        n += 1
+        pages = [*sorted((root / "tutorial").glob("*.txt")),
+                 *(root / "library" / f"{name}.rst.txt" for name in LIBRARY)]
+        for path in pages:
+            rel = path.relative_to(root).as_posix().removesuffix(".txt")
+            page = rel.removesuffix(".rst")
+            chunk_no = 0
+            for title, text in sections(path):
+                words = text.split()
+                for start in range(0, len(words), args.words):
+                    piece = words[start : start + args.words]
+                    if len(piece) < args.min_words:
+                        continue
+                    row = {"id": f"{page}#{chunk_no}", "text": f"{title}. {' '.join(piece)}",
+                           "metadata": {"file": rel, "section": title,
+                                        "url": f"https://docs.python.org/3.11/{page}.html"}}
+                    f.write(json.dumps(row, ensure_ascii=False) + "\n")
+                    chunk_no += 1
+                    n += 1
     print(f"{n} chunks -> {args.out}")  # noqa: T201
 
 
