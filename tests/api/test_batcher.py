@@ -1,0 +1,86 @@
+"""The dynamic batcher on its own: concurrent texts share batches, results go back to
+their own request and row, limits hold, errors reach the right callers."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+import numpy as np
+import pytest
+
+from api.batcher import DynamicBatcher
+from api.errors import QueueFullError
+from api.metrics import Metrics
+
+
+class SlowEncoder:
+    """Vector of a text = [first id, length, 0...]; records each batch; takes 20 ms."""
+
+    def __init__(self, fail_on: int | None = None) -> None:
+        self.batches: list[list[list[int]]] = []
+        self.fail_on = fail_on
+
+    def __call__(self, ids: list[list[int]]) -> np.ndarray:
+        self.batches.append(ids)
+        time.sleep(0.02)
+        if self.fail_on is not None and any(x[0] == self.fail_on for x in ids):
+            raise RuntimeError("boom")
+        out = np.zeros((len(ids), 4), np.float32)
+        for r, x in enumerate(ids):
+            out[r, :2] = (x[0], len(x))
+        return out
+
+
+async def _many(b: DynamicBatcher, requests: list[list[list[int]]]) -> list[np.ndarray]:
+    return list(await asyncio.gather(*(b.embed(r) for r in requests)))
+
+
+def test_32_concurrent_single_texts_share_batches() -> None:
+    enc, metrics = SlowEncoder(), Metrics()
+    b = DynamicBatcher(enc, 4, max_size=64, max_wait_s=0.005, metrics=metrics)
+    requests = [[[i, 1, 2]] for i in range(32)]
+    results = asyncio.run(_many(b, requests))
+    b.close()
+    assert [r[0, 0] for r in results] == list(range(32))  # each got its own vector
+    assert len(enc.batches) <= 3 and sum(len(x) for x in enc.batches) == 32
+    text = metrics.render().decode()
+    assert f"qkv_encoder_batch_texts_count {len(enc.batches)}.0" in text
+    assert "qkv_encoder_batch_texts_sum 32.0" in text
+
+
+def test_batch_size_one_is_one_by_one() -> None:
+    enc = SlowEncoder()
+    b = DynamicBatcher(enc, 4, max_size=1)
+    asyncio.run(_many(b, [[[i]] for i in range(8)]))
+    b.close()
+    assert [len(x) for x in enc.batches] == [1] * 8
+
+
+def test_token_budget_and_row_order() -> None:
+    enc = SlowEncoder()
+    b = DynamicBatcher(enc, 4, max_size=64, max_tokens=40, max_wait_s=0.01)
+    req = [[k] + [0] * (n - 1) for k, n in enumerate([10, 3, 20, 5, 9, 1])]
+    (out,) = asyncio.run(_many(b, [req]))
+    b.close()
+    np.testing.assert_array_equal(out[:, 0], np.arange(6))
+    np.testing.assert_array_equal(out[:, 1], [10, 3, 20, 5, 9, 1])
+    for batch in enc.batches:  # padded tokens within the budget (or a single text)
+        assert len(batch) == 1 or len(batch) * max(map(len, batch)) <= 40
+
+
+def test_queue_full_and_failures() -> None:
+    enc = SlowEncoder(fail_on=7)
+    b = DynamicBatcher(enc, 4, max_size=2, queue_max=3)
+
+    async def scenario() -> None:
+        with pytest.raises(QueueFullError):
+            await b.embed([[1], [2], [3], [4]])
+        with pytest.raises(RuntimeError, match="boom"):
+            await b.embed([[7]])
+        ok = await b.embed([[5], [6]])  # the worker survived the failure
+        assert ok[:, 0].tolist() == [5, 6]
+        assert (await b.embed([])).shape == (0, 4)
+
+    asyncio.run(scenario())
+    b.close()
