@@ -43,7 +43,8 @@ def test_health_ready_metrics(client: TestClient) -> None:
     assert r.status_code == 200 and r.json()["status"] == "ready"
     client.post("/v1/embeddings", json={"input": ["a", "b"]})
     text = client.get("/metrics").text
-    assert 'qkv_request_seconds_count{method="POST",route="/v1/embeddings",status="200"} 1.0' in text
+    line = 'qkv_request_seconds_count{method="POST",route="/v1/embeddings",status="200"} 1.0'
+    assert line in text
     assert "qkv_encoder_batch_texts_sum 2.0" in text
     assert "qkv_encoder_queue_depth 0.0" in text
     assert "qkv_store_errors_total" in text
@@ -202,7 +203,8 @@ def test_search(client: TestClient, collection: str) -> None:
                                 "filter": {"key": "lang", "op": "eq", "value": "fr"}}).json()
     assert [h["id"] for h in fr["hits"]] == ["d2"]
     ranged = client.post(url, json={"query": "dog", "top_k": 4, "filter": {"and": [
-        {"key": "n", "op": "gte", "value": 2}, {"key": "lang", "op": "in", "value": ["en", "de"]}]}})
+        {"key": "n", "op": "gte", "value": 2},
+        {"key": "lang", "op": "in", "value": ["en", "de"]}]}})
     assert sorted(h["id"] for h in ranged.json()["hits"]) == ["d3", "d4"]
     hostile = client.post(url, json={"query": "dog", "filter": {
         "key": "lang", "op": "eq", "value": "en\" or 1==1 or \"\\"}}).json()
@@ -290,7 +292,8 @@ def test_body_over_limit_is_413(make_client: MakeClient) -> None:
             yield b"x" * 500
         yield b'"}'
 
-    r = client.post("/v1/embeddings", content=chunks(), headers={"Content-Type": "application/json"})
+    r = client.post("/v1/embeddings", content=chunks(),
+                    headers={"Content-Type": "application/json"})
     assert_error(r, 413)
     assert client.post("/v1/embeddings", json={"input": "small"}).status_code == 200
 
