@@ -44,6 +44,11 @@ class MultiHeadAttention(nn.Module):
     Input x: (B, T, d_model), optional memory (B, S, d_model) for cross-attention,
     mask (B, 1 or T, S) bool. Output (B, T, d_model). With ``need_weights`` the reference
     path runs and the per-head weights (B, n_heads, T, S) are returned too.
+
+    Optional ``bias``: additive logits broadcastable to (B, n_heads, T, S) (the decoder's
+    retrieval weights). Optional ``kv``: keys and values already projected by
+    :meth:`project_kv`, (B, n_heads, S, d_head) each, used instead of ``memory`` (a
+    decoder's cached memory or its growing self-attention cache).
     """
 
     def __init__(self, d_model: int, n_heads: int, dropout: float = 0.0) -> None:
@@ -62,23 +67,33 @@ class MultiHeadAttention(nn.Module):
         b, t, _ = x.shape
         return x.view(b, t, self.n_heads, self.d_head).transpose(1, 2)  # (B, nh, T, hs)
 
+    def project_kv(self, src: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Keys and values of ``src`` (B, S, d_model), each (B, n_heads, S, d_head)."""
+        k, v = self.kv_proj(src).chunk(2, dim=-1)
+        return self._split(k), self._split(v)
+
     def forward(
         self,
         x: torch.Tensor,
         memory: torch.Tensor | None = None,
         mask: torch.Tensor | None = None,
         need_weights: bool = False,
+        bias: torch.Tensor | None = None,
+        kv: tuple[torch.Tensor, torch.Tensor] | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
-        src = x if memory is None else memory
         q = self._split(self.q_proj(x))  # (B, nh, T, hs)
-        k, v = (self._split(t) for t in self.kv_proj(src).chunk(2, dim=-1))  # (B, nh, S, hs)
+        k, v = kv if kv is not None else self.project_kv(x if memory is None else memory)
         m = None if mask is None else mask.unsqueeze(1)  # (B, 1, T|1, S)
         weights = None
         if self.fused and not need_weights:
             p = self.dropout if self.training else 0.0
-            y = F.scaled_dot_product_attention(q, k, v, attn_mask=m, dropout_p=p)
+            attn_mask = m
+            if bias is not None:  # SDPA takes one float mask: the bias, -inf where masked
+                bias_q = bias.to(q.dtype)
+                attn_mask = bias_q if m is None else torch.where(m, bias_q, float("-inf"))
+            y = F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask, dropout_p=p)
         else:
-            y, weights = attention(q, k, v, m)
+            y, weights = attention(q, k, v, m, bias)
         b, _, t, _ = y.shape
         y = y.transpose(1, 2).reshape(b, t, self.n_heads * self.d_head)  # (B, T, d_model)
         return self.out_proj(y), weights
@@ -103,11 +118,12 @@ class SinusoidalPositionalEncoding(nn.Module):
         table[:, 1::2] = torch.cos(pos * div)
         self.register_buffer("table", table, persistent=False)
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        t = x.size(1)
+    def forward(self, x: torch.Tensor, offset: int = 0) -> torch.Tensor:
+        """Add positions ``offset .. offset + T - 1`` (an offset for step-wise decoding)."""
+        t = offset + x.size(1)
         if t > self.table.size(0):
             raise ValueError(f"sequence of {t} tokens exceeds max_len={self.table.size(0)}")
-        return x + self.table[:t].to(x.dtype)
+        return x + self.table[offset:t].to(x.dtype)
 
 
 class FeedForward(nn.Module):

@@ -91,3 +91,33 @@ def test_encoder_block_ignores_padding() -> None:
     y = block(x, _key_mask(1, 4, [4]))
     y_pad = block(padded, _key_mask(1, 7, [4]))
     torch.testing.assert_close(y_pad[:, :4], y, atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("with_mask", [False, True])
+def test_additive_bias_fused_equals_reference_and_shifts_weights(with_mask: bool) -> None:
+    torch.manual_seed(0)
+    mha = MultiHeadAttention(16, 2).eval()
+    x, memory = torch.randn(2, 3, 16), torch.randn(2, 5, 16)
+    mask = _key_mask(2, 5, [5, 4]) if with_mask else None
+    bias = torch.zeros(2, 2, 1, 5)
+    bias[:, :, :, 1] = -30.0  # key 1 all but switched off
+    fused, _ = mha(x, memory=memory, mask=mask, bias=bias)
+    ref, w = mha(x, memory=memory, mask=mask, bias=bias, need_weights=True)
+    torch.testing.assert_close(fused, ref, atol=1e-5, rtol=1e-5)
+    assert w is not None and float(w[..., 1].max()) < 1e-10
+    _, w0 = mha(x, memory=memory, mask=mask, need_weights=True)
+    assert w0 is not None and float(w0[..., 1].min()) > 1e-4
+
+
+def test_precomputed_keys_values_equal_memory_and_positions_take_an_offset() -> None:
+    torch.manual_seed(0)
+    mha = MultiHeadAttention(16, 4).eval()
+    x, memory = torch.randn(2, 3, 16), torch.randn(2, 5, 16)
+    k, v = mha.project_kv(memory)
+    assert k.shape == (2, 4, 5, 4)
+    torch.testing.assert_close(mha(x, kv=(k, v))[0], mha(x, memory=memory)[0])
+    pe = SinusoidalPositionalEncoding(8, 10)
+    z = torch.zeros(1, 6, 8)
+    torch.testing.assert_close(pe(z[:, :2], offset=4), pe(z)[:, 4:6])
+    with pytest.raises(ValueError, match="max_len"):
+        pe(z[:, :2], offset=9)

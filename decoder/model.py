@@ -1,0 +1,176 @@
+"""The retrieval-augmented transformer: an encoder stack reads the source (and the
+neighbours' values) into a memory; a decoder stack writes the target, its cross-attention
+biased by each neighbour's retrieval weight."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+
+from decoder.config import DecoderConfig
+from decoder.layers import KV, DecoderBlock, causal_mask
+from encoder.layers import EncoderBlock, SinusoidalPositionalEncoding
+
+SOURCE_SEGMENT = -1  # memory_segments value of the source's tokens; neighbour i's are i
+
+
+@dataclass
+class Memory:
+    """What the decoder reads: the source's token states, then each neighbour's.
+
+    states (B, S, d); mask (B, S) bool (True = may attend); log_w (B, S) the log
+    retrieval weight of each token's neighbour (0 on the source and on masked slots);
+    segments (B, S) long: -1 for the source, i for neighbour i.
+    """
+
+    states: torch.Tensor
+    mask: torch.Tensor
+    log_w: torch.Tensor
+    segments: torch.Tensor
+
+    def select(self, index: torch.Tensor) -> Memory:
+        """Rows ``index`` (e.g. each sentence repeated once per beam)."""
+        return Memory(self.states[index], self.mask[index], self.log_w[index],
+                      self.segments[index])
+
+
+class RetrievalAugmentedTransformer(nn.Module):
+    """(source ids (B, S), target input ids (B, T), neighbour ids (B, K, N), neighbour
+    weights (B, K)) → next-token logits (B, T, vocab).
+
+    One embedding table serves source, neighbours, target and the output projection
+    (the BPE is joint). A learned segment embedding tells source tokens from neighbour
+    tokens; positions restart at each sequence. Neighbours with weight 0 are masked out;
+    K may be 0.
+    """
+
+    def __init__(self, config: DecoderConfig) -> None:
+        super().__init__()
+        self.config = c = config
+        self.embed = nn.Embedding(c.vocab_size, c.d_model, padding_idx=c.pad_id)
+        self.segment = nn.Embedding(2, c.d_model)  # 0 = source, 1 = neighbour
+        # Room for <s>/<sep> and </s>, and for batches padded up to a multiple of 8.
+        self.positions = SinusoidalPositionalEncoding(c.d_model, c.max_tokens + 2 + 8)
+        self.encoder_blocks = nn.ModuleList(
+            EncoderBlock(c.d_model, c.n_heads, c.d_ff, c.dropout)
+            for _ in range(c.n_encoder_layers)
+        )
+        self.ln_memory = nn.LayerNorm(c.d_model)
+        self.decoder_blocks = nn.ModuleList(
+            DecoderBlock(c.d_model, c.n_heads, c.d_ff, c.dropout)
+            for _ in range(c.n_decoder_layers)
+        )
+        self.ln_f = nn.LayerNorm(c.d_model)
+        self.drop = nn.Dropout(c.dropout)
+        nn.init.normal_(self.embed.weight, std=c.d_model**-0.5)
+        nn.init.normal_(self.segment.weight, std=0.02)
+        with torch.no_grad():
+            self.embed.weight[c.pad_id].zero_()
+
+    def _embed(self, ids: torch.Tensor, offset: int = 0) -> torch.Tensor:
+        return self.drop(self.positions(self.embed(ids) * self.config.d_model**0.5, offset))
+
+    def _encode(self, ids: torch.Tensor, segment: int, stack: bool) -> torch.Tensor:
+        """(B, T) ids → (B, T, d) states. The first token is never masked, so an all-pad
+        row (an absent neighbour) stays finite; the memory mask hides it."""
+        key_mask = ids != self.config.pad_id
+        key_mask[:, 0] = True
+        x = self._embed(ids) + self.segment.weight[segment]
+        if stack:
+            for block in self.encoder_blocks:
+                x = block(x, key_mask.unsqueeze(1))  # key mask (B, 1, T)
+        return self.ln_memory(x)
+
+    def encode_memory(
+        self,
+        src: torch.Tensor,
+        neighbours: torch.Tensor | None = None,
+        weights: torch.Tensor | None = None,
+    ) -> Memory:
+        """Source ids (B, S), neighbour ids (B, K, N) and weights (B, K) → :class:`Memory`
+        of S + K·N slots."""
+        b, s = src.shape
+        states = self._encode(src, 0, stack=True)  # (B, S, d)
+        mask = src != self.config.pad_id
+        log_w = torch.zeros(b, s, device=src.device)
+        segments = torch.full((b, s), SOURCE_SEGMENT, dtype=torch.long, device=src.device)
+        if neighbours is None or neighbours.size(1) == 0:
+            return Memory(states, mask, log_w, segments)
+        if weights is None or weights.shape != neighbours.shape[:2]:
+            raise ValueError("neighbour weights must have shape (B, K) like neighbours' first "
+                             "two dimensions")
+        _, k, n = neighbours.shape
+        flat = neighbours.reshape(b * k, n)
+        n_states = self._encode(flat, 1, stack=self.config.encode_neighbours)  # (B·K, N, d)
+        w = weights.float().unsqueeze(-1).expand(b, k, n)  # (B, K, N)
+        n_mask = (neighbours != self.config.pad_id) & (w > 0)
+        n_log_w = torch.where(n_mask, w.clamp_min(1e-30).log(), torch.zeros_like(w))
+        n_seg = torch.arange(k, device=src.device).view(1, k, 1).expand(b, k, n)
+        return Memory(
+            torch.cat([states, n_states.reshape(b, k * n, -1)], dim=1),  # (B, S + K·N, d)
+            torch.cat([mask, n_mask.reshape(b, k * n)], dim=1),
+            torch.cat([log_w, n_log_w.reshape(b, k * n)], dim=1),
+            torch.cat([segments, n_seg.reshape(b, k * n)], dim=1),
+        )
+
+    def memory_kv(self, memory: Memory) -> list[KV]:
+        """Each decoder block's cross-attention keys and values of the memory, computed once
+        per sentence and reused at every generation step."""
+        blocks: list[DecoderBlock] = list(self.decoder_blocks)  # type: ignore[arg-type]
+        return [blk.cross_attn.project_kv(memory.states) for blk in blocks]
+
+    def _logits(self, x: torch.Tensor) -> torch.Tensor:
+        return self.ln_f(x) @ self.embed.weight.t().to(x.dtype)  # tied output embedding
+
+    def decode(
+        self, tgt_in: torch.Tensor, memory: Memory, need_weights: bool = False
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """Teacher-forced: target input ids (B, T) → (logits (B, T, V), cross-attention
+        (B, T, S) averaged over heads and layers when ``need_weights``)."""
+        x = self._embed(tgt_in)
+        self_mask = causal_mask(tgt_in.size(1), tgt_in.device)
+        mem_mask = memory.mask.unsqueeze(1)  # (B, 1, S)
+        attn = []
+        for blk, kv in zip(self.decoder_blocks, self.memory_kv(memory), strict=True):
+            x, _, w = blk(x, kv, mem_mask, memory.log_w, self_mask=self_mask,
+                          need_weights=need_weights)
+            if w is not None:
+                attn.append(w.float().mean(dim=1))  # (B, T, S)
+        return self._logits(x), torch.stack(attn).mean(0) if attn else None
+
+    def step(
+        self,
+        tokens: torch.Tensor,
+        position: int,
+        memory: Memory,
+        memory_kv: list[KV],
+        past: list[KV] | None,
+        need_weights: bool = False,
+        group: int = 1,
+    ) -> tuple[torch.Tensor, list[KV], torch.Tensor | None]:
+        """One generation step with cached keys and values: the last tokens (R,) at
+        ``position`` → (logits (R, V), the caches with this step, cross-attention (R, S)
+        averaged over heads and layers when ``need_weights``). With ``group`` g, rows
+        g·i .. g·i + g - 1 read memory row i (the memory has R/g rows)."""
+        x = self._embed(tokens.unsqueeze(1), offset=position)  # (R, 1, d)
+        mem_mask = memory.mask.unsqueeze(1)
+        new_past: list[KV] = []
+        attn = []
+        for i, (blk, kv) in enumerate(zip(self.decoder_blocks, memory_kv, strict=True)):
+            x, cache, w = blk(x, kv, mem_mask, memory.log_w, past=None if past is None else past[i],
+                              need_weights=need_weights, group=group)
+            new_past.append(cache)
+            if w is not None:
+                attn.append(w.float().mean(dim=1)[:, 0])  # (R, S)
+        return self._logits(x)[:, 0], new_past, torch.stack(attn).mean(0) if attn else None
+
+    def forward(
+        self,
+        src: torch.Tensor,
+        tgt_in: torch.Tensor,
+        neighbours: torch.Tensor | None = None,
+        weights: torch.Tensor | None = None,
+    ) -> torch.Tensor:
+        return self.decode(tgt_in, self.encode_memory(src, neighbours, weights))[0]
