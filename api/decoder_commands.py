@@ -23,6 +23,8 @@ def train_decoder(
                                      help="qkv encoder that retrieves the neighbours."),
     temperature: float | None = typer.Option(
         None, min=1e-4, help="Retrieval softmax temperature (default index.attend's)."),
+    memory_cache: str = typer.Option("var/tm-cache", "--memory-cache",
+                                     help="Folder caching memory vectors ('' for none)."),
     src_lang: str = typer.Option("en"),
     tgt_lang: str = typer.Option("fr"),
     steps: int = typer.Option(20000, min=1),
@@ -45,8 +47,8 @@ def train_decoder(
     d_ff: int = typer.Option(1024, min=8),
     max_tokens: int = typer.Option(128, min=8),
     dropout: float = typer.Option(0.1, min=0.0, max=1.0),
-    encode_neighbours: bool = typer.Option(
-        True, help="Pass neighbours' tokens through the encoder stack too."),
+    neighbour_layers: int = typer.Option(
+        1, min=0, help="Encoder blocks the neighbours' tokens pass through (0 = embeddings)."),
     name: str = typer.Option("qkv-decoder", help="Decoder name recorded in the checkpoint."),
 ) -> None:
     """Train the retrieval-augmented decoder on (source, target) pairs. Resumable.
@@ -66,10 +68,11 @@ def train_decoder(
     retrieve: Retrieve | None = None
     if k > 0:
         retrieve, retrieval = _training_retriever(data, src_lang, tgt_lang, encoder_dir, k, t,
-                                                  device)
+                                                  device, Path(memory_cache) if memory_cache
+                                                  else None)
     arch = {"d_model": d_model, "n_encoder_layers": encoder_layers,
             "n_decoder_layers": decoder_layers, "n_heads": n_heads, "d_ff": d_ff,
-            "max_tokens": max_tokens, "dropout": dropout, "encode_neighbours": encode_neighbours,
+            "max_tokens": max_tokens, "dropout": dropout, "neighbour_layers": neighbour_layers,
             "name": name}
     cfg = TrainConfig(
         data_dir=str(data), out_dir=str(out), src_lang=src_lang, tgt_lang=tgt_lang, k=k,
@@ -82,7 +85,8 @@ def train_decoder(
 
 
 def _training_retriever(data: Path, src_lang: str, tgt_lang: str, encoder_dir: Path, k: int,
-                        temperature: float, device: str | None) -> tuple[Any, dict[str, Any]]:
+                        temperature: float, device: str | None,
+                        cache_dir: Path | None) -> tuple[Any, dict[str, Any]]:
     """A retrieve function over the training pairs, built lazily: when neighbours.json
     already holds this retrieval, the encoder never encodes anything."""
     import encoder
@@ -100,17 +104,19 @@ def _training_retriever(data: Path, src_lang: str, tgt_lang: str, encoder_dir: P
         if not memory:
             pairs = read_pairs(data, "train", src_lang, tgt_lang)
             memory.append(TranslationMemory.build(text_encoder, [s for s, _ in pairs],
-                                                  [t for _, t in pairs]))
-        return memory[0].search(queries, k, exclude, temperature)
+                                                  [t for _, t in pairs], cache_dir=cache_dir))
+        tm = memory[0]
+        xq = tm.xb if list(queries) == tm.sources else None  # the train pairs themselves
+        return tm.search(queries, k, exclude, temperature, xq=xq)
 
     return retrieve, record
 
 
 def translate(
     model: Path = typer.Option(..., "--model", help="Decoder checkpoint directory."),
-    memory_src: Path | None = typer.Option(None, "--memory-src", dir_okay=False,
+    memory_src: Path | None = typer.Option(None, "--memory-src", dir_okay=False, exists=True,
                                            help="Memory source sentences (plain or .gz)."),
-    memory_tgt: Path | None = typer.Option(None, "--memory-tgt", dir_okay=False,
+    memory_tgt: Path | None = typer.Option(None, "--memory-tgt", dir_okay=False, exists=True,
                                            help="Memory target sentences, aligned."),
     input: Path = typer.Option(..., "--input", dir_okay=False, exists=True,
                                help="One source sentence a line."),
@@ -149,7 +155,10 @@ def translate(
     if plot is not None and sum(1 for ln in lines if ln.strip()) != 1:
         raise typer.BadParameter("--plot draws one sentence: give an input with exactly one "
                                  "non-empty line", param_hint="--plot")
-    dec = decoder.load(model, device=device)
+    try:
+        dec = decoder.load(model, device=device)
+    except FileNotFoundError as e:
+        raise typer.BadParameter(str(e), param_hint="--model") from e
     neighbours: list[list[tuple[str, float]]] = [[] for _ in lines]
     if k > 0 and memory_src is not None and memory_tgt is not None:
         neighbours = _neighbours(dec, lines, memory_src, memory_tgt, k, temperature,

@@ -39,8 +39,9 @@ class TranslationMemory:
         self.sources, self.targets = list(sources), list(targets)
         self.usable = np.array([bool(s.strip()) and bool(t.strip())
                                 for s, t in zip(sources, targets, strict=True)])
-        self.index = faiss.IndexFlatIP(xb.shape[1])
-        self.index.add(np.ascontiguousarray(xb, dtype=np.float32))
+        self.xb = np.ascontiguousarray(xb, dtype=np.float32)
+        self.index = faiss.IndexFlatIP(self.xb.shape[1])
+        self.index.add(self.xb)
 
     @classmethod
     def build(cls, text_encoder: TextEncoder, sources: Sequence[str], targets: Sequence[str],
@@ -75,18 +76,21 @@ class TranslationMemory:
         k: int,
         exclude: Sequence[int | None] | None = None,
         temperature: float = DEFAULT_TEMPERATURE,
+        xq: np.ndarray | None = None,
     ) -> list[list[tuple[int, float]]]:
         """Per query, up to ``k`` (memory index, weight), best first, weights
         ``softmax(score / T)``. ``exclude[i]`` is an entry to leave out for query i, with
-        any entry that repeats its (source, target) pair. Empty queries get none."""
+        any entry that repeats its (source, target) pair. Empty queries get none.
+        ``xq`` (len(queries), d): the queries' vectors when already known (the memory's
+        own ``xb`` when the queries are its sources)."""
         if k < 0:
             raise ValueError(f"k must be >= 0, got {k}")
         out: list[list[tuple[int, float]]] = [[] for _ in queries]
         live = [i for i, q in enumerate(queries) if q.strip()]
         if k == 0 or not live or len(self) == 0:
             return out
-        xq = self.encoder.encode([queries[i] for i in live])
-        D, I = self.index.search(xq, min(len(self), k + 8))
+        xq = self.encoder.encode([queries[i] for i in live]) if xq is None else xq[live]
+        D, I = self.index.search(np.ascontiguousarray(xq), min(len(self), k + 8))
         for row, i in enumerate(live):
             e = None if exclude is None else exclude[i]
             kept = [(int(j), float(d)) for j, d in zip(I[row], D[row], strict=True)

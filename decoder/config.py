@@ -11,9 +11,10 @@ class DecoderConfig:
     """Architecture of :class:`decoder.model.RetrievalAugmentedTransformer`; in config.json.
 
     ``max_tokens`` bounds every sequence without its special tokens: the source, each
-    neighbour's value and the output. ``encode_neighbours`` passes the neighbours' value
-    tokens through the same encoder stack as the source (else they enter the memory as
-    embeddings + positions only). Special ids are those of :mod:`decoder.tokenizer`.
+    neighbour's value and the output. ``neighbour_layers``: how many of the encoder
+    stack's blocks (the first ones, shared with the source) the neighbours' value tokens
+    pass through; 0 = embeddings + positions only. Special ids are those of
+    :mod:`decoder.tokenizer`.
     """
 
     vocab_size: int = 8000
@@ -24,12 +25,17 @@ class DecoderConfig:
     d_ff: int = 1024
     max_tokens: int = 128
     dropout: float = 0.1
-    encode_neighbours: bool = True
+    neighbour_layers: int = 1
     pad_id: int = 0
     bos_id: int = 1
     eos_id: int = 2
     sep_id: int = 3
     name: str = "qkv-decoder"
+
+    def __post_init__(self) -> None:
+        if not 0 <= self.neighbour_layers <= self.n_encoder_layers:
+            raise ValueError(f"neighbour_layers must be in 0..n_encoder_layers "
+                             f"({self.n_encoder_layers}), got {self.neighbour_layers}")
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

@@ -7,6 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 from decoder.config import DecoderConfig
@@ -14,6 +15,7 @@ from decoder.layers import KV, DecoderBlock, causal_mask
 from encoder.layers import EncoderBlock, SinusoidalPositionalEncoding
 
 SOURCE_SEGMENT = -1  # memory_segments value of the source's tokens; neighbour i's are i
+NEIGHBOUR_CHUNK = 128  # neighbours encoded at once
 
 
 @dataclass
@@ -22,18 +24,37 @@ class Memory:
 
     states (B, S, d); mask (B, S) bool (True = may attend); log_w (B, S) the log
     retrieval weight of each token's neighbour (0 on the source and on masked slots);
-    segments (B, S) long: -1 for the source, i for neighbour i.
+    segments (B, S) long: -1 for the source, i for neighbour i; ids (B, S) the token in
+    each slot.
     """
 
     states: torch.Tensor
     mask: torch.Tensor
     log_w: torch.Tensor
     segments: torch.Tensor
+    ids: torch.Tensor
 
     def select(self, index: torch.Tensor) -> Memory:
-        """Rows ``index`` (e.g. each sentence repeated once per beam)."""
+        """Rows ``index`` (e.g. the sentences still being decoded)."""
         return Memory(self.states[index], self.mask[index], self.log_w[index],
-                      self.segments[index])
+                      self.segments[index], self.ids[index])
+
+    def packed(self, multiple: int = 8) -> Memory:
+        """The same memory with each row's real slots first (in order) and only as many
+        padding slots as the fullest row needs, rounded up to ``multiple``: neighbours
+        padded to the longest of the batch cost no cross-attention."""
+        order = torch.sort((~self.mask).int(), dim=1, stable=True).indices  # real slots first
+        width = int(self.mask.sum(dim=1).max()) if self.mask.numel() else 0
+        width = min(self.mask.size(1), max(1, -(-width // multiple) * multiple))
+        idx = order[:, :width]  # (B, S')
+
+        def take(t: torch.Tensor) -> torch.Tensor:
+            if t.dim() == 3:
+                return t.gather(1, idx.unsqueeze(-1).expand(-1, -1, t.size(-1)))
+            return t.gather(1, idx)
+
+        return Memory(take(self.states), take(self.mask), take(self.log_w),
+                      take(self.segments), take(self.ids))
 
 
 class RetrievalAugmentedTransformer(nn.Module):
@@ -72,16 +93,35 @@ class RetrievalAugmentedTransformer(nn.Module):
     def _embed(self, ids: torch.Tensor, offset: int = 0) -> torch.Tensor:
         return self.drop(self.positions(self.embed(ids) * self.config.d_model**0.5, offset))
 
-    def _encode(self, ids: torch.Tensor, segment: int, stack: bool) -> torch.Tensor:
-        """(B, T) ids → (B, T, d) states. The first token is never masked, so an all-pad
-        row (an absent neighbour) stays finite; the memory mask hides it."""
+    def _encode(self, ids: torch.Tensor, segment: int, layers: int) -> torch.Tensor:
+        """(B, T) ids → (B, T, d) states after the first ``layers`` encoder blocks. The
+        first token is never masked, so no row's attention is empty."""
         key_mask = ids != self.config.pad_id
         key_mask[:, 0] = True
         x = self._embed(ids) + self.segment.weight[segment]
-        if stack:
-            for block in self.encoder_blocks:
-                x = block(x, key_mask.unsqueeze(1))  # key mask (B, 1, T)
+        for block in list(self.encoder_blocks)[:layers]:
+            x = block(x, key_mask.unsqueeze(1))  # key mask (B, 1, T)
         return self.ln_memory(x)
+
+    def _encode_neighbours(self, flat: torch.Tensor, keep: torch.Tensor) -> torch.Tensor:
+        """Neighbour ids (R, N) → states (R, N, d) of the rows where ``keep`` (R,), zeros
+        elsewhere. Rows are encoded in length-sorted chunks, each padded only to its
+        longest row, so one long neighbour does not pad them all."""
+        r, n = flat.shape
+        lengths = (flat != self.config.pad_id).sum(dim=1)
+        rows = keep.nonzero().flatten()
+        rows = rows[torch.argsort(lengths[rows], descending=True, stable=True)]
+        parts = []
+        for chunk in rows.split(NEIGHBOUR_CHUNK):
+            t = min(n, -(-int(lengths[chunk].max()) // 8) * 8)
+            h = self._encode(flat[chunk, :t], 1, self.config.neighbour_layers)  # (c, t, d)
+            parts.append(F.pad(h, (0, 0, 0, n - t)))
+        d = self.config.d_model
+        if not parts:
+            return torch.zeros(r, n, d, device=flat.device)
+        states = torch.cat(parts)
+        out = states.new_zeros(r, n, d)
+        return out.index_put((rows,), states)
 
     def encode_memory(
         self,
@@ -89,31 +129,33 @@ class RetrievalAugmentedTransformer(nn.Module):
         neighbours: torch.Tensor | None = None,
         weights: torch.Tensor | None = None,
     ) -> Memory:
-        """Source ids (B, S), neighbour ids (B, K, N) and weights (B, K) → :class:`Memory`
-        of S + K·N slots."""
+        """Source ids (B, S), neighbour ids (B, K, N) and weights (B, K) → packed
+        :class:`Memory` of at most S + K·N slots."""
         b, s = src.shape
-        states = self._encode(src, 0, stack=True)  # (B, S, d)
-        mask = src != self.config.pad_id
+        c = self.config
+        states = self._encode(src, 0, c.n_encoder_layers)  # (B, S, d)
+        mask = src != c.pad_id
         log_w = torch.zeros(b, s, device=src.device)
         segments = torch.full((b, s), SOURCE_SEGMENT, dtype=torch.long, device=src.device)
         if neighbours is None or neighbours.size(1) == 0:
-            return Memory(states, mask, log_w, segments)
+            return Memory(states, mask, log_w, segments, src)
         if weights is None or weights.shape != neighbours.shape[:2]:
             raise ValueError("neighbour weights must have shape (B, K) like neighbours' first "
                              "two dimensions")
         _, k, n = neighbours.shape
-        flat = neighbours.reshape(b * k, n)
-        n_states = self._encode(flat, 1, stack=self.config.encode_neighbours)  # (B·K, N, d)
         w = weights.float().unsqueeze(-1).expand(b, k, n)  # (B, K, N)
-        n_mask = (neighbours != self.config.pad_id) & (w > 0)
+        n_mask = (neighbours != c.pad_id) & (w > 0)
+        n_states = self._encode_neighbours(neighbours.reshape(b * k, n),
+                                           n_mask.reshape(b * k, n).any(dim=1))  # (B·K, N, d)
         n_log_w = torch.where(n_mask, w.clamp_min(1e-30).log(), torch.zeros_like(w))
         n_seg = torch.arange(k, device=src.device).view(1, k, 1).expand(b, k, n)
         return Memory(
-            torch.cat([states, n_states.reshape(b, k * n, -1)], dim=1),  # (B, S + K·N, d)
+            torch.cat([states, n_states.to(states.dtype).reshape(b, k * n, -1)], dim=1),
             torch.cat([mask, n_mask.reshape(b, k * n)], dim=1),
             torch.cat([log_w, n_log_w.reshape(b, k * n)], dim=1),
             torch.cat([segments, n_seg.reshape(b, k * n)], dim=1),
-        )
+            torch.cat([src, neighbours.reshape(b, k * n)], dim=1),
+        ).packed()
 
     def memory_kv(self, memory: Memory) -> list[KV]:
         """Each decoder block's cross-attention keys and values of the memory, computed once

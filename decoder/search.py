@@ -93,8 +93,8 @@ def greedy(
         scores = scores + best
         done = (tokens == c.eos_id) | force
         for r in done.nonzero().flatten().tolist():
-            out[int(rows[r])] = Hypothesis(seq[r].tolist(), float(scores[r]), not bool(force[r]),
-                                      None if att is None else att[r])
+            out[int(rows[r])] = Hypothesis(seq[r].tolist(), float(scores[r]),
+                                           not bool(force[r]), None if att is None else att[r])
         keep = (~done).nonzero().flatten()
         if keep.numel() == 0:
             break

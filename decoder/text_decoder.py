@@ -217,17 +217,15 @@ class Decoder:
             g = Generation(decode(self.tokenizer, h.ids), token_strings(self.tokenizer, h.ids),
                            h.score, n_cut[b], h.finished)
             if return_attention:
-                self._explain(g, h, memory.mask[b], memory.segments[b], src[b], n_t, b)
+                self._explain(g, h, memory.mask[b], memory.segments[b], memory.ids[b])
             gens.append(g)
         return gens
 
     def _explain(self, g: Generation, h: Hypothesis, mask: torch.Tensor, segments: torch.Tensor,
-                 src: torch.Tensor, n_t: torch.Tensor | None, b: int) -> None:
+                 ids: torch.Tensor) -> None:
         """Fill ``g``'s attention over the memory slots that exist (mask True)."""
         keep = mask.cpu()
-        slots = src.tolist() + ([] if n_t is None else n_t[b].flatten().tolist())
-        g.memory_tokens = token_strings(self.tokenizer, [t for t, k in zip(slots, keep.tolist(),
-                                                                           strict=True) if k])
+        g.memory_tokens = token_strings(self.tokenizer, ids.cpu()[keep].tolist())
         g.memory_segments = segments.cpu()[keep].tolist()
         att = h.attention if h.attention is not None else torch.zeros(0, keep.numel())
         g.attention = att.float().cpu()[:, keep].tolist()

@@ -7,9 +7,10 @@ qkv encoder and FAISS; this package imports neither) and that never returns the 
 itself. Neighbours are retrieved once and kept in ``<out>/neighbours.json``.
 
 Loss: cross-entropy with label smoothing on the target tokens. Learning rate: linear
-warm-up, then cosine decay to 10%. bf16 autocast where available. Seeded: the batch and
-the dropout of step s depend only on (seed, s), so a run resumed from ``<out>/last``
-(weights, optimizer state, step) ends with the same weights as an uninterrupted one.
+warm-up, then cosine decay to 10%. bf16 autocast where available. Batches: every pair
+once per epoch, grouped by length (:class:`BatchPlan`). Seeded: the batch and the dropout
+of step s depend only on (seed, s), so a run resumed from ``<out>/last`` (weights,
+optimizer state, step) ends with the same weights as an uninterrupted one.
 """
 
 from __future__ import annotations
@@ -79,10 +80,35 @@ def lr_at(step: int, cfg: TrainConfig) -> float:
     return cfg.lr * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * min(1.0, progress))))
 
 
-def draw_batch(n: int, step: int, cfg: TrainConfig) -> np.ndarray:
-    """Indices of the pairs of ``step``: a pure function of (seed, step)."""
-    rng = np.random.default_rng([cfg.seed, step])
-    return rng.choice(n, size=min(cfg.batch_size, n), replace=False)
+class BatchPlan:
+    """Which pairs each step trains on: every pair once per epoch, in batches of similar
+    length so little padding is computed. Epoch e: a shuffle seeded by (seed, e), cut
+    into pools of 50 batches, each pool sorted by length and cut into batches, the
+    batches shuffled. Step s is batch s mod E of epoch s div E, a pure function of
+    (seed, s), so a resumed run replays the same batches."""
+
+    POOL = 50
+
+    def __init__(self, lengths: Sequence[int], cfg: TrainConfig) -> None:
+        self.lengths = np.asarray(lengths)
+        self.seed, self.size = cfg.seed, cfg.batch_size
+        self.per_epoch = -(-len(self.lengths) // self.size)
+        self._epoch: tuple[int, list[np.ndarray]] | None = None
+
+    def epoch(self, e: int) -> list[np.ndarray]:
+        if self._epoch is None or self._epoch[0] != e:
+            rng = np.random.default_rng([self.seed, e])
+            perm = rng.permutation(len(self.lengths))
+            batches: list[np.ndarray] = []
+            for start in range(0, len(perm), self.size * self.POOL):
+                pool = perm[start : start + self.size * self.POOL]
+                pool = pool[np.argsort(self.lengths[pool], kind="stable")]
+                batches += [pool[i : i + self.size] for i in range(0, len(pool), self.size)]
+            self._epoch = (e, [batches[i] for i in rng.permutation(len(batches))])
+        return self._epoch[1]
+
+    def __call__(self, step: int) -> np.ndarray:
+        return self.epoch(step // self.per_epoch)[step % self.per_epoch]
 
 
 @dataclass
@@ -219,6 +245,7 @@ def train(cfg: TrainConfig, retrieve: Retrieve | None = None) -> Path:
 
     corpus = Corpus(ids([s for s, _ in train_pairs]), ids([t for _, t in train_pairs]), tr_nbrs)
     val = Corpus(ids([s for s, _ in val_pairs]), ids([t for _, t in val_pairs]), va_nbrs)
+    plan = BatchPlan([len(a) + len(b) for a, b in zip(corpus.src, corpus.tgt, strict=True)], cfg)
     torch.manual_seed(cfg.seed)
     model = RetrievalAugmentedTransformer(arch).to(device)
     opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
@@ -234,8 +261,7 @@ def train(cfg: TrainConfig, retrieve: Retrieve | None = None) -> Path:
         for group in opt.param_groups:
             group["lr"] = lr_at(step, cfg)
         model.train()
-        batch = make_batch(draw_batch(len(corpus.src), step, cfg).tolist(), corpus, corpus.tgt,
-                           arch)
+        batch = make_batch(plan(step).tolist(), corpus, corpus.tgt, arch)
         loss, _ = loss_on(model, batch, device, cfg.label_smoothing)
         opt.zero_grad(set_to_none=True)
         loss.backward()

@@ -88,6 +88,8 @@ def test_translation_memory_leaves_the_pair_itself_out(
     assert all(j not in (4, 5) for row in hits for j, _ in row)  # empty source or target
     assert sum(w for _, w in hits[1]) == pytest.approx(1.0, abs=1e-5)
     assert tm.neighbours(["a cat sleeps"], k=1)[0][0] == ("un chat dort", pytest.approx(1.0))
+    own = tm.search(sources, k=2, exclude=list(range(6)))
+    assert own == tm.search(sources, k=2, exclude=list(range(6)), xq=tm.xb)  # vectors reused
     with pytest.raises(ValueError, match="differ in length"):
         TranslationMemory.build(enc, sources, targets[:-1])
 
@@ -101,7 +103,8 @@ def test_train_decoder_command(tiny_encoder_dir: Path, task1_dir: Path, tmp_path
         "--out", str(out), "--encoder", str(tiny_encoder_dir), "--k", str(k), "--steps", "4",
         "--batch-size", "8", "--warmup-steps", "1", "--vocab-size", "400", "--d-model", "16",
         "--encoder-layers", "1", "--decoder-layers", "1", "--n-heads", "2", "--d-ff", "32",
-        "--max-tokens", "24", "--device", "cpu", "--name", "tm-test"])
+        "--max-tokens", "24", "--device", "cpu", "--name", "tm-test",
+        "--memory-cache", str(tmp_path / "cache")])
     assert result.exit_code == 0, result.output
     meta = json.loads((out / "config.json").read_text())
     assert meta["architecture"]["name"] == "tm-test" and meta["training"]["k"] == k
@@ -110,5 +113,6 @@ def test_train_decoder_command(tiny_encoder_dir: Path, task1_dir: Path, tmp_path
         assert retrieval["encoder_fingerprint"] == encoder.load(tiny_encoder_dir).fingerprint
         nbrs = json.loads((out / "neighbours.json").read_text())["train"]
         assert all(len(r) == k and i not in [j for j, _ in r] for i, r in enumerate(nbrs))
+        assert len(list((tmp_path / "cache").glob("*.npy"))) == 1
     else:
         assert meta["training"]["retrieval"] == {}

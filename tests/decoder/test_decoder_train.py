@@ -3,13 +3,14 @@ import math
 from collections.abc import Sequence
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 from safetensors.torch import load_file
 
 import decoder
 from decoder.data import read_pairs
-from decoder.train import TrainConfig, draw_batch, lr_at, train
+from decoder.train import BatchPlan, TrainConfig, lr_at, train
 
 ARCH = {"d_model": 32, "n_encoder_layers": 1, "n_decoder_layers": 1, "n_heads": 2,
         "d_ff": 64, "max_tokens": 32, "dropout": 0.1}
@@ -88,12 +89,20 @@ def test_baseline_needs_no_retriever_and_k_needs_one(task1_dir: Path, tmp_path: 
         train(_cfg(task1_dir, tmp_path / "nok", k=2, steps=3))
 
 
-def test_batches_are_a_function_of_seed_and_step() -> None:
+def test_batches_cover_each_epoch_once_grouped_by_length_and_replay() -> None:
     cfg = TrainConfig(data_dir="", out_dir="", batch_size=8)
-    a, b = draw_batch(100, 7, cfg), draw_batch(100, 7, cfg)
-    assert list(a) == list(b) and len(set(a.tolist())) == 8
-    assert list(draw_batch(100, 8, cfg)) != list(a)
-    assert len(draw_batch(5, 0, cfg)) == 5
+    lengths = [(i * 37) % 101 for i in range(300)]
+    plan = BatchPlan(lengths, cfg)
+    assert plan.per_epoch == 38
+    epoch0 = [plan(s) for s in range(38)]
+    assert sorted(np.concatenate(epoch0).tolist()) == list(range(300))  # each pair once
+    spread = np.mean([np.ptp([lengths[i] for i in b]) for b in epoch0])
+    assert spread < 0.25 * np.ptp(lengths)  # batches hold pairs of similar length
+    again = BatchPlan(lengths, cfg)
+    assert all(np.array_equal(again(s), plan(s)) for s in (40, 3, 75, 38))  # any order
+    assert not np.array_equal(plan(38 + 5), plan(5))  # the next epoch reshuffles
+    other = BatchPlan(lengths, TrainConfig(data_dir="", out_dir="", batch_size=8, seed=1))
+    assert not all(np.array_equal(other(s), plan(s)) for s in range(5))
 
 
 def test_learning_rate_warms_up_then_decays() -> None:

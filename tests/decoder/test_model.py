@@ -55,7 +55,7 @@ def test_zero_weight_and_absent_neighbours_are_masked_exactly() -> None:
     torch.testing.assert_close(model(src, tgt_in, n_ids, n_w),
                                model(src, tgt_in, n_ids[:, :1], n_w[:, :1]))
     memory = model.encode_memory(src, n_ids, n_w)
-    assert memory.mask[0, src.size(1) + n_ids.size(2):].sum() == 0  # neighbour 1 masked
+    assert set(memory.segments[0][memory.mask[0]].tolist()) == {-1, 0}  # neighbour 1 masked
 
 
 def test_k_zero_is_the_source_only_memory() -> None:
@@ -135,3 +135,26 @@ def test_wrong_weight_shape_is_a_value_error() -> None:
     src, tgt_in, n_ids, _ = _inputs([0.6, 0.4])
     with pytest.raises(ValueError, match="shape"):
         model(src, tgt_in, n_ids, torch.ones(1, 3))
+
+
+def test_neighbour_padding_is_packed_away() -> None:
+    model = _model()
+    src, tgt_in, n_ids, n_w = _inputs([0.6, 0.4])
+    wide = torch.cat([n_ids, torch.zeros(1, 2, 16, dtype=torch.long)], dim=2)  # more padding
+    torch.testing.assert_close(model(src, tgt_in, wide, n_w), model(src, tgt_in, n_ids, n_w),
+                               atol=1e-5, rtol=1e-5)
+    memory = model.encode_memory(src, wide, n_w)
+    real = int((src != 0).sum() + (n_ids != 0).sum())
+    assert bool(memory.mask[0, :real].all()) and memory.mask.size(1) == -(-real // 8) * 8
+    assert memory.ids[0, :real].tolist() == [t for t in src[0].tolist() + n_ids[0].flatten()
+                                             .tolist() if t != 0]
+
+
+@pytest.mark.parametrize("layers", [0, 2])
+def test_neighbour_layers_choose_how_deep_neighbours_are_read(layers: int) -> None:
+    model = _model(neighbour_layers=layers)
+    src, tgt_in, n_ids, n_w = _inputs([0.6, 0.4])
+    other = _model(neighbour_layers=1)
+    assert not torch.allclose(model(src, tgt_in, n_ids, n_w), other(src, tgt_in, n_ids, n_w))
+    with pytest.raises(ValueError, match="neighbour_layers"):
+        DecoderConfig(n_encoder_layers=2, neighbour_layers=3)
