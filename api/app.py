@@ -97,6 +97,40 @@ def seed_demo(svc: Any, corpus: Path, collection: str) -> int:
     return int(n)
 
 
+# (request schema, field, setting): arrays get it as maxItems, integers as maximum
+_LIMITS = (("EmbeddingsRequest", "input", "max_inputs"),
+           ("TeiEmbedRequest", "inputs", "max_inputs"),
+           ("DocumentsUpsert", "documents", "max_documents"),
+           ("DocumentsDelete", "ids", "max_documents"),
+           ("SearchRequest", "top_k", "max_top_k"),
+           ("GenerateRequest", "top_k", "max_top_k"),
+           ("GenerateRequest", "max_tokens", "max_generate_tokens"))
+
+
+def with_limits(schema: dict[str, Any], settings: Settings) -> None:
+    """Write this deployment's limits (``QKV_MAX_*``) into the OpenAPI document, so that
+    clients see them; the routes enforce them (413 for batches, 422 for the rest)."""
+    models = schema["components"]["schemas"]
+    for model, field, name in _LIMITS:
+        prop = models[model]["properties"][field]
+        for branch in prop.get("anyOf", [prop]):
+            if branch.get("type") == "array":
+                branch["maxItems"] = getattr(settings, name)
+            elif branch.get("type") == "integer":
+                branch["maximum"] = getattr(settings, name)
+
+
+def without_auth(schema: dict[str, Any]) -> None:
+    """Drop the bearer security and the 401 responses from an OpenAPI document, for a server
+    without ``QKV_API_KEY``: there the key is not needed and never refused, and a document
+    that says otherwise makes generated clients demand one."""
+    for operations in schema.get("paths", {}).values():
+        for op in operations.values():
+            op.pop("security", None)
+            op.get("responses", {}).pop("401", None)
+    schema.get("components", {}).pop("securitySchemes", None)
+
+
 def create_app(settings: Settings | None = None) -> FastAPI:
     from api import runtime
 
@@ -132,6 +166,16 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         lifespan=lifespan,
     )
     app.state.settings = settings
+
+    def openapi() -> dict[str, Any]:
+        if app.openapi_schema is None:
+            schema = FastAPI.openapi(app)
+            with_limits(schema, settings)
+            if not settings.api_key:
+                without_auth(schema)
+        return app.openapi_schema  # type: ignore[return-value]
+
+    app.openapi = openapi  # type: ignore[method-assign]
     errors.install(app)
     app.include_router(routes.open_routes)
     app.include_router(routes.v1)

@@ -15,6 +15,7 @@ from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import Response
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.routing import Match
 
 from index import (
     CollectionExistsError,
@@ -85,6 +86,7 @@ def error_response(err: ApiError) -> Response:
                     status_code=err.status, headers=err.headers, media_type="application/json")
 
 
+_METHODS = ("GET", "HEAD", "POST", "PUT", "PATCH", "DELETE")
 _HTTP_TYPES = {400: "bad_request", 401: "unauthorized", 404: "not_found",
                405: "method_not_allowed", 413: "payload_too_large", 415: "unsupported_media_type"}
 
@@ -96,6 +98,16 @@ def _validation_message(errors: list[Any]) -> str:
         parts.append(f"{loc or 'body'}: {e.get('msg', 'invalid')}")
     more = f" (and {len(errors) - 10} more)" if len(errors) > 10 else ""
     return "; ".join(parts) + more
+
+
+def _allowed_methods(request: Request) -> list[str]:
+    """Every method some route serves on this path: Starlette's own 405 names only those of
+    the first route that matched the path (``GET`` of ``/v1/collections/{name}``, say, not
+    its ``DELETE``). Asks each route whether it would take the request with that method."""
+    routes = request.app.router.routes
+    return [method for method in _METHODS
+            if any(route.matches({**request.scope, "method": method})[0] == Match.FULL
+                   for route in routes)]
 
 
 def install(app: FastAPI) -> None:
@@ -118,9 +130,14 @@ def install(app: FastAPI) -> None:
         return error_response(invalid(_validation_message(list(e.errors()))))
 
     @app.exception_handler(StarletteHTTPException)
-    async def _http(_: Request, e: StarletteHTTPException) -> Response:
+    async def _http(request: Request, e: StarletteHTTPException) -> Response:
+        headers = dict(e.headers or {})
+        if e.status_code == 400:  # a body FastAPI could not read (not UTF-8): bad input, 422
+            return error_response(invalid(f"unreadable request body: {e.detail}"))
+        if e.status_code == 405:
+            headers["Allow"] = ", ".join(_allowed_methods(request))
         return error_response(ApiError(e.status_code, _HTTP_TYPES.get(e.status_code, "error"),
-                                       str(e.detail), dict(e.headers or {})))
+                                       str(e.detail), headers))
 
     @app.exception_handler(Exception)
     async def _other(_: Request, e: Exception) -> Response:

@@ -242,7 +242,8 @@ async def _neighbours(svc: Service, name: str, body: s.SearchRequest, with_vecto
         emb = await svc.embed([body.query], body.truncate)
         xq, truncated = emb.vectors[0], emb.truncated[0]
     else:
-        xq = np.asarray(body.vector, dtype=np.float32)
+        with np.errstate(over="ignore"):  # beyond float32: inf, refused by the store (422)
+            xq = np.asarray(body.vector, dtype=np.float32)
     hits = await svc.search(name, xq, body.top_k, filt, with_vectors, body.consistency)
     return hits, truncated
 

@@ -1,14 +1,26 @@
 """Request and response bodies. Field limits that depend on settings (batch sizes, top_k)
-are checked in the routes, with the status the contract gives them (413, 422)."""
+are checked in the routes, with the status the contract gives them (413, 422), and written
+into the OpenAPI document by ``api.app``.
+
+Request bodies are validated strictly: a JSON type other than the declared one is a 422,
+not coerced (``"normalize": 0`` is not ``false``, ``"top_k": "5"`` is not 5), so the
+server accepts exactly what its OpenAPI document describes."""
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
 Consistency = Literal["Strong", "Session", "Bounded", "Eventually"]
 HitField = Literal["text", "value", "metadata", "vector"]
+Texts = Annotated[list[str], Field(min_length=1)]
+
+
+class RequestBody(BaseModel):
+    """A request body: JSON types as declared, nothing coerced."""
+
+    model_config = ConfigDict(strict=True)
 
 
 class ErrorBody(BaseModel):
@@ -17,9 +29,9 @@ class ErrorBody(BaseModel):
 
 
 # embeddings (OpenAI)
-class EmbeddingsRequest(BaseModel):
-    input: str | list[str] = Field(description="A text or a list of texts. Token arrays are "
-                                   "not accepted.")
+class EmbeddingsRequest(RequestBody):
+    input: str | Texts = Field(description="A text or a list of texts. Token arrays are "
+                               "not accepted.")
     model: str | None = Field(None, description="An id from GET /v1/models; missing means the "
                               "served encoder, unknown is 404.")
     encoding_format: Literal["float", "base64"] = "float"
@@ -50,8 +62,8 @@ class EmbeddingsResponse(BaseModel):
 
 
 # embeddings (TEI)
-class TeiEmbedRequest(BaseModel):
-    inputs: str | list[str]
+class TeiEmbedRequest(RequestBody):
+    inputs: str | Texts
     truncate: bool = False
     normalize: bool = True
     truncation_direction: Literal["Right", "right"] = "Right"
@@ -74,7 +86,7 @@ class ModelList(BaseModel):
 
 
 # collections
-class CollectionCreate(BaseModel):
+class CollectionCreate(RequestBody):
     name: str = Field(min_length=1, max_length=255, pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 
@@ -102,15 +114,15 @@ class Deleted(BaseModel):
 
 
 # documents
-class Document(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+class Document(RequestBody):
+    model_config = ConfigDict(strict=True, extra="forbid")
     id: str = Field(min_length=1, max_length=512)
     text: str = Field(min_length=1)
     value: str | None = None
     metadata: dict[str, Any] = Field(default_factory=dict)
 
 
-class DocumentsUpsert(BaseModel):
+class DocumentsUpsert(RequestBody):
     documents: list[Document] = Field(min_length=1)
     truncate: bool = Field(True, description="Cut texts over the token limit (listed in "
                            "`truncated`); false answers 422 instead.")
@@ -121,7 +133,7 @@ class UpsertResult(BaseModel):
     truncated: list[str] = Field(description="Ids whose text was cut to the token limit.")
 
 
-class DocumentsDelete(BaseModel):
+class DocumentsDelete(RequestBody):
     ids: list[str] = Field(min_length=1)
 
 
@@ -138,7 +150,12 @@ class DocumentOut(BaseModel):
 
 
 # search / attend / generate
-class SearchRequest(BaseModel):
+class SearchRequest(RequestBody):
+    # exactly one of `query` and `vector` (the other absent or null), stated in the schema
+    model_config = ConfigDict(strict=True, json_schema_extra={"oneOf": [
+        {"required": ["query"], "properties": {"query": {"type": "string"}}},
+        {"required": ["vector"], "properties": {"vector": {"type": "array"}}}]})
+
     query: str | None = Field(None, min_length=1, description="Text to search for, or give "
                               "`vector`.")
     vector: list[float] | None = Field(None, description="A query vector of the "
@@ -179,7 +196,7 @@ class AttendResponse(BaseModel):
     truncated: bool
 
 
-class GenerateRequest(BaseModel):
+class GenerateRequest(RequestBody):
     query: str = Field(min_length=1)
     top_k: int = Field(4, ge=0)
     filter: dict[str, Any] | None = None

@@ -40,7 +40,8 @@ def softmax(scores: np.ndarray, temperature: float) -> np.ndarray:
         return s.astype(np.float32)
     if not np.isfinite(s).all():
         raise ValueError("scores must be finite")
-    z = (s - s.max(axis=-1, keepdims=True)) / temperature  # every entry ≤ 0
+    with np.errstate(over="ignore"):  # a tiny T sends z to -inf: exp gives 0, the T → 0 limit
+        z = (s - s.max(axis=-1, keepdims=True)) / temperature  # every entry ≤ 0
     e = np.exp(z)
     return (e / e.sum(axis=-1, keepdims=True)).astype(np.float32)
 

@@ -13,7 +13,6 @@ under one key.)
 
 from __future__ import annotations
 
-import json
 import math
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -128,10 +127,16 @@ def _as_list(v: Any, name: str) -> list[Any]:
     return v
 
 
+# The escapes both Milvus parsers read (Milvus Lite's and the 2.x server's): Lite refuses
+# \u, \x, octal, \b and \f ("unknown escape sequence"), so the other control characters go
+# in raw, which both read verbatim (only a raw CR or LF would end the literal).
+_ESCAPES = {'"': '\\"', "\\": "\\\\", "\n": "\\n", "\r": "\\r", "\t": "\\t"}
+
+
 def quote(s: str) -> str:
-    """A Milvus string literal that means exactly ``s``: a JSON string (``"`` and ``\\``
-    escaped, control characters as escapes), which Milvus's parser reads back verbatim."""
-    return json.dumps(s, ensure_ascii=False)
+    """A Milvus string literal that means exactly ``s``: ``"`` and ``\\`` escaped, line
+    breaks and tabs as ``\\n``, ``\\r``, ``\\t``, every other character as itself."""
+    return '"' + "".join(_ESCAPES.get(ch, ch) for ch in s) + '"'
 
 
 def _literal(v: Scalar) -> str:

@@ -9,6 +9,7 @@ higher is better. Every collection records the encoder that made its vectors
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
@@ -171,6 +172,32 @@ def check_item(item: Item) -> None:
             raise ValueError(f"item {item.id!r}: {name} is longer than {MAX_TEXT_BYTES} bytes")
     if not isinstance(item.metadata, dict):
         raise ValueError(f"item {item.id!r}: metadata must be a JSON object")
+    _check_json(item.metadata, f"item {item.id!r}: metadata")
+
+
+def _check_json(v: Any, where: str) -> None:
+    """Refuse JSON that some backend cannot store as given: integers beyond 64 bits (Milvus'
+    JSON field refuses them), non-finite numbers, strings or keys that are not valid UTF-8
+    (lone surrogates) and keys that are not strings."""
+    if v is None or isinstance(v, bool):
+        return
+    if isinstance(v, str):
+        v.encode()  # a lone surrogate raises UnicodeEncodeError, a ValueError
+    elif isinstance(v, int):
+        if not -(2**63) <= v < 2**63:
+            raise ValueError(f"{where}: integer {v} is outside the 64-bit range")
+    elif isinstance(v, float):
+        if not math.isfinite(v):
+            raise ValueError(f"{where}: numbers must be finite, got {v}")
+    elif isinstance(v, dict):
+        for key, x in v.items():
+            if not isinstance(key, str):
+                raise ValueError(f"{where}: keys must be strings, got {key!r}")
+            key.encode()
+            _check_json(x, where)
+    elif isinstance(v, list | tuple):
+        for x in v:
+            _check_json(x, where)
 
 
 def dedupe_last(items: Iterable[Item]) -> list[Item]:

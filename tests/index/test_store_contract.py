@@ -148,7 +148,8 @@ def test_filtered_search_returns_exactly_the_matching_items(store: VectorStore, 
 
 
 HOSTILE = ['it\'s', 'say "hi"', "back\\slash", "trailing\\", '" or 1==1 or "', "' or 1==1 --",
-           'x"] == "x" or metadata["n', "new\nline", "tab\there", "émoji 🚀", "\\\"", ""]
+           'x"] == "x" or metadata["n', "new\nline", "tab\there", "émoji 🚀", "\\\"", "",
+           "ctl\x19\x7f", "cr\rand\x0c\x08", "\\u0019"]
 
 
 def test_hostile_filter_values_match_literally(store: VectorStore, collection: str) -> None:
@@ -170,6 +171,17 @@ def test_hostile_filter_values_match_literally(store: VectorStore, collection: s
     (hits,) = store.search(collection, xb[0], k=20, consistency=SESSION,
                            filter=Condition("tag", "in", [HOSTILE[4], HOSTILE[5]]))
     assert {h.id for h in hits} == {"h4", "h5"}
+
+
+def test_ids_with_control_characters_get_and_delete(store: VectorStore, collection: str
+                                                    ) -> None:
+    store.create(collection, D)
+    ids = ["a\x19b", "nul\x00x", "line\nbreak\r", "bs\\u0019", "ff\x0cbs\x08"]
+    xb = unit_rows(len(ids), D, seed=4)
+    store.upsert(collection, [Item(i, xb[n], "t") for n, i in enumerate(ids)])
+    assert [it.id for it in store.get(collection, ids)] == ids
+    store.delete(collection, ids[:2])
+    assert [it.id for it in store.get(collection, ids)] == ids[2:]
 
 
 def test_other_encoder_is_refused(store: VectorStore, collection: str) -> None:
