@@ -26,16 +26,17 @@ def attention(
 
     q: (..., Tq, d), k: (..., Tk, d), v: (..., Tk, dv); mask broadcastable to
     (..., Tq, Tk), bool, True = may attend; bias: additive logits of the same shape.
-    Returns (output (..., Tq, dv), weights (..., Tq, Tk)). A query row whose keys are all
-    masked gets zero weights rather than NaN.
+    Returns (output (..., Tq, dv), weights (..., Tq, Tk) in float32 whatever the inputs'
+    dtype, so maps read under bf16 still sum to 1). A query row whose keys are all masked
+    gets zero weights rather than NaN.
     """
     scores = q @ k.transpose(-2, -1) / math.sqrt(q.size(-1))  # (..., Tq, Tk)
     if bias is not None:
         scores = scores + bias
     if mask is not None:
         scores = scores.masked_fill(~mask, float("-inf"))
-    weights = torch.softmax(scores.float(), dim=-1).nan_to_num(0.0).to(v.dtype)
-    return weights @ v, weights
+    weights = torch.softmax(scores.float(), dim=-1).nan_to_num(0.0)
+    return weights.to(v.dtype) @ v, weights
 
 
 class MultiHeadAttention(nn.Module):

@@ -58,7 +58,7 @@ def test_generation_with_attention_lines_up_tokens_and_memory(tiny_decoder_dir: 
     assert g.attention is not None and g.memory_tokens and g.memory_segments
     assert len(g.tokens) <= 6 and len(g.attention) == len(g.tokens)
     assert all(len(row) == len(g.memory_tokens) for row in g.attention)
-    assert all(abs(sum(row) - 1.0) < 1e-2 for row in g.attention)  # bf16 where the CPU has it
+    assert all(abs(sum(row) - 1.0) < 1e-4 for row in g.attention)  # float32 maps under bf16
     assert g.memory_tokens[0] == "<s>" and "<sep>" in g.memory_tokens
     assert sorted(set(g.memory_segments)) == [-1, 0, 1]
     first = g.memory_segments.index(0)
