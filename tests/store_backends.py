@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import os
 import signal
 import socket
 import subprocess
@@ -22,6 +23,8 @@ import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
+from unittest import mock
 
 import numpy as np
 import pytest
@@ -58,26 +61,80 @@ def stop_process(proc: subprocess.Popen[bytes], grace: float = 5.0) -> None:
             proc.wait(10)
 
 
+class RestartableMilvus:
+    """Milvus 2.3.5 standalone that can be stopped and started again on the same port and
+    data directory.
+
+    Two things in ``milvus.MilvusServer`` stand in the way, and are worked around here:
+    its port check binds without ``SO_REUSEADDR``, so the port of a server just stopped
+    (its connections in TIME_WAIT) looks taken for a minute, and the gRPC port moves to
+    the next free one; and the embedded etcd's peer port is fixed at 2380, so a second
+    Milvus on the machine (a benchmark's, say) cannot start at all. The config below binds
+    the way the servers themselves do, and an etcd config file gives etcd ports of its
+    own, kept across restarts.
+    """
+
+    def __init__(self, data_dir: Path) -> None:
+        self.data_dir = data_dir
+        self.port, self.etcd_port, peer = free_port(), free_port(), free_port()
+        self.uri = f"http://127.0.0.1:{self.port}"
+        self.etcd_config = data_dir.with_name(data_dir.name + "-etcd.yaml")
+        self.etcd_config.write_text(
+            f"listen-client-urls: http://127.0.0.1:{self.etcd_port}\n"
+            f"advertise-client-urls: http://127.0.0.1:{self.etcd_port}\n"
+            f"listen-peer-urls: http://127.0.0.1:{peer}\n"
+            f"initial-advertise-peer-urls: http://127.0.0.1:{peer}\n"
+            f"initial-cluster: default=http://127.0.0.1:{peer}\n")
+        self.server: Any = None
+
+    def start(self) -> None:
+        from milvus import MilvusServer, MilvusServerConfig
+
+        class ReusableConfig(MilvusServerConfig):  # type: ignore[misc]
+            def try_bind_port(self, port: int) -> socket.socket | None:
+                sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+                try:
+                    sock.bind(("127.0.0.1", port))
+                    sock.listen()
+                    return sock
+                except OSError:
+                    sock.close()
+                    return None
+
+        self.server = MilvusServer(ReusableConfig(etcd_port=self.etcd_port,
+                                                  proxy_port=self.port))
+        self.server.set_base_dir(str(self.data_dir))
+        # MilvusServer passes its environment on; Milvus reads etcd.config.path from it.
+        with mock.patch.dict(os.environ, {"ETCD_CONFIG_PATH": str(self.etcd_config)}):
+            self.server.start()  # blocks until /healthz says OK
+
+    def stop(self) -> None:
+        """Stop the server process by its pid (TERM, then KILL: Milvus' graceful stop can
+        take a minute here), like a crash or an operator's restart."""
+        if self.server is not None:
+            if self.server.server_proc is not None:
+                stop_process(self.server.server_proc, grace=5.0)
+                self.server.server_proc = None
+            self.server.stop()  # closes its log files
+            self.server = None
+
+    def log(self, tail: int = 3000) -> str:
+        path = self.data_dir / "logs" / "milvus-stderr.log"
+        return path.read_text(errors="replace")[-tail:] if path.exists() else ""
+
+
 @contextlib.contextmanager
 def milvus_standalone(data_dir: Path) -> Iterator[str]:
-    """Milvus 2.3.5 standalone on a free port; yields its ``http://`` URI."""
-    from milvus import MilvusServer
-
-    server = MilvusServer()
-    server.set_base_dir(str(data_dir))
-    port = free_port()
-    server.listen_port = port
+    """Milvus 2.3.5 standalone on free ports (its etcd's too); yields its ``http://`` URI."""
+    server = RestartableMilvus(data_dir)
     t0 = time.monotonic()
-    server.start()  # blocks until /healthz says OK (raises after 180 s)
-    proc = server.server_proc
-    assert proc is not None
-    log.info("milvus 2.3.5 pid %d on port %d in %.1f s", proc.pid, port, time.monotonic() - t0)
     try:
-        yield f"http://127.0.0.1:{port}"
+        server.start()  # blocks until /healthz says OK (raises after 180 s)
+        log.info("milvus 2.3.5 on port %d in %.1f s", server.port, time.monotonic() - t0)
+        yield server.uri
     finally:
-        stop_process(proc)
-        server.server_proc = None
-        server.stop()  # closes its log files
+        server.stop()
 
 
 class LiteServer:
