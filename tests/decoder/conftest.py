@@ -4,11 +4,25 @@ and a tiny random decoder checkpoint."""
 from __future__ import annotations
 
 import gzip
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+import torch
 
 from decoder.testing import tiny_decoder, toy_pairs
+
+
+@pytest.fixture(autouse=True)
+def _one_torch_thread() -> Iterator[None]:
+    """Tiny models run as fast on one thread; and on a shared, oversubscribed CPU, OpenMP
+    workers spinning at every barrier made these tests 20x slower (200 s against 9 s
+    here). The qkv commands avoid that with OMP_WAIT_POLICY=PASSIVE (api.runtime), which
+    a test cannot set once torch is loaded."""
+    n = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(n)
 
 
 def write_task1(root: Path, n_train: int = 60, n_val: int = 12) -> Path:
