@@ -7,8 +7,12 @@ from pathlib import Path
 import pytest
 from minidata import write_data_dir
 
-import encoder
-from encoder.tokenizer import train_tokenizer
+from api import runtime
+
+runtime.configure()  # before torch loads: idle OpenMP workers sleep (see api/runtime.py)
+
+import encoder  # noqa: E402
+from encoder.tokenizer import train_tokenizer  # noqa: E402
 
 
 @pytest.fixture(scope="session")
