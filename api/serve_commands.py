@@ -21,7 +21,7 @@ def serve(
     """Serve the API (OpenAPI at /docs). Settings come from QKV_* variables; options win."""
     from api import runtime
 
-    runtime.configure()
+    runtime.configure(serving=True)
     import uvicorn
 
     from api.app import create_app

@@ -25,6 +25,9 @@ class Settings(BaseSettings):
     decoders: dict[str, Path] = Field(default_factory=dict,
                                       description="Collection name -> decoder checkpoint.")
     device: str | None = Field(None, description="cpu, cuda, cuda:1 ... (default: auto).")
+    encoder_threads: int | None = Field(None, ge=1, description="CPU threads of the encoder "
+                                        "(default: half the cores, at least 1: the other half "
+                                        "serves HTTP).")
 
     # security
     api_key: str | None = Field(None, description="When set, /v1/*, /embed and writes need "

@@ -161,8 +161,7 @@ class TextEncoder:
         weights: list[np.ndarray] = [np.zeros(0, np.float32)] * len(ids)
         order = sorted(range(len(ids)), key=lambda i: len(ids[i]), reverse=True)
         with torch.inference_mode(), autocast(self.device):
-            for start in range(0, len(order), batch_size):
-                idx = order[start : start + batch_size]
+            for idx in _length_groups(order, [len(x) for x in ids], batch_size):
                 batch = _pad([ids[i] for i in idx], self.config.pad_id, PAD_MULTIPLE)
                 vec, w = self.model(batch.to(self.device), normalize)  # (b, d), (b, T)
                 out[idx] = vec.float().cpu().numpy()
@@ -175,6 +174,21 @@ class TextEncoder:
     def save(self, path: str | Path, extra: dict[str, Any] | None = None) -> None:
         """Write the self-describing checkpoint directory (safetensors, config, tokenizer)."""
         save_checkpoint(path, self.model, self.tokenizer, extra or self.meta)
+
+
+def _length_groups(order: list[int], lengths: list[int], batch_size: int) -> list[list[int]]:
+    """Cut ``order`` (indices by decreasing length) into batches of at most ``batch_size``,
+    starting a new one where a text is at most half as long as its batch's first (longest)
+    one: padding then never more than doubles a batch's work. Sorted corpora barely notice;
+    a batch of mixed lengths (the API's dynamic batches, in arrival order) ran ~2x faster."""
+    groups: list[list[int]] = []
+    for i in order:
+        g = groups[-1] if groups else None
+        if g is None or len(g) >= batch_size or 2 * lengths[i] <= lengths[g[0]]:
+            groups.append([i])
+        else:
+            g.append(i)
+    return groups
 
 
 def _pad(seqs: Sequence[Sequence[int]], pad_id: int, multiple: int = 1) -> torch.Tensor:
