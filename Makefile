@@ -9,8 +9,9 @@ STAMP := $(VENV)/.installed
 TORCH := torch==2.13.0
 DATA ?= ../shared/data
 
-.PHONY: venv test lint typecheck run bench clean
+.PHONY: venv test lint typecheck run stack stack-down bench clean
 PORT ?= 8000
+MILVUS_PORT ?= 19530
 
 $(STAMP): pyproject.toml
 	test -d $(VENV) || $(PYTHON) -m venv $(VENV)
@@ -39,6 +40,17 @@ run: $(STAMP)
 	mkdir -p var
 	$(VENV)/bin/qkv serve --host 127.0.0.1 --port $(PORT) --store var/qkv.db \
 		--model models/encoder-default --demo data/demo/python-docs.jsonl.gz
+
+# The same service against a real Milvus standalone server (PyPI milvus==2.3.5, data under
+# var/stack/), both as child processes, no Docker: Ctrl-C (or `make stack-down` from another
+# terminal) stops both. Same demo collection as `make run`.
+stack: $(STAMP)
+	$(PIP) install -q 'milvus==2.3.5'
+	$(VENV)/bin/qkv stack up --var-dir var/stack --port $(PORT) --milvus-port $(MILVUS_PORT) \
+		--model models/encoder-default --demo data/demo/python-docs.jsonl.gz
+
+stack-down:
+	$(VENV)/bin/qkv stack down --var-dir var/stack
 
 bench: $(STAMP)
 	$(PIP) install -q -e '.[bench]'

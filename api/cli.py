@@ -6,7 +6,7 @@ import logging
 
 import typer
 
-from api import decoder_commands, encoder_commands, index_commands, serve_commands
+from api import decoder_commands, encoder_commands, index_commands, serve_commands, stack_commands
 
 app = typer.Typer(help="qkv: retrieval-augmented embedding service.", no_args_is_help=True)
 
@@ -23,6 +23,7 @@ encoder_commands.register(app)
 index_commands.register(app)
 serve_commands.register(app)
 decoder_commands.register(app)
+stack_commands.register(app)
 
 
 if __name__ == "__main__":  # torchrun --nproc_per_node N -m api.cli train-encoder ...
