@@ -57,7 +57,8 @@ def train_encoder(
 
 
 def _evaluate(model: Path, beir: list[Path], split: str, sts: Path | None, report: Path | None,
-              bm25: bool, record: bool = False) -> dict:
+              bm25: bool, record: bool = False, modes: tuple[str, ...] = (),
+              fusion: str = "rrf") -> dict:
     import encoder
     from encoder.evaluate import evaluate_beir, evaluate_sts
 
@@ -65,6 +66,11 @@ def _evaluate(model: Path, beir: list[Path], split: str, sts: Path | None, repor
     results: dict = {"model": str(model), "fingerprint": enc.fingerprint}
     for folder in beir:
         results[f"beir:{folder.name}:{split}"] = evaluate_beir(enc, folder, split, bm25=bm25)
+        if modes:
+            from api.retrieval_eval import evaluate_modes
+
+            results[f"beir:{folder.name}:{split}"]["milvus"] = evaluate_modes(
+                enc, folder, split, modes, fusion)
     if sts is not None:
         results[f"sts:{sts.name}"] = evaluate_sts(enc, sts)
     text = json.dumps(results, indent=2)
@@ -88,11 +94,22 @@ def eval_encoder(
     bm25: bool = typer.Option(True, help="Also score BM25 (bm25s) on the same queries."),
     report: Path | None = typer.Option(None, help="Write the JSON report here too."),
     record: bool = typer.Option(False, help="Record metrics + fingerprint in config.json."),
+    mode: list[str] = typer.Option(
+        [], "--mode", help="dense, bm25 or hybrid (repeatable): also index each --beir folder "
+        "into a hybrid Milvus Lite collection and search it in these modes (Milvus' own BM25)."),
+    fusion: str = typer.Option("rrf", help="Hybrid fusion: rrf (k = 60) or weighted (w = 0.5)."),
 ) -> None:
     """nDCG@10 and Recall@100 on BEIR folders (with BM25), Spearman on an STS file."""
     if not beir and sts is None:
         raise typer.BadParameter("give at least one --beir folder or an --sts file")
-    _evaluate(model, beir, split, sts, report, bm25, record)
+    from index import FUSIONS, SEARCH_MODES
+
+    for m in mode:
+        if m not in SEARCH_MODES:
+            raise typer.BadParameter(f"--mode must be one of {', '.join(SEARCH_MODES)}, got {m!r}")
+    if fusion not in FUSIONS:
+        raise typer.BadParameter(f"--fusion must be one of {', '.join(FUSIONS)}, got {fusion!r}")
+    _evaluate(model, beir, split, sts, report, bm25, record, tuple(dict.fromkeys(mode)), fusion)
 
 
 def register(app: typer.Typer) -> None:

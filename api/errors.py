@@ -23,6 +23,7 @@ from index import (
     EncoderMismatchError,
     StoreError,
     StoreUnavailableError,
+    UnsupportedError,
 )
 
 log = logging.getLogger(__name__)
@@ -69,7 +70,7 @@ def from_exception(e: Exception) -> ApiError:
         return e
     if isinstance(e, CollectionNotFoundError):
         return not_found(str(e))
-    if isinstance(e, CollectionExistsError | EncoderMismatchError):
+    if isinstance(e, CollectionExistsError | EncoderMismatchError | UnsupportedError):
         return conflict(str(e))
     if isinstance(e, StoreUnavailableError):
         return ApiError(503, "store_unavailable", str(e), {"Retry-After": str(RETRY_AFTER_S)})

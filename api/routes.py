@@ -6,6 +6,7 @@ from __future__ import annotations
 import base64
 import secrets
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Annotated, Any
 
 import numpy as np
@@ -16,7 +17,9 @@ from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from api import schemas as s
 from api.errors import ApiError, invalid, not_found, too_large
 from api.service import Service
-from index import EncoderInfo, Hit, Item, parse_filter, softmax
+from index import CollectionInfo, Hit, Item, parse_filter, softmax
+from index import attend as attend_values
+from index.store import resolve_mode
 
 ERRORS: dict[int | str, dict[str, Any]] = {
     code: {"model": s.ErrorBody, "description": text}
@@ -144,20 +147,23 @@ async def get_model(model_id: str, request: Request) -> Response:
 
 
 # collections
-def _collection_out(svc: Service, name: str, dim: int, enc: EncoderInfo | None,
-                    count: int | None = None) -> dict[str, Any]:
-    dec = svc.settings.decoders.get(name)
-    return {"name": name, "dim": dim, "encoder": enc.to_dict() if enc else None,
-            "count": count, "decoder": str(dec) if dec else None}
+def _collection_out(svc: Service, info: CollectionInfo, count: int | None = None
+                    ) -> dict[str, Any]:
+    dec = svc.settings.decoders.get(info.name)
+    return {"name": info.name, "dim": info.dim,
+            "encoder": info.encoder.to_dict() if info.encoder else None, "count": count,
+            "decoder": str(dec) if dec else None, "hybrid": info.hybrid}
 
 
 @v1.post("/v1/collections", status_code=201, response_model=s.CollectionOut,
          tags=["collections"])
 async def create_collection(body: s.CollectionCreate, request: Request) -> Response:
-    """Create a collection for the served encoder; an existing name is 409."""
+    """Create a collection for the served encoder; an existing name is 409. ``hybrid`` adds
+    a BM25 index of the text (409 on a store without BM25)."""
     svc = service(request)
-    info = await svc.call(svc.store.create, body.name, svc.info.dim, svc.info, exist_ok=False)
-    return json_response(_collection_out(svc, info.name, info.dim, info.encoder, 0), 201)
+    info = await svc.call(svc.store.create, body.name, svc.info.dim, svc.info, exist_ok=False,
+                          hybrid=body.hybrid)
+    return json_response(_collection_out(svc, info, 0), 201)
 
 
 @v1.get("/v1/collections", response_model=s.CollectionList, tags=["collections"])
@@ -166,7 +172,7 @@ async def list_collections(request: Request) -> Response:
     out = []
     for name in await svc.call(svc.store.list_collections):
         info = await svc.call(svc.store.describe, name)
-        out.append(_collection_out(svc, name, info.dim, info.encoder))
+        out.append(_collection_out(svc, info))
     return json_response({"collections": out})
 
 
@@ -176,7 +182,7 @@ async def get_collection(name: str, request: Request) -> Response:
     svc = service(request)
     info = await svc.call(svc.store.describe, name)
     count = await svc.call(svc.store.count, name)
-    return json_response(_collection_out(svc, name, info.dim, info.encoder, count))
+    return json_response(_collection_out(svc, info, count))
 
 
 @v1.delete("/v1/collections/{name}", response_model=s.Deleted, tags=["collections"])
@@ -231,12 +237,36 @@ async def get_document(name: str, doc_id: str, request: Request,
 
 
 # search, attend, generate
+@dataclass
+class Neighbours:
+    """One query's hits, the query vector, the mode that ran and whether the text was cut."""
+
+    hits: list[Hit]
+    xq: np.ndarray
+    mode: str
+    truncated: bool
+
+    def cosines(self) -> np.ndarray:
+        """Each hit's dense similarity to the query: its score in dense mode, else q·key
+        (bm25 and hybrid searches fetch the vectors for it)."""
+        if self.mode == "dense":
+            return np.array([h.score for h in self.hits], np.float32)
+        keys = [h.vector for h in self.hits if h.vector is not None]
+        assert len(keys) == len(self.hits), "bm25/hybrid searches fetch the vectors"
+        return (np.stack(keys) @ self.xq if keys else np.zeros(0)).astype(np.float32)
+
+
 async def _neighbours(svc: Service, name: str, body: s.SearchRequest, with_vectors: bool
-                      ) -> tuple[list[Hit], bool]:
+                      ) -> Neighbours:
     if (body.query is None) == (body.vector is None):
         raise invalid("give exactly one of `query` (text) or `vector`")
     filt = parse_filter(body.filter) if body.filter is not None else None
-    await svc.call(svc.store.describe, name)  # 404 before any encoding
+    info = await svc.call(svc.store.describe, name)  # 404 before any encoding
+    if body.mode in ("bm25", "hybrid") and body.query is None:
+        raise invalid(f"mode {body.mode!r} searches the query's words: give `query` (text), "
+                      "or use mode 'dense' with `vector`")
+    texts = [body.query] if body.query is not None else None
+    mode = resolve_mode(info, body.mode, texts, 1)  # 409 on a collection without BM25
     truncated = False
     if body.query is not None:
         emb = await svc.embed([body.query], body.truncate)
@@ -244,14 +274,16 @@ async def _neighbours(svc: Service, name: str, body: s.SearchRequest, with_vecto
     else:
         with np.errstate(over="ignore"):  # beyond float32: inf, refused by the store (422)
             xq = np.asarray(body.vector, dtype=np.float32)
-    hits = await svc.search(name, xq, body.top_k, filt, with_vectors, body.consistency)
-    return hits, truncated
+    hits = await svc.search(name, xq, body.top_k, filt, with_vectors or mode != "dense",
+                            body.consistency, texts, mode, body.fusion, body.dense_weight)
+    return Neighbours(hits, xq, mode, truncated)
 
 
 def _hits_out(hits: list[Hit], weights: np.ndarray, fields: Sequence[str]) -> list[dict[str, Any]]:
     out = []
     for h, w in zip(hits, weights, strict=True):
-        d: dict[str, Any] = {"id": h.id, "score": h.score, "weight": float(w)}
+        d: dict[str, Any] = {"id": h.id, "score": h.score, "weight": float(w),
+                             "sources": h.sources or {"dense": h.score}}
         if "text" in fields:
             d["text"] = h.text
         if "value" in fields:
@@ -266,32 +298,32 @@ def _hits_out(hits: list[Hit], weights: np.ndarray, fields: Sequence[str]) -> li
 
 @v1.post("/v1/collections/{name}/search", response_model=s.SearchResponse, tags=["retrieval"])
 async def search(name: str, body: s.SearchRequest, request: Request) -> Response:
-    """Nearest neighbours of a text or vector, each with its softmax weight."""
+    """Neighbours of a text or vector by ``mode`` (dense, bm25 or hybrid), each with the
+    sides that found it and its softmax weight over the cosines."""
     svc = service(request)
-    hits, truncated = await _neighbours(svc, name, body, "vector" in body.fields)
+    nb = await _neighbours(svc, name, body, "vector" in body.fields)
     t = body.temperature or svc.settings.default_temperature
-    weights = softmax(np.array([h.score for h in hits], np.float32), t)
-    return json_response({"hits": _hits_out(hits, weights, body.fields), "temperature": t,
-                          "truncated": truncated})
+    weights = softmax(nb.cosines(), t)
+    return json_response({"hits": _hits_out(nb.hits, weights, body.fields), "temperature": t,
+                          "truncated": nb.truncated, "mode": nb.mode})
 
 
 @v1.post("/v1/collections/{name}/attend", response_model=s.AttendResponse, tags=["retrieval"])
 async def attend(name: str, body: s.SearchRequest, request: Request) -> Response:
-    """The query-key-value view: neighbours (keys = their vectors), weights
-    softmax(score / T) summing to 1, and the output Σ wᵢ vᵢ."""
-    from index import attend_hits
-
+    """The query-key-value view: neighbours (chosen by ``mode``; keys = their vectors),
+    weights softmax(cosine / T) summing to 1, and the output Σ wᵢ vᵢ."""
     svc = service(request)
-    hits, truncated = await _neighbours(svc, name, body, True)
+    nb = await _neighbours(svc, name, body, True)
     t = body.temperature or svc.settings.default_temperature
-    if hits:
-        att = attend_hits(hits, t)
+    if nb.hits:
+        att = attend_values(nb.cosines(), np.stack([h.vector for h in nb.hits
+                                             if h.vector is not None]), t)
         weights, output = att.weights, att.output
     else:
         weights, output = np.zeros(0, np.float32), np.zeros(svc.info.dim, np.float32)
-    return json_response({"neighbours": _hits_out(hits, weights, body.fields),
+    return json_response({"neighbours": _hits_out(nb.hits, weights, body.fields),
                           "weights": weights, "output": output, "temperature": t,
-                          "truncated": truncated})
+                          "truncated": nb.truncated, "mode": nb.mode})
 
 
 @v1.post("/v1/collections/{name}/generate", response_model=s.GenerateResponse,
@@ -308,8 +340,11 @@ async def generate(name: str, body: s.GenerateRequest, request: Request) -> Resp
     hits: list[Hit] = []
     if body.top_k > 0:
         search_body = s.SearchRequest(query=body.query, top_k=body.top_k, filter=body.filter)
-        hits, _ = await _neighbours(svc, name, search_body, False)
-    weights = softmax(np.array([h.score for h in hits], np.float32), t)
+        nb = await _neighbours(svc, name, search_body, False)
+        hits, cosines = nb.hits, nb.cosines()
+    else:
+        cosines = np.zeros(0, np.float32)
+    weights = softmax(cosines, t)
     neighbours = [(h.value or h.text, float(w)) for h, w in zip(hits, weights, strict=True)]
     gen = await svc.run(dec.generate, body.query, neighbours, beam=body.beam,
                         max_tokens=body.max_tokens, return_attention=body.return_attention)

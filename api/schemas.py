@@ -14,6 +14,8 @@ from pydantic import BaseModel, ConfigDict, Field
 
 Consistency = Literal["Strong", "Session", "Bounded", "Eventually"]
 HitField = Literal["text", "value", "metadata", "vector"]
+SearchMode = Literal["dense", "bm25", "hybrid"]
+Fusion = Literal["rrf", "weighted"]
 Texts = Annotated[list[str], Field(min_length=1)]
 
 
@@ -88,6 +90,10 @@ class ModelList(BaseModel):
 # collections
 class CollectionCreate(RequestBody):
     name: str = Field(min_length=1, max_length=255, pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")
+    hybrid: bool = Field(False, description="Also index the documents' text with Milvus' "
+                         "BM25 full-text search, for search modes bm25 and hybrid (Milvus "
+                         "Lite or Milvus >= 2.5; 409 on a store without it). Default false: a "
+                         "dense-only collection, as before.")
 
 
 class EncoderOut(BaseModel):
@@ -103,6 +109,8 @@ class CollectionOut(BaseModel):
     count: int | None = Field(None, description="Exact number of documents (only on GET of "
                               "one collection).")
     decoder: str | None = Field(None, description="The decoder generate uses, if any.")
+    hybrid: bool = Field(False, description="Whether the collection has a BM25 index (search "
+                         "modes bm25 and hybrid).")
 
 
 class CollectionList(BaseModel):
@@ -170,12 +178,30 @@ class SearchRequest(RequestBody):
                                       "hits' weights (default: the server's).")
     truncate: bool = True
     consistency: Consistency = "Session"
+    mode: SearchMode | None = Field(None, description="Which neighbours: 'dense' (nearest "
+                                    "vectors), 'bm25' (the query text's keywords, Milvus "
+                                    "full-text search) or 'hybrid' (both rankings fused). "
+                                    "Default: 'hybrid' on a collection created with hybrid "
+                                    "and a text query, else 'dense'. bm25 and hybrid need "
+                                    "`query` (422 with `vector`) and a hybrid collection "
+                                    "(409).")
+    fusion: Fusion = Field("rrf", description="How hybrid fuses the two rankings: 'rrf' "
+                           "scores Σ 1/(60 + rank) over the sides that found the hit; "
+                           "'weighted' scores w·(1 + cosine)/2 + (1 − w)·(2/π)·atan(bm25) "
+                           "with w = dense_weight.")
+    dense_weight: float = Field(0.5, ge=0, le=1, description="w of the weighted fusion.")
 
 
 class HitOut(BaseModel):
     id: str
-    score: float
-    weight: float = Field(description="softmax(score / temperature) over the returned hits.")
+    score: float = Field(description="The ranking's score: the cosine in dense mode, the "
+                         "BM25 score in bm25 mode, the fused score in hybrid mode.")
+    weight: float = Field(description="softmax(cosine / temperature) over the returned hits, "
+                          "where cosine is the hit's dense similarity to the query (its "
+                          "score in dense mode; in bm25 and hybrid modes computed from its "
+                          "vector): the mode picks the neighbours, attention weighs them.")
+    sources: dict[str, float] = Field(description="Each side that found the hit, 'dense' "
+                                      "and/or 'bm25', with its score on that side.")
     text: str | None = None
     value: str | None = None
     metadata: dict[str, Any] | None = None
@@ -186,6 +212,7 @@ class SearchResponse(BaseModel):
     hits: list[HitOut]
     temperature: float
     truncated: bool
+    mode: SearchMode = Field(description="The mode that ran.")
 
 
 class AttendResponse(BaseModel):
@@ -194,6 +221,7 @@ class AttendResponse(BaseModel):
     output: list[float] = Field(description="Σ weightᵢ · vectorᵢ over the neighbours.")
     temperature: float
     truncated: bool
+    mode: SearchMode = Field(description="The mode that ran.")
 
 
 class GenerateRequest(RequestBody):

@@ -111,11 +111,14 @@ class Service:
         return True, "ok"
 
     async def search(self, collection: str, xq: np.ndarray, k: int, filter: Any,
-                     with_vectors: bool, consistency: str) -> list[Hit]:
+                     with_vectors: bool, consistency: str, query_text: list[str] | None = None,
+                     mode: str | None = None, fusion: str = "rrf", dense_weight: float = 0.5
+                     ) -> list[Hit]:
         if k > self.settings.max_top_k:
             raise invalid(f"top_k must be at most {self.settings.max_top_k}, got {k}")
         (hits,) = await self.call(self.store.search, collection, xq[None, :], k, filter,
-                                  self.info, with_vectors, consistency)
+                                  self.info, with_vectors, consistency, query_text, mode,
+                                  fusion, dense_weight)
         return hits
 
     def decoder_for(self, collection: str) -> Any:

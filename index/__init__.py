@@ -9,8 +9,10 @@ from index.bulk import JobConfig, JobSummary, bulk_index
 from index.corpus import Fields
 from index.faiss_store import FaissStore
 from index.filters import And, Condition, Filter, Or, matches, parse_filter, to_milvus_expr
+from index.fusion import DEFAULT_DENSE_WEIGHT, FUSIONS, RRF_K, fuse
 from index.milvus_store import MilvusStore
 from index.store import (
+    SEARCH_MODES,
     CollectionExistsError,
     CollectionInfo,
     CollectionNotFoundError,
@@ -20,6 +22,7 @@ from index.store import (
     Item,
     StoreError,
     StoreUnavailableError,
+    UnsupportedError,
     VectorStore,
 )
 
@@ -35,6 +38,7 @@ def open_store(uri: str, token: str = "", timeout: float = 10.0) -> VectorStore:
 
 
 __all__ = [
+    "DEFAULT_DENSE_WEIGHT", "FUSIONS", "RRF_K", "SEARCH_MODES", "UnsupportedError", "fuse",
     "And", "Attention", "CollectionExistsError", "CollectionInfo", "CollectionNotFoundError",
     "Condition", "EncoderInfo", "EncoderMismatchError", "FaissStore", "Fields", "Filter", "Hit",
     "Item", "JobConfig", "JobSummary", "MilvusStore", "Or", "StoreError",

@@ -31,12 +31,14 @@ from index.store import (
     EncoderInfo,
     Hit,
     Item,
+    UnsupportedError,
     as_matrix,
     check_collection_name,
     check_encoder,
     check_item,
     check_search_args,
     dedupe_last,
+    resolve_mode,
 )
 
 log = logging.getLogger(__name__)
@@ -179,9 +181,14 @@ class FaissStore:
 
     # -- VectorStore ------------------------------------------------------------------
     def create(
-        self, collection: str, dim: int, encoder: EncoderInfo | None = None, exist_ok: bool = True
+        self, collection: str, dim: int, encoder: EncoderInfo | None = None,
+        exist_ok: bool = True, hybrid: bool = False,
     ) -> CollectionInfo:
         path = self._dir(collection)
+        if hybrid:
+            raise UnsupportedError(
+                "FaissStore has no BM25 index: hybrid collections need Milvus (Lite, or a "
+                "server >= 2.5); create the collection without hybrid")
         if dim < 1:
             raise ValueError(f"dim must be >= 1, got {dim}")
         if encoder is not None and encoder.dim != dim:
@@ -247,11 +254,16 @@ class FaissStore:
         encoder: EncoderInfo | None = None,
         with_vectors: bool = False,
         consistency: str = "Session",
+        query_text: Sequence[str] | None = None,
+        mode: str | None = None,
+        fusion: str = "rrf",
+        dense_weight: float = 0.5,
     ) -> list[list[Hit]]:
         check_search_args(k, consistency)
         col = self._load(collection)
         check_encoder(col.info, encoder)
         xq = as_matrix(xq, col.info.dim)
+        resolve_mode(col.info, mode, query_text, len(xq))  # only "dense" passes: no BM25 here
         if filter is not None:
             ids = [i for i, it in col.items.items() if matches(filter, it.metadata)]
             xb = (np.stack([col.items[i].vector for i in ids]) if ids
@@ -275,7 +287,7 @@ class FaissStore:
     def _hit(col: _Collection, id_: str, score: float, with_vector: bool) -> Hit:
         it = col.items[id_]
         return Hit(id=id_, score=score, text=it.text, value=it.value, metadata=dict(it.metadata),
-                   vector=it.vector.copy() if with_vector else None)
+                   vector=it.vector.copy() if with_vector else None, sources={"dense": score})
 
     def close(self) -> None:
         self._open.clear()

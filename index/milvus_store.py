@@ -6,12 +6,19 @@ key, ``vector`` FLOAT_VECTOR with an inner-product index (HNSW by default), ``te
 ``value`` VARCHAR, ``metadata`` JSON. The encoder that made the vectors is kept in the
 collection's properties. Writes are upserts; counts and gets are strong reads; searches
 default to Session consistency (sees this client's writes, fast otherwise).
+
+A hybrid collection adds Milvus' own full-text search: ``text`` gets an analyzer, and a
+BM25 function fills a ``sparse`` SPARSE_FLOAT_VECTOR field from it (inverted index, BM25
+metric), in Milvus Lite 3.x and Milvus ≥ 2.5. A hybrid search runs the dense and the BM25
+search in Milvus and fuses the two rankings with :func:`index.fusion.fuse` (RRF as
+Milvus' ``RRFRanker`` computes it, but order-stable, and keeping each side's score).
 """
 
 from __future__ import annotations
 
 import json
 import logging
+import re
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
@@ -19,6 +26,7 @@ from typing import Any, TypeVar
 import numpy as np
 
 from index.filters import Filter, quote, to_milvus_expr
+from index.fusion import DEFAULT_DENSE_WEIGHT, check_fusion, fuse
 from index.store import (
     MAX_ID_BYTES,
     MAX_TEXT_BYTES,
@@ -30,12 +38,14 @@ from index.store import (
     Item,
     StoreError,
     StoreUnavailableError,
+    UnsupportedError,
     as_matrix,
     check_collection_name,
     check_encoder,
     check_item,
     check_search_args,
     dedupe_last,
+    resolve_mode,
 )
 
 log = logging.getLogger(__name__)
@@ -44,6 +54,8 @@ ENCODER_PROPERTY = "qkv.encoder"
 INDEX_TYPES = ("HNSW", "FLAT", "AUTOINDEX")
 OUTPUT_FIELDS = ["id", "text", "value", "metadata"]
 UPSERT_CHUNK = 512
+SPARSE_FIELD = "sparse"
+BM25_MIN_VERSION = (2, 5)  # the first Milvus server with the BM25 function
 T = TypeVar("T")
 # Milvus/grpc wording for a server that is down or did not answer in time.
 _UNAVAILABLE_MARKERS = ("unavailable", "deadline", "fail connecting", "timeout", "timed out",
@@ -127,7 +139,8 @@ class MilvusStore:
 
     # -- collections ------------------------------------------------------------------
     def create(
-        self, collection: str, dim: int, encoder: EncoderInfo | None = None, exist_ok: bool = True
+        self, collection: str, dim: int, encoder: EncoderInfo | None = None,
+        exist_ok: bool = True, hybrid: bool = False,
     ) -> CollectionInfo:
         check_collection_name(collection)
         if dim < 1:
@@ -136,24 +149,45 @@ class MilvusStore:
             raise ValueError(f"encoder {encoder.name!r} makes dim {encoder.dim}, not {dim}")
         if self._call("has_collection", lambda c: c.has_collection(collection)):
             info = self.describe(collection)
-            if not exist_ok or info.dim != dim or info.encoder != encoder:
+            if (not exist_ok or info.dim != dim or info.encoder != encoder
+                    or info.hybrid != hybrid):
                 raise CollectionExistsError(
-                    f"collection {collection!r} exists with dim {info.dim} and encoder "
-                    f"{info.encoder}; asked for dim {dim} and encoder {encoder}")
+                    f"collection {collection!r} exists with dim {info.dim}, encoder "
+                    f"{info.encoder} and hybrid={info.hybrid}; asked for dim {dim}, encoder "
+                    f"{encoder} and hybrid={hybrid}")
             return info
-        self._call("create_collection", lambda c: self._create(c, collection, dim, encoder))
+        if hybrid:
+            self._check_bm25()
+        self._call("create_collection",
+                   lambda c: self._create(c, collection, dim, encoder, hybrid))
         self._info.pop(collection, None)
-        log.info("created Milvus collection %s (dim %d, %s) at %s", collection, dim,
-                 self.index_type, self.uri)
+        log.info("created Milvus collection %s (dim %d, %s%s) at %s", collection, dim,
+                 self.index_type, ", BM25" if hybrid else "", self.uri)
         return self.describe(collection)
 
-    def _create(self, client: Any, name: str, dim: int, encoder: EncoderInfo | None) -> None:
-        from pymilvus import DataType, MilvusClient
+    def server_version(self) -> str:
+        """The Milvus version string, e.g. ``v2.5.16``."""
+        return str(self._call("get_server_version", lambda c: c.get_server_version()))
+
+    def _check_bm25(self) -> None:
+        """Refuse, naming the version, a server without the BM25 function (Milvus < 2.5)."""
+        version = self.server_version()  # Lite 3.x: milvus_lite-3.2.2; PyPI milvus: v2.3.5-lite
+        m = re.search(r"(\d+)\.(\d+)", version)
+        if m and (int(m[1]), int(m[2])) < BM25_MIN_VERSION:
+            raise UnsupportedError(
+                f"Milvus {version} at {self.uri} has no BM25 full-text search (it came in "
+                f"Milvus {'.'.join(map(str, BM25_MIN_VERSION))}); create the collection "
+                "without hybrid, or use Milvus Lite or a Milvus >= 2.5 server")
+
+    def _create(self, client: Any, name: str, dim: int, encoder: EncoderInfo | None,
+                hybrid: bool) -> None:
+        from pymilvus import DataType, Function, FunctionType, MilvusClient
 
         schema = MilvusClient.create_schema(auto_id=False, enable_dynamic_field=False)
         schema.add_field("id", DataType.VARCHAR, is_primary=True, max_length=MAX_ID_BYTES)
         schema.add_field("vector", DataType.FLOAT_VECTOR, dim=dim)
-        schema.add_field("text", DataType.VARCHAR, max_length=MAX_TEXT_BYTES)
+        text_args = {"enable_analyzer": True} if hybrid else {}
+        schema.add_field("text", DataType.VARCHAR, max_length=MAX_TEXT_BYTES, **text_args)
         schema.add_field("value", DataType.VARCHAR, max_length=MAX_TEXT_BYTES)
         schema.add_field("metadata", DataType.JSON)
         params = client.prepare_index_params()
@@ -161,6 +195,13 @@ class MilvusStore:
                  if self.index_type == "HNSW" else {})
         params.add_index(field_name="vector", index_type=self.index_type, metric_type="IP",
                          params=build)
+        if hybrid:
+            schema.add_field(SPARSE_FIELD, DataType.SPARSE_FLOAT_VECTOR)
+            schema.add_function(Function(
+                name="text_bm25", function_type=FunctionType.BM25,
+                input_field_names=["text"], output_field_names=[SPARSE_FIELD]))
+            params.add_index(field_name=SPARSE_FIELD, index_type="SPARSE_INVERTED_INDEX",
+                             metric_type="BM25")
         props = {ENCODER_PROPERTY: json.dumps(encoder.to_dict() if encoder else None)}
         client.create_collection(name, schema=schema, index_params=params, properties=props,
                                  consistency_level="Bounded", timeout=self.timeout)
@@ -183,7 +224,9 @@ class MilvusStore:
                        lambda c: c.describe_collection(collection, timeout=self.timeout))
         dim = next(int(f["params"]["dim"]) for f in d["fields"] if f["name"] == "vector")
         raw = json.loads(d.get("properties", {}).get(ENCODER_PROPERTY, "null"))
-        info = CollectionInfo(collection, dim, EncoderInfo.from_dict(raw) if raw else None)
+        hybrid = any(f["name"] == SPARSE_FIELD for f in d["fields"])
+        info = CollectionInfo(collection, dim, EncoderInfo.from_dict(raw) if raw else None,
+                              hybrid)
         self._info[collection] = info
         return info
 
@@ -249,22 +292,43 @@ class MilvusStore:
         encoder: EncoderInfo | None = None,
         with_vectors: bool = False,
         consistency: str = "Session",
+        query_text: Sequence[str] | None = None,
+        mode: str | None = None,
+        fusion: str = "rrf",
+        dense_weight: float = DEFAULT_DENSE_WEIGHT,
     ) -> list[list[Hit]]:
         check_search_args(k, consistency)
+        check_fusion(fusion, dense_weight)
         info = self._ready(collection, encoder)
         xq = as_matrix(xq, info.dim)
+        mode = resolve_mode(info, mode, query_text, len(xq))
         if len(xq) == 0:
             return []
         fields = [*OUTPUT_FIELDS, "vector"] if with_vectors else OUTPUT_FIELDS
-        params: dict[str, Any] = {"metric_type": "IP"}
-        if self.index_type == "HNSW":
-            params["params"] = {"ef": max(self.ef, k)}
-        res = self._call("search", lambda c: c.search(
-            collection, data=[row.tolist() for row in xq], limit=k,
-            filter=to_milvus_expr(filter) if filter is not None else "",
-            output_fields=fields, search_params=params, consistency_level=consistency,
-            timeout=self.timeout))
-        return [[_hit(h, with_vectors) for h in row] for row in res]
+        expr = to_milvus_expr(filter) if filter is not None else ""
+        dense: list[list[Hit]] = []
+        if mode in ("dense", "hybrid"):
+            params: dict[str, Any] = {"metric_type": "IP"}
+            if self.index_type == "HNSW":
+                params["params"] = {"ef": max(self.ef, k)}
+            # a hybrid collection has two vector fields, so the search must name its own
+            field = {"anns_field": "vector"} if info.hybrid else {}
+            res = self._call("search", lambda c: c.search(
+                collection, data=[row.tolist() for row in xq], limit=k, filter=expr,
+                output_fields=fields, search_params=params, consistency_level=consistency,
+                timeout=self.timeout, **field))
+            dense = [[_hit(h, with_vectors, "dense") for h in row] for row in res]
+            if mode == "dense":
+                return dense
+        assert query_text is not None  # resolve_mode checked it
+        res = self._call("bm25 search", lambda c: c.search(
+            collection, data=list(query_text), anns_field=SPARSE_FIELD, limit=k, filter=expr,
+            output_fields=fields, search_params={"metric_type": "BM25"},
+            consistency_level=consistency, timeout=self.timeout))
+        bm25 = [[_hit(h, with_vectors, "bm25") for h in row] for row in res]
+        if mode == "bm25":
+            return bm25
+        return [fuse(d, b, k, fusion, dense_weight) for d, b in zip(dense, bm25, strict=True)]
 
 
 def _item(row: dict[str, Any]) -> Item:
@@ -273,8 +337,12 @@ def _item(row: dict[str, Any]) -> Item:
                 metadata=dict(row.get("metadata") or {}))
 
 
-def _hit(h: dict[str, Any], with_vector: bool) -> Hit:
+def _hit(h: dict[str, Any], with_vector: bool, side: str) -> Hit:
     e = h.get("entity", {})
     vec = np.asarray(e["vector"], dtype=np.float32) if with_vector else None
-    return Hit(id=str(h["id"]), score=float(h["distance"]), text=e.get("text") or "",
-               value=e.get("value") or None, metadata=dict(e.get("metadata") or {}), vector=vec)
+    score = float(h["distance"])
+    if side == "bm25":
+        score = abs(score)  # BM25 is >= 0; Milvus Lite reports it negated (best = lowest)
+    return Hit(id=str(h["id"]), score=score, text=e.get("text") or "",
+               value=e.get("value") or None, metadata=dict(e.get("metadata") or {}), vector=vec,
+               sources={side: score})

@@ -5,6 +5,10 @@ unit ``vector`` (the key), its ``text``, an optional ``value`` (what the decoder
 a JSON ``metadata`` object. Scores are inner products of unit vectors, i.e. cosines:
 higher is better. Every collection records the encoder that made its vectors
 (:class:`EncoderInfo`); writing or searching with another encoder is refused.
+
+A *hybrid* collection also keeps a BM25 index of ``text`` (where the backend has one) and
+is searchable by ``mode``: ``dense`` (the vectors), ``bm25`` (the query text's keywords)
+or ``hybrid`` (both, fused: see :mod:`index.fusion`).
 """
 
 from __future__ import annotations
@@ -21,6 +25,7 @@ from index.filters import Filter
 MAX_ID_BYTES = 512
 MAX_TEXT_BYTES = 65_535  # Milvus VARCHAR limit; `value` shares it
 CONSISTENCY_LEVELS = ("Strong", "Session", "Bounded", "Eventually")
+SEARCH_MODES = ("dense", "bm25", "hybrid")
 
 
 class StoreError(Exception):
@@ -38,6 +43,11 @@ class CollectionExistsError(StoreError):
 class EncoderMismatchError(StoreError):
     """The vectors come from another encoder (name, fingerprint or dimension) than the
     collection's."""
+
+
+class UnsupportedError(StoreError):
+    """The store or the collection lacks a feature asked for: BM25 on a Milvus server older
+    than 2.5 or on FAISS, a ``bm25``/``hybrid`` search of a collection made without it."""
 
 
 class StoreUnavailableError(StoreError):
@@ -63,11 +73,13 @@ class EncoderInfo:
 
 @dataclass(frozen=True)
 class CollectionInfo:
-    """A collection's dimension and, when it was created with one, its encoder."""
+    """A collection's dimension, its encoder when it was created with one, and whether it
+    has a BM25 index of its text (``hybrid``)."""
 
     name: str
     dim: int
     encoder: EncoderInfo | None
+    hybrid: bool = False
 
 
 @dataclass
@@ -83,8 +95,10 @@ class Item:
 
 @dataclass
 class Hit:
-    """One neighbour of a query: similarity ``score`` (higher is better) and the item's
-    fields; ``vector`` only when the search asked for vectors."""
+    """One neighbour of a query: ``score`` (higher is better: the cosine in ``dense`` mode,
+    the BM25 score in ``bm25`` mode, the fused score in ``hybrid`` mode) and the item's
+    fields; ``vector`` only when the search asked for vectors. ``sources`` maps each side
+    that found the hit (``"dense"``, ``"bm25"``) to its score there."""
 
     id: str
     score: float
@@ -92,6 +106,7 @@ class Hit:
     value: str | None
     metadata: dict[str, Any]
     vector: np.ndarray | None = None
+    sources: dict[str, float] | None = None
 
 
 @runtime_checkable
@@ -99,9 +114,12 @@ class VectorStore(Protocol):
     """A set of named collections of :class:`Item` searchable by inner product."""
 
     def create(
-        self, collection: str, dim: int, encoder: EncoderInfo | None = None, exist_ok: bool = True
+        self, collection: str, dim: int, encoder: EncoderInfo | None = None,
+        exist_ok: bool = True, hybrid: bool = False,
     ) -> CollectionInfo:
-        """Create ``collection``; an existing one with the same dim and encoder is kept."""
+        """Create ``collection``; an existing one with the same dim, encoder and ``hybrid``
+        is kept. ``hybrid`` adds a BM25 index of the text (:class:`UnsupportedError` where
+        the backend has none)."""
         ...
 
     def drop(self, collection: str) -> None:
@@ -136,8 +154,14 @@ class VectorStore(Protocol):
         encoder: EncoderInfo | None = None,
         with_vectors: bool = False,
         consistency: str = "Session",
+        query_text: Sequence[str] | None = None,
+        mode: str | None = None,
+        fusion: str = "rrf",
+        dense_weight: float = 0.5,
     ) -> list[list[Hit]]:
-        """For each query row of ``xq`` (nq, d), up to ``k`` hits, best first."""
+        """For each query row of ``xq`` (nq, d), up to ``k`` hits, best first. ``mode``
+        defaults to ``hybrid`` on a hybrid collection when ``query_text`` (one per row) is
+        given, else ``dense``; ``bm25`` and ``hybrid`` need ``query_text``."""
         ...
 
     def count(self, collection: str) -> int:
@@ -242,3 +266,23 @@ def check_collection_name(name: str) -> None:
             f"digits and '_' (at most 255), got {name!r}"
         )
 
+
+
+def resolve_mode(info: CollectionInfo, mode: str | None, query_text: Sequence[str] | None,
+                 nq: int) -> str:
+    """The search mode to run: the default for the collection, or ``mode`` once checked to
+    be possible (``ValueError`` for a bad one, :class:`UnsupportedError` for a collection
+    without BM25)."""
+    if mode is None:
+        return "hybrid" if info.hybrid and query_text is not None else "dense"
+    if mode not in SEARCH_MODES:
+        raise ValueError(f"mode must be one of {SEARCH_MODES}, got {mode!r}")
+    if mode == "dense":
+        return mode
+    if not info.hybrid:
+        raise UnsupportedError(
+            f"collection {info.name!r} has no BM25 index (it was created without hybrid), "
+            f"so mode {mode!r} is not available; use mode 'dense' or recreate it with hybrid")
+    if query_text is None or len(query_text) != nq:
+        raise ValueError(f"mode {mode!r} needs the query text, one per query vector")
+    return mode

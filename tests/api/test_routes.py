@@ -191,14 +191,15 @@ def test_search(client: TestClient, collection: str) -> None:
     assert r.status_code == 200 and body["truncated"] is False and len(body["hits"]) == 3
     top = body["hits"][0]
     assert top["id"] == "d3" and top["score"] == pytest.approx(1.0, abs=5e-3)
-    assert set(top) == {"id", "score", "weight", "text", "value", "metadata"}
+    assert set(top) == {"id", "score", "weight", "sources", "text", "value", "metadata"}
+    assert body["mode"] == "dense" and top["sources"] == {"dense": top["score"]}
     assert sum(h["weight"] for h in body["hits"]) == pytest.approx(1.0, abs=1e-5)
     scores = [h["score"] for h in body["hits"]]
     assert scores == sorted(scores, reverse=True)
     w = np.exp((np.array(scores) - max(scores)) / body["temperature"])
     np.testing.assert_allclose([h["weight"] for h in body["hits"]], w / w.sum(), atol=1e-5)
     only_ids = client.post(url, json={"query": "dog", "fields": [], "top_k": 2}).json()
-    assert set(only_ids["hits"][0]) == {"id", "score", "weight"}
+    assert set(only_ids["hits"][0]) == {"id", "score", "weight", "sources"}
     fr = client.post(url, json={"query": "dog", "top_k": 4,
                                 "filter": {"key": "lang", "op": "eq", "value": "fr"}}).json()
     assert [h["id"] for h in fr["hits"]] == ["d2"]

@@ -1,0 +1,123 @@
+"""Hybrid search through the API (Milvus Lite, the shipped encoder): create with
+``hybrid``, search by mode, the sides each hit came from, weights over cosines, errors."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+import pytest
+from conftest import MakeClient
+from fastapi.testclient import TestClient
+from test_routes import assert_error
+
+MODEL = Path(__file__).resolve().parents[2] / "models" / "encoder-default"
+DOCS = [
+    {"id": "d1", "text": "a physician examined the patient in the hospital"},
+    {"id": "d2", "text": "a kitten is sleeping on the sofa", "metadata": {"lang": "fr"}},
+    {"id": "d3", "text": "firmware build kq7zeta fails on startup"},
+    {"id": "d4", "text": "children are playing in the snow"},
+    {"id": "d5", "text": "a chef is cooking pasta in the kitchen"},
+]
+
+
+@pytest.fixture(scope="module")
+def app(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TestClient]:
+    from api.app import create_app
+    from api.settings import Settings
+
+    path = str(tmp_path_factory.mktemp("hybrid-api") / "qkv.db")
+    with TestClient(create_app(Settings(store=path, model=MODEL))) as client:  # type: ignore[call-arg]
+        yield client
+
+
+@pytest.fixture(scope="module")
+def hybrid(app: TestClient) -> str:
+    name = "h_" + uuid.uuid4().hex[:8]
+    r = app.post("/v1/collections", json={"name": name, "hybrid": True})
+    assert r.status_code == 201 and r.json()["hybrid"] is True, r.text
+    r = app.post(f"/v1/collections/{name}/documents", json={"documents": DOCS})
+    assert r.status_code == 200, r.text
+    return name
+
+
+def post(client: TestClient, name: str, route: str = "search", **body):  # type: ignore[no-untyped-def]
+    r = client.post(f"/v1/collections/{name}/{route}",
+                    json={"top_k": len(DOCS), "consistency": "Strong", **body})
+    assert r.status_code == 200, r.text
+    return r.json()
+
+
+def test_create_and_describe_hybrid(app: TestClient, hybrid: str) -> None:
+    got = app.get(f"/v1/collections/{hybrid}").json()
+    assert got["hybrid"] is True and got["count"] == len(DOCS)
+    listed = {c["name"]: c["hybrid"] for c in app.get("/v1/collections").json()["collections"]}
+    assert listed[hybrid] is True
+
+
+def test_keyword_by_bm25_and_hybrid_paraphrase_by_dense_and_hybrid(app: TestClient,
+                                                                   hybrid: str) -> None:
+    bm25 = post(app, hybrid, query="kq7zeta", mode="bm25")
+    assert bm25["mode"] == "bm25" and [h["id"] for h in bm25["hits"]] == ["d3"]
+    assert set(bm25["hits"][0]["sources"]) == {"bm25"}
+    fused = post(app, hybrid, query="kq7zeta")  # the default on a hybrid collection
+    assert fused["mode"] == "hybrid" and fused["hits"][0]["id"] == "d3"
+    assert set(fused["hits"][0]["sources"]) == {"dense", "bm25"}
+    para = post(app, hybrid, query="kids enjoying winter", mode="hybrid", fusion="weighted")
+    assert para["hits"][0]["id"] == "d4" and set(para["hits"][0]["sources"]) == {"dense"}
+    assert post(app, hybrid, query="kids enjoying winter", mode="dense")["hits"][0]["id"] == "d4"
+    assert post(app, hybrid, query="kids enjoying winter", mode="bm25")["hits"] == []
+
+
+def test_weights_are_softmax_of_cosines_and_attend_agrees(app: TestClient, hybrid: str) -> None:
+    body = post(app, hybrid, query="kq7zeta", fields=["vector"], temperature=0.1)
+    xq = np.array(app.post("/v1/embeddings", json={"input": "kq7zeta"}).json()
+                  ["data"][0]["embedding"])
+    keys = np.array([h["vector"] for h in body["hits"]])
+    cos = keys @ xq
+    w = np.exp((cos - cos.max()) / 0.1)
+    np.testing.assert_allclose([h["weight"] for h in body["hits"]], w / w.sum(), atol=1e-4)
+    for h, c in zip(body["hits"], cos, strict=True):
+        if "dense" in h["sources"]:
+            assert h["sources"]["dense"] == pytest.approx(c, abs=1e-4)
+    att = post(app, hybrid, "attend", query="kq7zeta", temperature=0.1)
+    assert att["mode"] == "hybrid"
+    assert [h["id"] for h in att["neighbours"]] == [h["id"] for h in body["hits"]]
+    np.testing.assert_allclose(att["weights"], w / w.sum(), atol=1e-4)
+    np.testing.assert_allclose(att["output"], (w / w.sum()) @ keys, atol=1e-4)
+    assert post(app, hybrid, query="kq7zeta") == post(app, hybrid, query="kq7zeta")
+
+
+def test_filter_and_vector_query_on_hybrid(app: TestClient, hybrid: str) -> None:
+    fr = post(app, hybrid, query="kitten sofa", filter={"key": "lang", "op": "eq",
+                                                        "value": "fr"})
+    assert [h["id"] for h in fr["hits"]] == ["d2"]
+    vec = app.get(f"/v1/collections/{hybrid}/documents/d4",
+                  params={"include_vector": True}).json()["vector"]
+    by_vec = post(app, hybrid, vector=vec)
+    assert by_vec["mode"] == "dense" and by_vec["hits"][0]["id"] == "d4"
+    body = assert_error(app.post(f"/v1/collections/{hybrid}/search",
+                                 json={"vector": vec, "mode": "hybrid"}), 422)
+    assert "query" in body["error"]
+
+
+def test_modes_refused_on_dense_collections(make_client: MakeClient) -> None:
+    client = make_client()
+    name = "c_" + uuid.uuid4().hex[:8]
+    r = client.post("/v1/collections", json={"name": name})
+    assert r.status_code == 201 and r.json()["hybrid"] is False
+    try:
+        url = f"/v1/collections/{name}/search"
+        for mode in ("bm25", "hybrid"):
+            body = assert_error(client.post(url, json={"query": "a", "mode": mode}), 409,
+                                "conflict")
+            assert "no BM25" in body["error"] and mode in body["error"]
+        assert_error(client.post(url, json={"query": "a", "mode": "sparse"}), 422)
+        assert_error(client.post(url, json={"query": "a", "fusion": "max"}), 422)
+        assert_error(client.post(url, json={"query": "a", "dense_weight": 2}), 422)
+        r = client.post(url, json={"query": "a"})
+        assert r.status_code == 200 and r.json()["mode"] == "dense"
+    finally:
+        client.delete(f"/v1/collections/{name}")

@@ -1,0 +1,198 @@
+"""Hybrid search: Milvus' own BM25 beside the dense vectors, fused (on Milvus Lite, with the
+shipped encoder so paraphrases mean something); refused where there is no BM25."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from index import (
+    CollectionExistsError,
+    Condition,
+    EncoderInfo,
+    FaissStore,
+    Hit,
+    Item,
+    MilvusStore,
+    UnsupportedError,
+    fuse,
+)
+
+MODEL = Path(__file__).resolve().parents[2] / "models" / "encoder-default"
+DOCS = ["a physician examined the patient in the hospital",
+        "the stock market fell sharply on monday",
+        "a kitten is sleeping on the sofa",
+        "heavy rain caused flooding in the city",
+        "the football team won the championship",
+        "firmware build kq7zeta fails on startup",
+        "children are playing in the snow",
+        "a chef is cooking pasta in the kitchen",
+        "firmware build kq8zeda fails on startup"]  # a near miss for the keyword
+KEYWORD = "kq7zeta"  # in doc-5 only: a rare token the encoder never saw
+PARAPHRASE = "kids enjoying winter"  # doc-6, and no word shared with any document
+K = len(DOCS)  # every document on the dense side: fused scores differ wherever both sides do
+
+
+@pytest.fixture(scope="module")
+def embed():  # type: ignore[no-untyped-def]
+    import encoder
+
+    enc = encoder.load(MODEL)
+    return enc.encode, EncoderInfo(enc.name, enc.fingerprint, enc.dim)
+
+
+@pytest.fixture(scope="module")
+def hybrid(tmp_path_factory: pytest.TempPathFactory, embed) -> Iterator[MilvusStore]:  # type: ignore[no-untyped-def]
+    encode, info = embed
+    store = MilvusStore(str(tmp_path_factory.mktemp("hybrid") / "lite.db"))
+    store.create("docs", info.dim, info, hybrid=True)
+    xb = encode(DOCS)
+    store.upsert("docs", [Item(f"doc-{i}", xb[i], t, metadata={"n": i})
+                          for i, t in enumerate(DOCS)], info)
+    yield store
+    store.close()
+
+
+def search(store: MilvusStore, embed, query: str, **kw) -> list[Hit]:  # type: ignore[no-untyped-def]
+    encode, info = embed
+    kw.setdefault("k", K)
+    (hits,) = store.search("docs", encode([query]), encoder=info, query_text=[query],
+                           consistency="Strong", **kw)
+    return hits
+
+
+def test_describe_says_hybrid_and_create_checks_it(hybrid: MilvusStore, embed) -> None:  # type: ignore[no-untyped-def]
+    _, info = embed
+    assert hybrid.describe("docs").hybrid
+    assert hybrid.create("docs", info.dim, info, hybrid=True).hybrid
+    with pytest.raises(CollectionExistsError, match="hybrid"):
+        hybrid.create("docs", info.dim, info)
+    reopened = MilvusStore(hybrid.uri)
+    try:
+        assert reopened.describe("docs").hybrid
+    finally:
+        reopened.close()
+
+
+def test_rare_keyword_found_by_bm25_and_hybrid(hybrid: MilvusStore, embed) -> None:  # type: ignore[no-untyped-def]
+    bm25 = search(hybrid, embed, KEYWORD, mode="bm25")
+    assert [h.id for h in bm25] == ["doc-5"]  # the only document with the word
+    assert bm25[0].score > 0 and bm25[0].sources == {"bm25": bm25[0].score}
+    for fusion in ("rrf", "weighted"):
+        top = search(hybrid, embed, KEYWORD, mode="hybrid", fusion=fusion)[0]
+        assert top.id == "doc-5", fusion
+        assert set(top.sources or {}) == {"dense", "bm25"}
+        assert top.sources["bm25"] == pytest.approx(bm25[0].score)  # type: ignore[index]
+
+
+def test_paraphrase_found_by_dense_and_hybrid(hybrid: MilvusStore, embed) -> None:  # type: ignore[no-untyped-def]
+    assert search(hybrid, embed, PARAPHRASE, mode="bm25") == []  # no shared word
+    dense = search(hybrid, embed, PARAPHRASE, mode="dense")
+    assert dense[0].id == "doc-6" and dense[0].sources == {"dense": dense[0].score}
+    fused = search(hybrid, embed, PARAPHRASE, mode="hybrid")
+    assert fused[0].id == "doc-6" and set(fused[0].sources or {}) == {"dense"}
+    assert fused[0].score == pytest.approx(1 / 61)  # RRF, rank 1 on one side
+
+
+def test_default_mode_is_hybrid_with_text_dense_without(hybrid: MilvusStore, embed) -> None:  # type: ignore[no-untyped-def]
+    encode, info = embed
+    with_text = search(hybrid, embed, KEYWORD)
+    assert with_text == search(hybrid, embed, KEYWORD, mode="hybrid")
+    (no_text,) = hybrid.search("docs", encode([KEYWORD]), K, encoder=info)
+    assert [h.id for h in no_text] == [h.id for h in search(hybrid, embed, KEYWORD,
+                                                            mode="dense")]
+    with pytest.raises(ValueError, match="query text"):
+        hybrid.search("docs", encode([KEYWORD]), K, mode="bm25")
+    with pytest.raises(ValueError, match="mode must be one of"):
+        search(hybrid, embed, KEYWORD, mode="sparse")
+    with pytest.raises(ValueError, match="fusion must be one of"):
+        search(hybrid, embed, KEYWORD, fusion="max")
+
+
+def test_fusion_is_deterministic_and_agrees_with_milvus_rrf(hybrid: MilvusStore, embed) -> None:  # type: ignore[no-untyped-def]
+    """Ours against Milvus' own ``hybrid_search`` with ``RRFRanker(60)``: same hits, same
+    scores; ours is also the same on every run."""
+    from pymilvus import AnnSearchRequest, RRFRanker
+
+    encode, _ = embed
+    query = "a cat sleeping in the snow on monday"  # both sides find several documents
+    ours = search(hybrid, embed, query, mode="hybrid", k=5)
+    assert all(search(hybrid, embed, query, mode="hybrid", k=5) == ours for _ in range(3))
+    scores = [h.score for h in ours]
+    assert scores == sorted(scores, reverse=True)
+    # each side with limit k, as ours
+    reqs = [AnnSearchRequest([encode([query])[0].tolist()], "vector", {"metric_type": "IP"}, 5),
+            AnnSearchRequest([query], "sparse", {"metric_type": "BM25"}, 5)]
+    (theirs,) = hybrid._connect().hybrid_search("docs", reqs, RRFRanker(60), limit=5)
+    assert {h["id"]: pytest.approx(h["distance"], abs=1e-6) for h in theirs} == {
+        h.id: h.score for h in ours}
+
+
+def test_filter_applies_to_both_sides(hybrid: MilvusStore, embed) -> None:  # type: ignore[no-untyped-def]
+    hits = search(hybrid, embed, KEYWORD, filter=Condition("n", "lt", 5))
+    assert hits and all(h.metadata["n"] < 5 for h in hits)
+    assert all("bm25" not in (h.sources or {}) for h in hits)
+
+
+def fake_hits(side: str, ids: list[str], scores: list[float]) -> list[Hit]:
+    return [Hit(i, s, "", None, {}, sources={side: s}) for i, s in zip(ids, scores, strict=True)]
+
+
+def test_fuse_rrf_weighted_and_ties_by_id() -> None:
+    dense = fake_hits("dense", ["b", "a", "c"], [0.9, 0.8, 0.1])
+    bm25 = fake_hits("bm25", ["a", "d"], [3.0, 1.0])
+    rrf = fuse(dense, bm25, k=4)
+    assert [h.id for h in rrf] == ["a", "b", "d", "c"]  # 1/62+1/61, 1/61, 1/62, 1/63
+    assert rrf[0].score == pytest.approx(1 / 62 + 1 / 61)
+    assert rrf[0].sources == {"dense": 0.8, "bm25": 3.0}
+    assert rrf[1].sources == {"dense": 0.9}
+    # equal ranks on different sides tie exactly: the id decides
+    tie = fuse(fake_hits("dense", ["z", "y"], [0.5, 0.4]),
+               fake_hits("bm25", ["x", "w"], [2.0, 1.0]), k=4)
+    assert [h.id for h in tie] == ["x", "z", "w", "y"]
+    w = fuse(dense, bm25, k=2, fusion="weighted", dense_weight=0.25)
+    expected_a = 0.25 * (1 + 0.8) / 2 + 0.75 * 2 / np.pi * np.arctan(3.0)
+    assert w[0].id == "a" and w[0].score == pytest.approx(expected_a)
+    assert len(w) == 2
+
+
+def test_no_bm25_on_faiss_or_dense_collections(tmp_path: Path) -> None:
+    faiss = FaissStore(tmp_path / "faiss")
+    with pytest.raises(UnsupportedError, match="BM25"):
+        faiss.create("c", 4, hybrid=True)
+    lite = MilvusStore(str(tmp_path / "lite.db"))
+    try:
+        for store in (faiss, lite):
+            store.create("dense", 4)
+            store.upsert("dense", [Item("a", np.eye(4, dtype=np.float32)[0], "a word")])
+            hits = store.search("dense", np.eye(4, dtype=np.float32)[:1], 1,
+                                query_text=["word"], consistency="Strong")
+            assert hits[0][0].sources == {"dense": pytest.approx(1.0)}  # default: dense
+            with pytest.raises(UnsupportedError, match="no BM25 index"):
+                store.search("dense", np.eye(4, dtype=np.float32)[:1], 1, query_text=["a"],
+                             mode="hybrid")
+    finally:
+        lite.close()
+
+
+@pytest.mark.slow
+def test_milvus_2_3_5_refuses_hybrid_naming_its_version(milvus_server_uri: str) -> None:
+    store = MilvusStore(milvus_server_uri)
+    name = f"t_{uuid.uuid4().hex[:12]}"
+    try:
+        version = store.server_version()
+        assert "2.3.5" in version
+        with pytest.raises(UnsupportedError, match=version.replace(".", r"\.")):
+            store.create(name, 4, hybrid=True)
+        assert name not in store.list_collections()
+        assert not store.create(name, 4).hybrid  # dense collections keep working
+        store.upsert(name, [Item("a", np.eye(4, dtype=np.float32)[0], "a word")])
+        (hits,) = store.search(name, np.eye(4, dtype=np.float32)[:1], 1, consistency="Strong")
+        assert [h.id for h in hits] == ["a"]
+    finally:
+        store.drop(name)
+        store.close()
