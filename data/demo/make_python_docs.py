@@ -30,7 +30,7 @@ def sections(path: Path) -> list[tuple[str, str]]:
         if UNDERLINE.match(line) and i > 0 and lines[i - 1].strip():
             if title and body:
                 out.append((title, " ".join(" ".join(body).split())))
-            title, body = lines[i - 1].strip(), []
+            title, body = ROLE.sub(r"\1", lines[i - 1].strip()).replace("``", ""), []
             continue
         if i + 1 < len(lines) and UNDERLINE.match(lines[i + 1]):
             continue
