@@ -58,7 +58,7 @@ def train_encoder(
 
 def _evaluate(model: Path, beir: list[Path], split: str, sts: Path | None, report: Path | None,
               bm25: bool, record: bool = False, modes: tuple[str, ...] = (),
-              fusion: str = "rrf") -> dict:
+              fusion: str = "rrf", dense_weight: float = 0.5) -> dict:
     import encoder
     from encoder.evaluate import evaluate_beir, evaluate_sts
 
@@ -70,7 +70,7 @@ def _evaluate(model: Path, beir: list[Path], split: str, sts: Path | None, repor
             from api.retrieval_eval import evaluate_modes
 
             results[f"beir:{folder.name}:{split}"]["milvus"] = evaluate_modes(
-                enc, folder, split, modes, fusion)
+                enc, folder, split, modes, fusion, dense_weight)
     if sts is not None:
         results[f"sts:{sts.name}"] = evaluate_sts(enc, sts)
     text = json.dumps(results, indent=2)
@@ -97,7 +97,9 @@ def eval_encoder(
     mode: list[str] = typer.Option(
         [], "--mode", help="dense, bm25 or hybrid (repeatable): also index each --beir folder "
         "into a hybrid Milvus Lite collection and search it in these modes (Milvus' own BM25)."),
-    fusion: str = typer.Option("rrf", help="Hybrid fusion: rrf (k = 60) or weighted (w = 0.5)."),
+    fusion: str = typer.Option("rrf", help="Hybrid fusion: rrf (k = 60) or weighted."),
+    dense_weight: float = typer.Option(0.5, min=0.0, max=1.0,
+                                       help="w of the weighted fusion (dense side)."),
 ) -> None:
     """nDCG@10 and Recall@100 on BEIR folders (with BM25), Spearman on an STS file."""
     if not beir and sts is None:
@@ -109,7 +111,8 @@ def eval_encoder(
             raise typer.BadParameter(f"--mode must be one of {', '.join(SEARCH_MODES)}, got {m!r}")
     if fusion not in FUSIONS:
         raise typer.BadParameter(f"--fusion must be one of {', '.join(FUSIONS)}, got {fusion!r}")
-    _evaluate(model, beir, split, sts, report, bm25, record, tuple(dict.fromkeys(mode)), fusion)
+    _evaluate(model, beir, split, sts, report, bm25, record, tuple(dict.fromkeys(mode)), fusion,
+              dense_weight)
 
 
 def register(app: typer.Typer) -> None:

@@ -17,7 +17,7 @@ from tqdm import tqdm
 
 from encoder.evaluate import load_beir, score_run
 from encoder.mining import Embedder
-from index import SEARCH_MODES, EncoderInfo, Item, MilvusStore
+from index import DEFAULT_DENSE_WEIGHT, SEARCH_MODES, EncoderInfo, Item, MilvusStore
 from index.store import MAX_TEXT_BYTES
 
 log = logging.getLogger(__name__)
@@ -33,7 +33,7 @@ def _fit(text: str) -> str:
 
 def index_corpus(store: MilvusStore, enc: Embedder, info: EncoderInfo, corpus: dict[str, str]
                  ) -> None:
-    """Encode and upsert the corpus into a fresh hybrid collection."""
+    """Encode and upsert the corpus into a fresh hybrid collection, then seal it."""
     store.create(COLLECTION, info.dim, info, hybrid=True)
     ids = list(corpus)
     for start in tqdm(range(0, len(ids), BATCH), desc="index", unit="batch"):
@@ -41,10 +41,12 @@ def index_corpus(store: MilvusStore, enc: Embedder, info: EncoderInfo, corpus: d
         xb = enc.encode([corpus[i] for i in chunk], batch_size=64)
         store.upsert(COLLECTION, [Item(i, xb[r], _fit(corpus[i])) for r, i in enumerate(chunk)],
                      info)
+    store.flush(COLLECTION)
 
 
 def mode_runs(store: MilvusStore, enc: Embedder, info: EncoderInfo, queries: dict[str, str],
-              modes: Sequence[str], k: int = 100, fusion: str = "rrf"
+              modes: Sequence[str], k: int = 100, fusion: str = "rrf",
+              dense_weight: float = DEFAULT_DENSE_WEIGHT
               ) -> tuple[dict[str, dict[str, dict[str, float]]], dict[str, float]]:
     """Per mode, the run (query id → doc id → score) and the p50 single-query latency in ms."""
     q_ids = list(queries)
@@ -58,16 +60,18 @@ def mode_runs(store: MilvusStore, enc: Embedder, info: EncoderInfo, queries: dic
             t0 = time.perf_counter()
             (hits,) = store.search(COLLECTION, xq[r : r + 1], k, encoder=info,
                                    consistency="Strong", query_text=[queries[q]], mode=mode,
-                                   fusion=fusion)
+                                   fusion=fusion, dense_weight=dense_weight)
             times.append(time.perf_counter() - t0)
-            run[q] = {h.id: h.score for h in hits}
+            # rank-based scores: trec_eval breaks score ties by doc id, not in our order
+            run[q] = {h.id: float(len(hits) - rank) for rank, h in enumerate(hits)}
         runs[mode] = run
         p50[mode] = round(float(np.median(times)) * 1e3, 2)
     return runs, p50
 
 
 def evaluate_modes(enc: Any, folder: str | Path, split: str, modes: Sequence[str],
-                   fusion: str = "rrf") -> dict[str, object]:
+                   fusion: str = "rrf", dense_weight: float = DEFAULT_DENSE_WEIGHT
+                   ) -> dict[str, object]:
     """nDCG@10 and Recall@100 of each mode on one BEIR folder, through Milvus Lite."""
     for m in modes:
         if m not in SEARCH_MODES:
@@ -76,11 +80,14 @@ def evaluate_modes(enc: Any, folder: str | Path, split: str, modes: Sequence[str
     info = EncoderInfo(enc.name, enc.fingerprint, enc.dim)
     report: dict[str, object] = {"queries": len(queries), "docs": len(corpus),
                                  "store": "milvus-lite", "fusion": fusion}
+    if fusion == "weighted":
+        report["dense_weight"] = dense_weight
     with tempfile.TemporaryDirectory(prefix="qkv-eval-") as tmp:
         store = MilvusStore(str(Path(tmp) / "eval.db"), index_type="FLAT", timeout=120.0)
         try:
             index_corpus(store, enc, info, corpus)
-            runs, p50 = mode_runs(store, enc, info, queries, modes, fusion=fusion)
+            runs, p50 = mode_runs(store, enc, info, queries, modes, fusion=fusion,
+                                  dense_weight=dense_weight)
         finally:
             store.close()
     for mode, run in runs.items():

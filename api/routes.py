@@ -17,9 +17,8 @@ from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from api import schemas as s
 from api.errors import ApiError, invalid, not_found, too_large
 from api.service import Service
-from index import CollectionInfo, Hit, Item, parse_filter, softmax
+from index import CollectionInfo, Hit, Item, parse_filter, resolve_mode, softmax
 from index import attend as attend_values
-from index.store import resolve_mode
 
 ERRORS: dict[int | str, dict[str, Any]] = {
     code: {"model": s.ErrorBody, "description": text}

@@ -24,6 +24,7 @@ from index.store import (
     StoreUnavailableError,
     UnsupportedError,
     VectorStore,
+    resolve_mode,
 )
 
 
@@ -43,5 +44,5 @@ __all__ = [
     "Condition", "EncoderInfo", "EncoderMismatchError", "FaissStore", "Fields", "Filter", "Hit",
     "Item", "JobConfig", "JobSummary", "MilvusStore", "Or", "StoreError",
     "StoreUnavailableError", "VectorStore", "attend", "attend_hits", "bulk_index", "matches",
-    "open_store", "parse_filter", "softmax", "to_milvus_expr",
+    "open_store", "parse_filter", "resolve_mode", "softmax", "to_milvus_expr",
 ]
