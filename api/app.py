@@ -131,7 +131,8 @@ def without_auth(schema: dict[str, Any]) -> None:
     schema.get("components", {}).pop("securitySchemes", None)
 
 
-def create_app(settings: Settings | None = None) -> FastAPI:
+def create_app(settings: Settings | None = None, banner: str | None = None) -> FastAPI:
+    """The app; ``banner`` is printed once the service is ready (after the demo load)."""
     from api import runtime
 
     runtime.configure()
@@ -153,6 +154,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             except StoreError as e:
                 log.warning("demo collection not created (store: %s); it will be on a later "
                             "start", e)
+        if banner:
+            print(banner, flush=True)  # noqa: T201 (the command line's own output)
         try:
             yield
         finally:

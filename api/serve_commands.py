@@ -30,13 +30,13 @@ def serve(
     overrides = {k: v for k, v in {"store": store, "model": model, "demo_corpus": demo}.items()
                  if v is not None}
     settings = Settings(**overrides)  # type: ignore[arg-type]
-    app = create_app(settings)
     shown = "localhost" if host in ("127.0.0.1", "0.0.0.0") else host
-    typer.echo(f"qkv: serving on http://{shown}:{port} (docs: http://{shown}:{port}/docs), store "
-               f"{settings.store}, encoder {settings.model}")
-    typer.echo(f"try: curl -s http://{shown}:{port}/v1/collections/{settings.demo_collection}"
-               "/search -H 'Content-Type: application/json' -d '{\"query\": \"how do I read a "
-               "JSON file\", \"top_k\": 3}'")
+    base = f"http://{shown}:{port}"
+    banner = (f"qkv: ready on {base} (OpenAPI: {base}/docs), store {settings.store}, encoder "
+              f"{settings.model}\ntry: curl -s {base}/v1/collections/{settings.demo_collection}"
+              "/search -H 'Content-Type: application/json' -d '{\"query\": \"how do I read a "
+              "JSON file\", \"top_k\": 3}'")
+    app = create_app(settings, banner=banner)
     uvicorn.run(app, host=host, port=port, log_level=log_level, access_log=False)
 
 
