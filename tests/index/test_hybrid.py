@@ -21,6 +21,7 @@ from index import (
     UnsupportedError,
     fuse,
 )
+from index.milvus_store import bm25_query
 
 MODEL = Path(__file__).resolve().parents[2] / "models" / "encoder-default"
 DOCS = ["a physician examined the patient in the hospital",
@@ -126,10 +127,16 @@ def test_fusion_is_deterministic_and_agrees_with_milvus_rrf(hybrid: MilvusStore,
     assert scores == sorted(scores, reverse=True)
     # each side with limit k, as ours
     reqs = [AnnSearchRequest([encode([query])[0].tolist()], "vector", {"metric_type": "IP"}, 5),
-            AnnSearchRequest([query], "sparse", {"metric_type": "BM25"}, 5)]
+            AnnSearchRequest([bm25_query(query)], "sparse", {"metric_type": "BM25"}, 5)]
     (theirs,) = hybrid._connect().hybrid_search("docs", reqs, RRFRanker(60), limit=5)
     assert {h["id"]: pytest.approx(h["distance"], abs=1e-6) for h in theirs} == {
         h.id: h.score for h in ours}
+
+
+def test_bm25_queries_leave_out_stop_words() -> None:
+    assert bm25_query("The cat is on the mat").split() == ["cat", "mat"]
+    assert bm25_query("Theory of THE thermal").split() == ["Theory", "thermal"]
+    assert bm25_query("to be or not to be") == "to be or not to be"  # nothing else: all kept
 
 
 def test_filter_applies_to_both_sides(hybrid: MilvusStore, embed) -> None:  # type: ignore[no-untyped-def]
