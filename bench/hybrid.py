@@ -1,0 +1,122 @@
+"""Hybrid search latency: dense, BM25 and hybrid single-query p50/p99 on one Milvus Lite
+collection of N real texts, measured in the same run, interleaved query by query.
+
+Usage: python bench/hybrid.py --data ../shared/data [--n 100000] [--queries 300]
+       [--model DIR] [--k 10]
+
+The texts and vectors are ``bench/search.py``'s (same list, same vector cache, same
+held-out queries). The collection is created with ``hybrid=True`` (HNSW M=16,
+efConstruction=200, ef=128 for the vectors; Milvus' BM25 function and inverted index for
+the text), loaded through ``MilvusStore.upsert``, then sealed (``MilvusStore.flush``).
+Each held-out query is then searched once per mode, in rotating order, with
+``MilvusStore.search`` (k, Bounded consistency, id/text/value/metadata returned); the
+query's vector is the cached one, so encoding is not timed. Target (issue 7): hybrid p50
+≤ 2 × dense p50. Prints a markdown section and appends it to bench/RESULTS.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shlex
+import shutil
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from search import split, vectors
+from workload import ROOT, append_results, real_texts
+
+VAR = ROOT / "var/bench"
+COLLECTION = "bench_hybrid"
+MODES = ("dense", "bm25", "hybrid")
+
+
+def load(store: Any, x: np.ndarray, base: np.ndarray, items: list[tuple[str, str]],
+         info: Any) -> tuple[float, float]:
+    """Create the hybrid collection, upsert the base, seal it; (upsert s, flush s)."""
+    from index import Item
+
+    store.drop(COLLECTION)
+    store.create(COLLECTION, x.shape[1], info, hybrid=True)
+    t0 = time.perf_counter()
+    for s in range(0, len(base), 5000):
+        store.upsert(COLLECTION, [Item(f"t{i:07d}", x[i], items[i][1], None,
+                                       {"source": items[i][0]})
+                                  for i in base[s : s + 5000].tolist()], info)
+        print(f"upserted {min(s + 5000, len(base))}/{len(base)}", file=sys.stderr, flush=True)
+    t1 = time.perf_counter()
+    store.flush(COLLECTION)
+    return t1 - t0, time.perf_counter() - t1
+
+
+def measure(store: Any, xq: np.ndarray, texts: list[str], k: int) -> dict[str, list[float]]:
+    """Seconds per single query, per mode; the modes' order rotates from query to query."""
+    for i in range(min(10, len(xq))):  # warm-up
+        for mode in MODES:
+            store.search(COLLECTION, xq[i : i + 1], k, consistency="Bounded",
+                         query_text=[texts[i]], mode=mode)
+    lat: dict[str, list[float]] = {m: [] for m in MODES}
+    for i in range(len(xq)):
+        for j in range(len(MODES)):
+            mode = MODES[(i + j) % len(MODES)]
+            t0 = time.perf_counter()
+            store.search(COLLECTION, xq[i : i + 1], k, consistency="Bounded",
+                         query_text=[texts[i]], mode=mode)
+            lat[mode].append(time.perf_counter() - t0)
+    return lat
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--data", type=Path, required=True)
+    ap.add_argument("--n", type=int, default=100_000)
+    ap.add_argument("--queries", type=int, default=300)
+    ap.add_argument("--model", default="models/encoder-default")
+    ap.add_argument("--k", type=int, default=10)
+    ap.add_argument("--results", type=Path, default=ROOT / "bench/RESULTS.md")
+    args = ap.parse_args()
+    argv = shlex.join(["python", "bench/hybrid.py", *sys.argv[1:]])
+    from index import EncoderInfo, MilvusStore
+
+    x, meta = vectors(args.data, args.n, args.queries, args.model)
+    items = real_texts(args.data, args.n + args.queries)
+    base, qpos = split(len(x), args.queries)
+    info = EncoderInfo.from_dict(meta["encoder"])
+    lite = VAR / "hybrid-lite.db"
+    shutil.rmtree(lite, ignore_errors=True)
+    lite.unlink(missing_ok=True)
+    store = MilvusStore(str(lite), timeout=600)
+    try:
+        upsert_s, flush_s = load(store, x, base, items, info)
+        lat = measure(store, x[qpos], [items[i][1] for i in qpos.tolist()], args.k)
+    finally:
+        store.drop(COLLECTION)
+        store.close()
+    append_results(report(args, argv, meta, lat, upsert_s, flush_s), args.results)
+
+
+def report(args: argparse.Namespace, argv: str, meta: dict[str, Any],
+           lat: dict[str, list[float]], upsert_s: float, flush_s: float) -> str:
+    enc = meta["encoder"]
+    ms = {m: (float(np.percentile(v, 50)) * 1e3, float(np.percentile(v, 99)) * 1e3)
+          for m, v in lat.items()}
+    ratio = ms["hybrid"][0] / ms["dense"][0]
+    lines = [f"## Hybrid search latency ({time.strftime('%Y-%m-%d')}, Milvus Lite, "
+             f"{args.n:,} texts, {args.queries} held-out queries, {enc['name']} "
+             f"{enc['fingerprint']} dim {enc['dim']}, {os.cpu_count()} CPU threads)", "",
+             f"Command: `{argv}`", "",
+             f"Base, queries and vectors as in the search benchmark. Upsert {upsert_s:.0f} s, "
+             f"flush + load {flush_s:.0f} s. Single queries, k={args.k}, Bounded, the three "
+             "modes interleaved query by query (encoding not timed).", "",
+             "| mode | p50 ms | p99 ms |", "|---|---|---|"]
+    lines += [f"| {m} | {p50:.1f} | {p99:.1f} |" for m, (p50, p99) in ms.items()]
+    verdict = "met" if ratio <= 2 else "**not met**"
+    lines += ["", f"Hybrid p50 / dense p50 = {ratio:.2f} (target ≤ 2: {verdict})."]
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    main()
