@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import hashlib
-import json
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -11,7 +9,6 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from safetensors.torch import load_file, save_file
 from tokenizers import Tokenizer
 from tqdm import tqdm
 
@@ -19,10 +16,11 @@ from decoder import batch as batching
 from decoder.config import DecoderConfig
 from decoder.model import RetrievalAugmentedTransformer
 from decoder.search import Hypothesis, beam_search, greedy
-from decoder.tokenizer import decode, encode, load_tokenizer, token_strings
+from decoder.tokenizer import decode, encode, token_strings
+from encoder.checkpoint import fingerprint as checkpoint_fingerprint
+from encoder.checkpoint import read_checkpoint, save_checkpoint
 from encoder.device import autocast, pick_device
 
-WEIGHTS, CONFIG, TOKENIZER = "model.safetensors", "config.json", "tokenizer.json"
 Neighbour = tuple[str, float]  # (value text, retrieval weight)
 
 
@@ -104,12 +102,7 @@ class Decoder:
     def fingerprint(self) -> str:
         """sha256 (first 16 hex) of the weights, in name order, and the tokenizer."""
         if self._fingerprint is None:
-            h = hashlib.sha256()
-            for k, v in sorted(self.model.state_dict().items()):
-                h.update(k.encode())
-                h.update(v.detach().float().cpu().contiguous().numpy().tobytes())
-            h.update(self.tokenizer.to_str().encode())
-            self._fingerprint = h.hexdigest()[:16]
+            self._fingerprint = checkpoint_fingerprint(self.model, self.tokenizer)
         return self._fingerprint
 
     def generate(
@@ -234,31 +227,10 @@ class Decoder:
         save_checkpoint(path, self.model, self.tokenizer, extra or self.meta)
 
 
-def save_checkpoint(
-    path: str | Path,
-    model: RetrievalAugmentedTransformer,
-    tokenizer: Tokenizer,
-    extra: dict[str, Any],
-) -> None:
-    """model.safetensors + config.json (architecture, training config, metrics) + tokenizer."""
-    path = Path(path)
-    path.mkdir(parents=True, exist_ok=True)
-    state = {k: v.detach().cpu().contiguous() for k, v in model.state_dict().items()}
-    tmp = path / (WEIGHTS + ".tmp")
-    save_file(state, str(tmp))
-    tmp.replace(path / WEIGHTS)
-    tokenizer.save(str(path / TOKENIZER))
-    config = {**extra, "architecture": model.config.to_dict()}
-    (path / CONFIG).write_text(json.dumps(config, indent=2, default=str) + "\n")
-
 
 def load(path: str | Path, device: torch.device | str | None = None) -> Decoder:
     """Load a checkpoint directory written by :func:`save_checkpoint`."""
-    path = Path(path)
-    for name in (WEIGHTS, CONFIG, TOKENIZER):
-        if not (path / name).is_file():
-            raise FileNotFoundError(f"{path} is not a decoder checkpoint: {name} missing")
-    meta = json.loads((path / CONFIG).read_text())
+    meta, state, tokenizer = read_checkpoint(path, "a decoder")
     model = RetrievalAugmentedTransformer(DecoderConfig.from_dict(meta["architecture"]))
-    model.load_state_dict(load_file(str(path / WEIGHTS)))
-    return Decoder(model, load_tokenizer(path / TOKENIZER), device=device, meta=meta)
+    model.load_state_dict(state)
+    return Decoder(model, tokenizer, device=device, meta=meta)

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import hashlib
-import json
 import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -12,17 +10,17 @@ from typing import Any, Literal, overload
 
 import numpy as np
 import torch
-from safetensors.torch import load_file, save_file
 from tokenizers import Tokenizer
 
+from encoder.checkpoint import fingerprint as checkpoint_fingerprint
+from encoder.checkpoint import read_checkpoint, save_checkpoint
 from encoder.config import EncoderConfig
 from encoder.device import autocast, pick_device
 from encoder.model import TransformerEncoder
-from encoder.tokenizer import clean_text, load_tokenizer
+from encoder.tokenizer import clean_text
 
 log = logging.getLogger(__name__)
 
-WEIGHTS, CONFIG, TOKENIZER = "model.safetensors", "config.json", "tokenizer.json"
 # Batches are padded to a multiple of this many tokens: fewer distinct shapes, so the CPU
 # kernels' (oneDNN) caches of per-shape primitives stay small in a long-running process.
 PAD_MULTIPLE = 8
@@ -83,12 +81,7 @@ class TextEncoder:
     def fingerprint(self) -> str:
         """sha256 (first 16 hex) of the weights, in name order, and the tokenizer."""
         if self._fingerprint is None:
-            h = hashlib.sha256()
-            for k, v in sorted(self.model.state_dict().items()):
-                h.update(k.encode())
-                h.update(v.detach().float().cpu().contiguous().numpy().tobytes())
-            h.update(self.tokenizer.to_str().encode())
-            self._fingerprint = h.hexdigest()[:16]
+            self._fingerprint = checkpoint_fingerprint(self.model, self.tokenizer)
         return self._fingerprint
 
     def tokenize(self, texts: Sequence[str]) -> tuple[list[list[int]], list[bool]]:
@@ -200,29 +193,10 @@ def _pad(seqs: Sequence[Sequence[int]], pad_id: int, multiple: int = 1) -> torch
     return batch
 
 
-def save_checkpoint(
-    path: str | Path, model: TransformerEncoder, tokenizer: Tokenizer, extra: dict[str, Any]
-) -> None:
-    """model.safetensors + config.json (architecture, training config, metrics) + tokenizer."""
-    path = Path(path)
-    path.mkdir(parents=True, exist_ok=True)
-    state = {k: v.detach().cpu().contiguous() for k, v in model.state_dict().items()}
-    tmp = path / (WEIGHTS + ".tmp")
-    save_file(state, str(tmp))
-    tmp.replace(path / WEIGHTS)
-    tokenizer.save(str(path / TOKENIZER))
-    config = {"architecture": model.config.to_dict(), **extra}
-    (path / CONFIG).write_text(json.dumps(config, indent=2, default=str) + "\n")
-
 
 def load(path: str | Path, device: torch.device | str | None = None) -> TextEncoder:
     """Load a checkpoint directory written by :func:`save_checkpoint`."""
-    path = Path(path)
-    for name in (WEIGHTS, CONFIG, TOKENIZER):
-        if not (path / name).is_file():
-            raise FileNotFoundError(f"{path} is not an encoder checkpoint: {name} missing")
-    meta = json.loads((path / CONFIG).read_text())
-    config = EncoderConfig.from_dict(meta["architecture"])
-    model = TransformerEncoder(config)
-    model.load_state_dict(load_file(str(path / WEIGHTS)))
-    return TextEncoder(model, load_tokenizer(path / TOKENIZER), device=device, meta=meta)
+    meta, state, tokenizer = read_checkpoint(path, "an encoder")
+    model = TransformerEncoder(EncoderConfig.from_dict(meta["architecture"]))
+    model.load_state_dict(state)
+    return TextEncoder(model, tokenizer, device=device, meta=meta)
