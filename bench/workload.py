@@ -130,18 +130,12 @@ def free_port() -> int:
 
 
 def stop_tree(proc: psutil.Process | subprocess.Popen[bytes], grace: float = 15.0) -> None:
-    """TERM a process and its descendants, wait, then KILL whatever is left."""
+    """TERM a process and its descendants, wait, then KILL whatever is left (the stack's
+    :func:`api.stack.stop_process`), and reap it when it is our child."""
+    from api.stack import stop_process
+
     with contextlib.suppress(psutil.NoSuchProcess):
-        root = psutil.Process(proc.pid)
-        procs = [*root.children(recursive=True), root]
-        for p in procs:
-            with contextlib.suppress(psutil.NoSuchProcess):
-                p.terminate()
-        _, alive = psutil.wait_procs(procs, timeout=grace)
-        for p in alive:
-            with contextlib.suppress(psutil.NoSuchProcess):
-                p.kill()
-        psutil.wait_procs(alive, timeout=10)
+        stop_process(psutil.Process(proc.pid), grace)
     if isinstance(proc, subprocess.Popen):
         proc.wait(10)  # reap our direct child
 
