@@ -27,7 +27,6 @@ from typing import Any
 import numpy as np
 import torch
 import torch.nn.functional as F
-from safetensors.torch import load_file, save_file
 from tokenizers import Tokenizer
 from tqdm import tqdm
 
@@ -37,6 +36,7 @@ from decoder.data import read_pairs
 from decoder.model import RetrievalAugmentedTransformer
 from decoder.text_decoder import save_checkpoint
 from decoder.tokenizer import encode, load_tokenizer, train_joint_tokenizer
+from encoder.checkpoint import load_training_state, save_training_state
 from encoder.device import autocast, pick_device
 
 log = logging.getLogger(__name__)
@@ -201,35 +201,6 @@ def retrieve_neighbours(
     return tr, va
 
 
-def _save_state(out: Path, model: RetrievalAugmentedTransformer, tok: Tokenizer,
-                opt: torch.optim.Optimizer, step: int, cfg: TrainConfig) -> None:
-    last = out / "last"
-    save_checkpoint(last, model, tok, {"training": asdict(cfg), "step": step})
-    state: dict[str, torch.Tensor] = {}
-    for name, p in model.named_parameters():
-        for k, v in opt.state.get(p, {}).items():
-            state[f"{name}::{k}"] = torch.as_tensor(v).detach().cpu().contiguous()
-    save_file(state, str(last / "optimizer.safetensors.tmp"))
-    (last / "optimizer.safetensors.tmp").replace(last / "optimizer.safetensors")
-    (last / "trainer_state.json").write_text(json.dumps({"step": step}))
-
-
-def _load_state(out: Path, model: RetrievalAugmentedTransformer,
-                opt: torch.optim.Optimizer) -> int:
-    last = out / "last"
-    if not (last / "trainer_state.json").is_file():
-        return 0
-    model.load_state_dict(load_file(str(last / "model.safetensors")))
-    state = load_file(str(last / "optimizer.safetensors"))
-    for name, p in model.named_parameters():
-        st = {k.split("::", 1)[1]: v for k, v in state.items() if k.startswith(name + "::")}
-        if st:
-            opt.state[p] = {k: (v if k == "step" else v.to(p.device)) for k, v in st.items()}
-    step = int(json.loads((last / "trainer_state.json").read_text())["step"])
-    log.info("resuming from %s at step %d", last, step)
-    return step
-
-
 def train(cfg: TrainConfig, retrieve: Retrieve | None = None) -> Path:
     """Run training; returns the checkpoint directory (``cfg.out_dir``)."""
     device = pick_device(cfg.device)
@@ -249,7 +220,7 @@ def train(cfg: TrainConfig, retrieve: Retrieve | None = None) -> Path:
     torch.manual_seed(cfg.seed)
     model = RetrievalAugmentedTransformer(arch).to(device)
     opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
-    start = _load_state(out, model, opt)
+    start = load_training_state(out, model, opt)
     end = cfg.steps if cfg.stop_after is None else min(cfg.steps, start + cfg.stop_after)
     bar = tqdm(range(start, end), initial=start, total=cfg.steps, desc="train-decoder",
                mininterval=5)
@@ -273,7 +244,7 @@ def train(cfg: TrainConfig, retrieve: Retrieve | None = None) -> Path:
             metrics = evaluate(model, val, corpus.tgt, device)
             log.info("step %d: %s", step + 1, metrics)
         if (step + 1) % cfg.checkpoint_every == 0 or step + 1 == end:
-            _save_state(out, model, tok, opt, step + 1, cfg)
+            save_training_state(out, model, tok, opt, step + 1, asdict(cfg))
     bar.close()
     if end == cfg.steps:
         metrics = evaluate(model, val, corpus.tgt, device)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 from pathlib import Path
 from typing import Any
 
@@ -14,6 +15,7 @@ from safetensors.torch import load_file, save_file
 from tokenizers import Tokenizer
 from torch import nn
 
+log = logging.getLogger(__name__)
 WEIGHTS, CONFIG, TOKENIZER = "model.safetensors", "config.json", "tokenizer.json"
 
 
@@ -54,3 +56,36 @@ def read_checkpoint(
             raise FileNotFoundError(f"{path} is not {kind} checkpoint: {name} missing")
     meta = json.loads((path / CONFIG).read_text())
     return meta, load_file(str(path / WEIGHTS)), Tokenizer.from_file(str(path / TOKENIZER))
+
+
+def save_training_state(
+    out: Path, model: nn.Module, tokenizer: Tokenizer, opt: torch.optim.Optimizer, step: int,
+    training: dict[str, Any],
+) -> None:
+    """``out/last``: the checkpoint, the optimiser's state (safetensors, keyed
+    ``param::name``) and the step, so a stopped run resumes exactly."""
+    last = out / "last"
+    save_checkpoint(last, model, tokenizer, {"training": training, "step": step})
+    state: dict[str, torch.Tensor] = {}
+    for name, p in model.named_parameters():
+        for k, v in opt.state.get(p, {}).items():
+            state[f"{name}::{k}"] = torch.as_tensor(v).detach().cpu().contiguous()
+    save_file(state, str(last / "optimizer.safetensors.tmp"))
+    (last / "optimizer.safetensors.tmp").replace(last / "optimizer.safetensors")
+    (last / "trainer_state.json").write_text(json.dumps({"step": step}))
+
+
+def load_training_state(out: Path, model: nn.Module, opt: torch.optim.Optimizer) -> int:
+    """Restore ``out/last`` into ``model`` and ``opt``; the step to go on from (0: none)."""
+    last = out / "last"
+    if not (last / "trainer_state.json").is_file():
+        return 0
+    model.load_state_dict(load_file(str(last / WEIGHTS)))
+    state = load_file(str(last / "optimizer.safetensors"))
+    for name, p in model.named_parameters():
+        st = {k.split("::", 1)[1]: v for k, v in state.items() if k.startswith(name + "::")}
+        if st:
+            opt.state[p] = {k: (v if k == "step" else v.to(p.device)) for k, v in st.items()}
+    step = int(json.loads((last / "trainer_state.json").read_text())["step"])
+    log.info("resuming from %s at step %d", last, step)
+    return step

@@ -19,10 +19,10 @@ from typing import Any
 import numpy as np
 import torch
 import torch.distributed as dist
-from safetensors.torch import load_file, save_file
 from tokenizers import Tokenizer
 from tqdm import tqdm
 
+from encoder.checkpoint import load_training_state, save_training_state
 from encoder.config import EncoderConfig
 from encoder.device import autocast, pick_device
 from encoder.losses import InfoNCE
@@ -103,40 +103,6 @@ def _ids(tok: Tokenizer, texts: list[str], max_len: int) -> torch.Tensor:
     return _pad([e.ids[:max_len] for e in encs], 0)
 
 
-def _save_state(
-    out: Path,
-    model: TransformerEncoder,
-    tok: Tokenizer,
-    opt: torch.optim.Optimizer,
-    step: int,
-    cfg: TrainConfig,
-) -> None:
-    last = out / "last"
-    save_checkpoint(last, model, tok, {"training": asdict(cfg), "step": step})
-    state: dict[str, torch.Tensor] = {}
-    for name, p in model.named_parameters():
-        for k, v in opt.state.get(p, {}).items():
-            state[f"{name}::{k}"] = torch.as_tensor(v).detach().cpu().contiguous()
-    save_file(state, str(last / "optimizer.safetensors.tmp"))
-    (last / "optimizer.safetensors.tmp").replace(last / "optimizer.safetensors")
-    (last / "trainer_state.json").write_text(json.dumps({"step": step}))
-
-
-def _load_state(out: Path, model: TransformerEncoder, opt: torch.optim.Optimizer) -> int:
-    last = out / "last"
-    if not (last / "trainer_state.json").is_file():
-        return 0
-    model.load_state_dict(load_file(str(last / "model.safetensors")))
-    state = load_file(str(last / "optimizer.safetensors"))
-    for name, p in model.named_parameters():
-        st = {k.split("::", 1)[1]: v for k, v in state.items() if k.startswith(name + "::")}
-        if st:
-            opt.state[p] = {k: (v if k == "step" else v.to(p.device)) for k, v in st.items()}
-    step = int(json.loads((last / "trainer_state.json").read_text())["step"])
-    log.info("resuming from %s at step %d", last, step)
-    return step
-
-
 def _tokenizer(out: Path, sources: list[PairSource], vocab_size: int) -> Tokenizer:
     path = out / "tokenizer.json"
     if path.is_file():
@@ -174,7 +140,7 @@ def train(cfg: TrainConfig) -> Path:
     )
     model = TransformerEncoder(arch).to(device)
     opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
-    start = _load_state(out, model, opt)
+    start = load_training_state(out, model, opt)
     pairs: torch.nn.Module = PairForward(model)
     if world > 1:  # one forward call per step, as DDP expects
         pairs = torch.nn.parallel.DistributedDataParallel(pairs)
@@ -219,7 +185,7 @@ def train(cfg: TrainConfig) -> Path:
         ema_acc = acc.item() if ema_acc is None else 0.95 * ema_acc + 0.05 * acc.item()
         bar.set_postfix(loss=f"{ema_loss:.3f}", acc=f"{ema_acc:.3f}", src=src.name[:12])
         if rank == 0 and ((step + 1) % cfg.checkpoint_every == 0 or step + 1 == cfg.steps):
-            _save_state(out, model, tok, opt, step + 1, cfg)
+            save_training_state(out, model, tok, opt, step + 1, asdict(cfg))
     bar.close()
     minutes = (time.time() - t0) / 60
     if rank == 0 and end == cfg.steps:
