@@ -9,12 +9,12 @@ source ``<s> x </s>``, each neighbour's value ``<sep> v </s>``, target ``<s> y <
 from __future__ import annotations
 
 from collections.abc import Iterable
-from pathlib import Path
 
 from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers
-from tokenizers.trainers import BpeTrainer
 
-from encoder.tokenizer import clean_text
+from encoder.tokenizer import clean_text, load_tokenizer, train_bpe
+
+__all__ = ["load_tokenizer"]  # re-exported: one reader for every checkpoint's tokenizer
 
 PAD, BOS, EOS, SEP, UNK = "<pad>", "<s>", "</s>", "<sep>", "<unk>"
 SPECIAL_TOKENS = [PAD, BOS, EOS, SEP, UNK]  # ids 0..4, matching DecoderConfig's defaults
@@ -33,22 +33,10 @@ def train_joint_tokenizer(
     texts: Iterable[str], vocab_size: int, min_frequency: int = 2
 ) -> Tokenizer:
     """Train one BPE over both languages' ``texts``. Ids: <pad>=0 <s>=1 </s>=2 <sep>=3."""
-    tok = build_tokenizer()
-    trainer = BpeTrainer(
-        vocab_size=vocab_size,
-        min_frequency=min_frequency,
-        special_tokens=SPECIAL_TOKENS,
-        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
-        show_progress=False,
-    )
-    tok.train_from_iterator((clean_text(t) for t in texts), trainer=trainer)
+    tok = train_bpe(build_tokenizer(), texts, vocab_size, min_frequency, SPECIAL_TOKENS)
     for i, name in enumerate(SPECIAL_TOKENS):
         assert tok.token_to_id(name) == i, name
     return tok
-
-
-def load_tokenizer(path: str | Path) -> Tokenizer:
-    return Tokenizer.from_file(str(path))
 
 
 def encode(tok: Tokenizer, texts: list[str], max_tokens: int) -> tuple[list[list[int]], list[bool]]:

@@ -39,17 +39,26 @@ def build_tokenizer() -> Tokenizer:
     return tok
 
 
-def train_tokenizer(texts: Iterable[str], vocab_size: int, min_frequency: int = 2) -> Tokenizer:
-    """Train byte-level BPE on ``texts``. Ids: <pad>=0, <s>=1, <unk>=2."""
-    tok = build_tokenizer()
+def train_bpe(
+    tok: Tokenizer, texts: Iterable[str], vocab_size: int, min_frequency: int,
+    special_tokens: list[str],
+) -> Tokenizer:
+    """Train ``tok``'s byte-level BPE on ``texts`` after :func:`clean_text`; the special
+    tokens get the first ids, in order."""
     trainer = BpeTrainer(
         vocab_size=vocab_size,
         min_frequency=min_frequency,
-        special_tokens=SPECIAL_TOKENS,
+        special_tokens=special_tokens,
         initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
         show_progress=False,
     )
     tok.train_from_iterator((clean_text(t) for t in texts), trainer=trainer)
+    return tok
+
+
+def train_tokenizer(texts: Iterable[str], vocab_size: int, min_frequency: int = 2) -> Tokenizer:
+    """Train byte-level BPE on ``texts``. Ids: <pad>=0, <s>=1, <unk>=2."""
+    tok = train_bpe(build_tokenizer(), texts, vocab_size, min_frequency, SPECIAL_TOKENS)
     bos = tok.token_to_id(BOS)
     tok.post_processor = processors.TemplateProcessing(
         single=f"{BOS} $A", special_tokens=[(BOS, bos)]
