@@ -190,6 +190,49 @@ def start_api(cfg: StackConfig) -> tuple[subprocess.Popen[bytes], Path]:
     return proc, log_path
 
 
+class MilvusStandalone:
+    """One Milvus 2.3.5 standalone over ``var_dir/milvus`` on ``port`` (free by default),
+    started (:func:`start_milvus`, ready when its ``/healthz`` says OK and its port
+    listens) and stopped by pid as often as wanted, on the same port and data: what the
+    benchmarks and tests run, and what ``up`` runs with the API beside it."""
+
+    def __init__(self, var_dir: Path, port: int = 0, start_timeout_s: float = 300.0,
+                 stop_timeout_s: float = 10.0) -> None:
+        self.cfg = StackConfig(var_dir=var_dir, milvus_port=port or free_port(),
+                               start_timeout_s=start_timeout_s, stop_timeout_s=stop_timeout_s)
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.log_path: Path | None = None
+
+    @property
+    def uri(self) -> str:
+        return self.cfg.milvus_uri
+
+    def start(self) -> str:
+        """Start and wait until ready; returns the ``http://`` URI."""
+        http_port = free_port()
+        self.proc, self.log_path = start_milvus(self.cfg, http_port)
+        try:
+            wait_until("Milvus", lambda: (http_ok(f"http://127.0.0.1:{http_port}/healthz", b"OK")
+                                          and port_in_use(self.cfg.milvus_port)),
+                       self.proc, time.monotonic() + self.cfg.start_timeout_s, self.log_path)
+        except BaseException:
+            self.stop()
+            raise
+        return self.uri
+
+    def stop(self) -> None:
+        """TERM, then KILL after ``stop_timeout_s`` (Milvus 2.3 never finishes a graceful
+        stop here), its descendants too; idempotent."""
+        if self.proc is not None:
+            with contextlib.suppress(psutil.NoSuchProcess):
+                stop_process(psutil.Process(self.proc.pid), self.cfg.stop_timeout_s)
+            self.proc.wait(10)
+            self.proc = None
+
+    def log(self, n: int = 3000) -> str:
+        return tail(self.log_path, n) if self.log_path else "(not started)"
+
+
 # -- state: pid files and stack.json --------------------------------------------------------
 def _mkdir(path: Path) -> Path:
     path.mkdir(parents=True, exist_ok=True)

@@ -142,24 +142,17 @@ def stop_tree(proc: psutil.Process | subprocess.Popen[bytes], grace: float = 15.
 
 @contextlib.contextmanager
 def milvus_server(data_dir: Path) -> Iterator[tuple[str, int]]:
-    """Milvus 2.3.5 standalone (``milvus.MilvusServer``) on a free port over ``data_dir``;
-    yields (``http://`` URI, pid). Stopped by pid on exit, children included."""
-    from milvus import MilvusServer
+    """Milvus 2.3.5 standalone (:class:`api.stack.MilvusStandalone`: free ports, its etcd's
+    too) over ``data_dir``; yields (``http://`` URI, pid). Stopped by pid on exit."""
+    from api.stack import MilvusStandalone
 
-    server = MilvusServer()
-    server.show_startup_banner = False
-    server.set_base_dir(str(data_dir))
-    port = free_port()
-    server.listen_port = port
-    server.start()  # blocks until /healthz says OK
-    proc = server.server_proc
-    assert proc is not None
+    server = MilvusStandalone(data_dir)
+    server.start()
+    assert server.proc is not None
     try:
-        yield f"http://127.0.0.1:{port}", proc.pid
+        yield server.uri, server.proc.pid
     finally:
-        stop_tree(proc)
-        server.server_proc = None
-        server.stop()  # closes its log files
+        server.stop()
 
 
 @dataclass

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import os
 import signal
 import socket
 import subprocess
@@ -23,12 +22,11 @@ import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
-from unittest import mock
 
 import numpy as np
 import pytest
 
+from api.stack import MilvusStandalone
 from index import FaissStore, MilvusStore, VectorStore
 
 log = logging.getLogger(__name__)
@@ -61,67 +59,13 @@ def stop_process(proc: subprocess.Popen[bytes], grace: float = 5.0) -> None:
             proc.wait(10)
 
 
-class RestartableMilvus:
-    """Milvus 2.3.5 standalone that can be stopped and started again on the same port and
-    data directory.
-
-    Two things in ``milvus.MilvusServer`` stand in the way, and are worked around here:
-    its port check binds without ``SO_REUSEADDR``, so the port of a server just stopped
-    (its connections in TIME_WAIT) looks taken for a minute, and the gRPC port moves to
-    the next free one; and the embedded etcd's peer port is fixed at 2380, so a second
-    Milvus on the machine (a benchmark's, say) cannot start at all. The config below binds
-    the way the servers themselves do, and an etcd config file gives etcd ports of its
-    own, kept across restarts.
-    """
+class RestartableMilvus(MilvusStandalone):
+    """Milvus 2.3.5 standalone over ``data_dir`` that a test can stop and start again on the
+    same port and data (:class:`api.stack.MilvusStandalone`: every port free, etcd's too,
+    so it also runs beside another Milvus on the machine)."""
 
     def __init__(self, data_dir: Path) -> None:
-        self.data_dir = data_dir
-        self.port, self.etcd_port, peer = free_port(), free_port(), free_port()
-        self.uri = f"http://127.0.0.1:{self.port}"
-        self.etcd_config = data_dir.with_name(data_dir.name + "-etcd.yaml")
-        self.etcd_config.write_text(
-            f"listen-client-urls: http://127.0.0.1:{self.etcd_port}\n"
-            f"advertise-client-urls: http://127.0.0.1:{self.etcd_port}\n"
-            f"listen-peer-urls: http://127.0.0.1:{peer}\n"
-            f"initial-advertise-peer-urls: http://127.0.0.1:{peer}\n"
-            f"initial-cluster: default=http://127.0.0.1:{peer}\n")
-        self.server: Any = None
-
-    def start(self) -> None:
-        from milvus import MilvusServer, MilvusServerConfig
-
-        class ReusableConfig(MilvusServerConfig):  # type: ignore[misc]
-            def try_bind_port(self, port: int) -> socket.socket | None:
-                sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-                sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-                try:
-                    sock.bind(("127.0.0.1", port))
-                    sock.listen()
-                    return sock
-                except OSError:
-                    sock.close()
-                    return None
-
-        self.server = MilvusServer(ReusableConfig(etcd_port=self.etcd_port,
-                                                  proxy_port=self.port))
-        self.server.set_base_dir(str(self.data_dir))
-        # MilvusServer passes its environment on; Milvus reads etcd.config.path from it.
-        with mock.patch.dict(os.environ, {"ETCD_CONFIG_PATH": str(self.etcd_config)}):
-            self.server.start()  # blocks until /healthz says OK
-
-    def stop(self) -> None:
-        """Stop the server process by its pid (TERM, then KILL: Milvus' graceful stop can
-        take a minute here), like a crash or an operator's restart."""
-        if self.server is not None:
-            if self.server.server_proc is not None:
-                stop_process(self.server.server_proc, grace=5.0)
-                self.server.server_proc = None
-            self.server.stop()  # closes its log files
-            self.server = None
-
-    def log(self, tail: int = 3000) -> str:
-        path = self.data_dir / "logs" / "milvus-stderr.log"
-        return path.read_text(errors="replace")[-tail:] if path.exists() else ""
+        super().__init__(data_dir, start_timeout_s=180.0, stop_timeout_s=5.0)
 
 
 @contextlib.contextmanager
@@ -131,7 +75,7 @@ def milvus_standalone(data_dir: Path) -> Iterator[str]:
     t0 = time.monotonic()
     try:
         server.start()  # blocks until /healthz says OK (raises after 180 s)
-        log.info("milvus 2.3.5 on port %d in %.1f s", server.port, time.monotonic() - t0)
+        log.info("milvus 2.3.5 on port %d in %.1f s", server.cfg.milvus_port, time.monotonic() - t0)
         yield server.uri
     finally:
         server.stop()
