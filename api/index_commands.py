@@ -90,7 +90,8 @@ def index(
     if text_encoder.device.type == "cpu":
         # Several single-threaded encoders instead of one multi-threaded one: when the
         # writer (or Milvus on the same machine) takes a core, one encoder slows down
-        # instead of every OpenMP barrier stalling. 0.74x -> 0.9x of encoder-only here.
+        # instead of every OpenMP barrier stalling (bench/RESULTS.md, Ingest: 2048-doc calls
+        # at 0.76x one call this way, 0.67x on one two-threaded encoder).
         import torch
 
         workers = workers or torch.get_num_threads()
@@ -102,7 +103,8 @@ def index(
     def embed(texts: list[str]) -> np.ndarray:
         # One call per job batch (default 2048 docs): the encoder sorts them by length into
         # batches of 64, so big job batches waste little padding. At 256 docs per call the
-        # encoder ran at 0.51x its one-call speed here (bench/RESULTS.md, Ingest).
+        # encoder ran at 0.51x its one-call speed (an earlier run of bench/ingest.py, in
+        # the history of bench/RESULTS.md).
         return text_encoder.encode(texts)
 
     vector_store = open_store(store, token=token, timeout=timeout)

@@ -173,7 +173,8 @@ def _length_groups(order: list[int], lengths: list[int], batch_size: int) -> lis
     """Cut ``order`` (indices by decreasing length) into batches of at most ``batch_size``,
     starting a new one where a text is at most half as long as its batch's first (longest)
     one: padding then never more than doubles a batch's work. Sorted corpora barely notice;
-    a batch of mixed lengths (the API's dynamic batches, in arrival order) ran ~2x faster."""
+    batches of 64 mixed-length sentences (the API's dynamic batches, in arrival order) ran
+    1.7x faster in a trial here (252 -> 429 texts/s; not a recorded benchmark)."""
     groups: list[list[int]] = []
     for i in order:
         g = groups[-1] if groups else None
