@@ -5,9 +5,12 @@ from __future__ import annotations
 
 import logging
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import typer
+
+if TYPE_CHECKING:
+    from api.translation_memory import TranslationMemory
 
 log = logging.getLogger(__name__)
 
@@ -61,9 +64,12 @@ def train_decoder(
 
     runtime.configure()
     from decoder.train import Retrieve, TrainConfig, train
-    from index.attend import DEFAULT_TEMPERATURE
 
-    t = temperature or DEFAULT_TEMPERATURE
+    if temperature is None:  # the index package (pymilvus, FAISS) only when needed
+        from index.attend import DEFAULT_TEMPERATURE
+
+        temperature = DEFAULT_TEMPERATURE
+    t = temperature
     retrieval: dict[str, Any] = {}
     retrieve: Retrieve | None = None
     if k > 0:
@@ -90,7 +96,6 @@ def _training_retriever(data: Path, src_lang: str, tgt_lang: str, encoder_dir: P
     """A retrieve function over the training pairs, built lazily: when neighbours.json
     already holds this retrieval, the encoder never encodes anything."""
     import encoder
-    from api.translation_memory import TranslationMemory
     from decoder.data import read_pairs
 
     text_encoder = encoder.load(encoder_dir, device=device)
@@ -102,6 +107,8 @@ def _training_retriever(data: Path, src_lang: str, tgt_lang: str, encoder_dir: P
 
     def retrieve(queries: Any, exclude: Any) -> list[list[tuple[int, float]]]:
         if not memory:
+            from api.translation_memory import TranslationMemory  # FAISS: only when retrieving
+
             pairs = read_pairs(data, "train", src_lang, tgt_lang)
             memory.append(TranslationMemory.build(text_encoder, [s for s, _ in pairs],
                                                   [t for _, t in pairs], cache_dir=cache_dir))

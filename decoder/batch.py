@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+import numpy as np
 import torch
 
 from decoder.config import DecoderConfig
@@ -19,11 +20,10 @@ def pad(seqs: Sequence[Sequence[int]], pad_id: int, multiple: int = PAD_MULTIPLE
     """(B, T) long, each row left-aligned, T the longest row rounded up to ``multiple``."""
     t = max((len(s) for s in seqs), default=1)
     t = max(1, -(-t // multiple) * multiple)
-    out = torch.full((len(seqs), t), pad_id, dtype=torch.long)
+    out = np.full((len(seqs), t), pad_id, dtype=np.int64)
     for row, s in enumerate(seqs):
-        if s:
-            out[row, : len(s)] = torch.tensor(s, dtype=torch.long)
-    return out
+        out[row, : len(s)] = s
+    return torch.from_numpy(out)
 
 
 def sources(ids: Sequence[Sequence[int]], c: DecoderConfig) -> torch.Tensor:
@@ -39,15 +39,15 @@ def neighbours(
     k = max((len(n) for n in ids), default=0)
     if k == 0:
         return None, None
-    rows = [[c.sep_id, *v, c.eos_id] for n in ids for v in n]
-    n_max = pad(rows, c.pad_id).size(1)
-    out = torch.full((len(ids), k, n_max), c.pad_id, dtype=torch.long)
-    w = torch.zeros(len(ids), k)
+    n_max = max(len(v) + 2 for n in ids for v in n)
+    n_max = -(-n_max // PAD_MULTIPLE) * PAD_MULTIPLE
+    out = np.full((len(ids), k, n_max), c.pad_id, dtype=np.int64)
+    w = np.zeros((len(ids), k), dtype=np.float32)
     for b, (n, nw) in enumerate(zip(ids, weights, strict=True)):
         for i, (v, wi) in enumerate(zip(n, nw, strict=True)):
-            out[b, i, : len(v) + 2] = torch.tensor([c.sep_id, *v, c.eos_id])
+            out[b, i, 0], out[b, i, 1 : len(v) + 1], out[b, i, len(v) + 1] = c.sep_id, v, c.eos_id
             w[b, i] = wi
-    return out, w
+    return torch.from_numpy(out), torch.from_numpy(w)
 
 
 def targets(ids: Sequence[Sequence[int]], c: DecoderConfig) -> tuple[torch.Tensor, torch.Tensor]:
