@@ -185,12 +185,98 @@ def translate(
     log.info("translated %d lines into %s", len(lines), output)
 
 
+def evaluate_translation(
+    model: Path, data: Path, splits: list[str], k: int | None = None, beam: int = 4,
+    batch_size: int = 32, encoder_dir: Path = DEFAULT_ENCODER, memory_cache: str = "var/tm-cache",
+    device: str | None = None, src_lang: str = "en", tgt_lang: str = "fr",
+    hypotheses: Path | None = None,
+) -> list[dict[str, Any]]:
+    """sacreBLEU of ``model`` on each split of ``data``, the memory being the train split.
+
+    ``k`` defaults to the model's training k (0 for a baseline). Per split: BLEU, its
+    signature, and the seconds taken by retrieval (encoding the sources, searching the
+    memory) and by decoding, the memory's own vectors coming from ``memory_cache``.
+    """
+    import time
+
+    import sacrebleu
+
+    import decoder
+    from decoder.data import read_pairs
+
+    dec = decoder.load(model, device=device)
+    trained_k = int((dec.meta.get("training") or {}).get("k", 0))
+    k = trained_k if k is None else k
+    memory = read_pairs(data, "train", src_lang, tgt_lang) if k > 0 else []
+    rows: list[dict[str, Any]] = []
+    for split in splits:
+        pairs = read_pairs(data, split, src_lang, tgt_lang)
+        sources, refs = [p[0] for p in pairs], [p[1] for p in pairs]
+        t0 = time.perf_counter()
+        neighbours: list[list[tuple[str, float]]] | None = None
+        if k > 0:
+            neighbours = _memory_neighbours(dec, sources, [p[0] for p in memory],
+                                            [p[1] for p in memory], k, None, encoder_dir,
+                                            memory_cache, device)
+        t1 = time.perf_counter()
+        hyps = dec.translate(sources, neighbours, beam=beam, batch_size=batch_size)
+        t2 = time.perf_counter()
+        bleu = sacrebleu.metrics.BLEU()
+        score = bleu.corpus_score(hyps, [refs])
+        if hypotheses is not None:
+            hypotheses.mkdir(parents=True, exist_ok=True)
+            (hypotheses / f"{split}.{tgt_lang}").write_text("".join(h + "\n" for h in hyps),
+                                                          encoding="utf-8")
+        rows.append({"model": str(model), "name": dec.name, "split": split, "k": k,
+                     "beam": beam, "sentences": len(pairs), "bleu": round(score.score, 2),
+                     "signature": str(bleu.get_signature()),
+                     "retrieve_s": round(t1 - t0, 2), "decode_s": round(t2 - t1, 2)})
+    return rows
+
+
+def eval_decoder(
+    model: Path = typer.Option(..., "--model", help="Decoder checkpoint directory."),
+    data: Path = typer.Option(..., "--data", help="Folder with {train,SPLIT}.{en,fr}[.gz] "
+                              "(../shared/data/multi30k/task1, or ../shared/data)."),
+    split: list[str] = typer.Option(["val", "test_2016_flickr"], "--split",
+                                    help="Splits to score (repeatable)."),
+    k: int | None = typer.Option(None, "--k", min=0,
+                                 help="Neighbours (default: the model's training k)."),
+    beam: int = typer.Option(4, "--beam", min=1),
+    batch_size: int = typer.Option(32, min=1),
+    encoder_dir: Path = typer.Option(DEFAULT_ENCODER, "--encoder"),
+    memory_cache: str = typer.Option("var/tm-cache", "--memory-cache"),
+    hypotheses: Path | None = typer.Option(None, "--hypotheses", file_okay=False,
+                                           help="Write each split's outputs here."),
+    device: str | None = typer.Option(None),
+) -> None:
+    """sacreBLEU of a decoder on Multi30k-style splits, the memory being the train split."""
+    from api import runtime
+
+    runtime.configure()
+    import json
+
+    for row in evaluate_translation(model, data, split, k, beam, batch_size, encoder_dir,
+                                    memory_cache, device, hypotheses=hypotheses):
+        typer.echo(json.dumps(row))
+
+
 def _neighbours(dec: Any, lines: list[str], memory_src: Path, memory_tgt: Path, k: int,
                 temperature: float | None, encoder_dir: Path, cache: str,
                 device: str | None) -> list[list[tuple[str, float]]]:
+    from decoder.data import read_lines
+
+    return _memory_neighbours(dec, lines, read_lines(memory_src), read_lines(memory_tgt), k,
+                              temperature, encoder_dir, cache, device)
+
+
+def _memory_neighbours(dec: Any, lines: list[str], sources: list[str], targets: list[str],
+                       k: int, temperature: float | None, encoder_dir: Path, cache: str,
+                       device: str | None) -> list[list[tuple[str, float]]]:
+    """Each line's k nearest memory entries (target text, weight), at the temperature the
+    decoder was trained with unless one is given."""
     import encoder
     from api.translation_memory import TranslationMemory
-    from decoder.data import read_lines
     from index.attend import DEFAULT_TEMPERATURE
 
     trained = (dec.meta.get("training") or {}).get("retrieval") or {}
@@ -199,7 +285,7 @@ def _neighbours(dec: Any, lines: list[str], memory_src: Path, memory_tgt: Path, 
     if trained.get("encoder_fingerprint") not in (None, text_encoder.fingerprint):
         log.warning("the decoder was trained with neighbours from encoder %s, not %s (%s)",
                     trained.get("encoder_fingerprint"), text_encoder.fingerprint, encoder_dir)
-    tm = TranslationMemory.build(text_encoder, read_lines(memory_src), read_lines(memory_tgt),
+    tm = TranslationMemory.build(text_encoder, sources, targets,
                                  cache_dir=Path(cache) if cache else None)
     return tm.neighbours(lines, k, t)
 
@@ -238,3 +324,4 @@ def _plot_attention(gen: Any, weights: list[float], path: Path) -> None:
 def register(app: typer.Typer) -> None:
     app.command("train-decoder")(train_decoder)
     app.command("translate")(translate)
+    app.command("eval-decoder")(eval_decoder)
