@@ -56,9 +56,9 @@ class TrainConfig:
     src_lang: str = "en"
     tgt_lang: str = "fr"
     k: int = 4  # neighbours per pair; 0 trains the baseline without retrieval
-    steps: int = 20000
-    batch_size: int = 64
-    lr: float = 7e-4
+    steps: int = 4000
+    batch_size: int = 256
+    lr: float = 1e-3
     weight_decay: float = 0.01
     warmup_steps: int = 1000
     label_smoothing: float = 0.1

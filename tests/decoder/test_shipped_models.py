@@ -1,0 +1,94 @@
+"""The shipped English→French decoders: their records, and ``qkv translate`` /
+``qkv eval-decoder`` as a user runs them."""
+
+import json
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+import encoder
+from api.cli import app
+from decoder.data import read_lines
+
+ROOT = Path(__file__).resolve().parents[2]
+RA, BASELINE = ROOT / "models/decoder-en-fr", ROOT / "models/decoder-en-fr-baseline"
+ENCODER = ROOT / "models/encoder-default"
+
+# A small hand-written memory: English captions and French translations.
+MEMORY = [
+    ("A man is riding a bicycle down the street.", "Un homme fait du vélo dans la rue."),
+    ("A dog is running on the grass.", "Un chien court sur l'herbe."),
+    ("Two children are playing in the water.", "Deux enfants jouent dans l'eau."),
+    ("A woman in a red dress is singing.", "Une femme en robe rouge chante."),
+    ("A man in a blue shirt is cooking.", "Un homme en chemise bleue fait la cuisine."),
+]
+
+
+def _config(path: Path) -> dict:
+    return json.loads((path / "config.json").read_text())
+
+
+def test_shipped_models_are_small_and_trained_on_the_same_budget() -> None:
+    for path in (RA, BASELINE):
+        size = sum(f.stat().st_size for f in path.iterdir())
+        assert size <= 100 * 2**20, f"{path} is {size / 2**20:.0f} MiB"
+    ra, base = _config(RA)["training"], _config(BASELINE)["training"]
+    assert ra["k"] == 4 and base["k"] == 0
+    for key in ("steps", "batch_size", "lr", "warmup_steps", "label_smoothing", "arch"):
+        if key == "arch":
+            assert {**ra[key], "name": ""} == {**base[key], "name": ""}
+        else:
+            assert ra[key] == base[key], key
+    # the neighbours it was trained with came from the encoder that ships beside it
+    assert ra["retrieval"]["encoder_fingerprint"] == encoder.load(ENCODER).fingerprint
+
+
+@pytest.fixture()
+def memory(tmp_path: Path) -> tuple[Path, Path]:
+    src, tgt = tmp_path / "mem.en", tmp_path / "mem.fr"
+    src.write_text("".join(s + "\n" for s, _ in MEMORY))
+    tgt.write_text("".join(t + "\n" for _, t in MEMORY))
+    return src, tgt
+
+
+def _translate(model: Path, tmp_path: Path, lines: list[str], *extra: str) -> list[str]:
+    inp, out = tmp_path / "in.en", tmp_path / "out.fr"
+    inp.write_text("".join(ln + "\n" for ln in lines))
+    result = CliRunner().invoke(app, [
+        "translate", "--model", str(model), "--input", str(inp), "--output", str(out),
+        "--memory-cache", "", "--no-progress", *extra])
+    assert result.exit_code == 0, result.output
+    return read_lines(out)
+
+
+def test_shipped_model_translates_with_its_memory(memory: tuple[Path, Path],
+                                                   tmp_path: Path) -> None:
+    src, tgt = memory
+    lines = ["A man is riding a bicycle.", "", "A dog runs on the grass " + "and " * 400 + "."]
+    got = _translate(RA, tmp_path, lines, "--memory-src", str(src), "--memory-tgt", str(tgt),
+                     "--k", "4", "--beam", "4")
+    assert len(got) == 3 and got[1] == ""
+    assert "homme" in got[0] and "vélo" in got[0]
+    assert "chien" in got[2]  # the over-long line was cut, not dropped
+
+
+def test_shipped_baseline_translates_without_memory(tmp_path: Path) -> None:
+    got = _translate(BASELINE, tmp_path, ["Two children are playing in the water."], "--k", "0")
+    assert "enfants" in got[0] and "eau" in got[0]
+
+
+def test_eval_decoder_prints_bleu_with_its_signature(tiny_decoder_dir: Path,
+                                                    tiny_encoder_dir: Path, task1_dir: Path,
+                                                    tmp_path: Path) -> None:
+    result = CliRunner().invoke(app, [
+        "eval-decoder", "--model", str(tiny_decoder_dir), "--data", str(task1_dir),
+        "--split", "val", "--k", "2", "--beam", "2", "--encoder", str(tiny_encoder_dir),
+        "--memory-cache", "", "--hypotheses", str(tmp_path / "hyp")])
+    assert result.exit_code == 0, result.output
+    rows = [json.loads(ln) for ln in result.output.splitlines() if ln.startswith("{")]
+    assert [r["split"] for r in rows] == ["val"] and rows[0]["k"] == 2
+    assert 0.0 <= rows[0]["bleu"] <= 100.0
+    assert rows[0]["signature"].startswith("nrefs:1|case:mixed")
+    hyps = read_lines(tmp_path / "hyp" / "val.fr")
+    assert len(hyps) == rows[0]["sentences"]
