@@ -25,7 +25,8 @@ DEFAULT_MODEL = Path("models/encoder-default")
 
 def index(
     collection: str = typer.Option(..., "--collection",
-                                   help="Collection name (created on first use)."),
+                                   help="Collection name (created on first use; "
+                                        "'-' is stored as '_')."),
     input: list[Path] = typer.Option(..., "--input", exists=True, dir_okay=False,
                                      help="Input file(s): --input a.jsonl b.jsonl, or repeat."),
     more_inputs: list[Path] = typer.Argument(None, exists=True, dir_okay=False, hidden=True),
@@ -62,10 +63,21 @@ def index(
 
     runtime.configure()
     import encoder
-    from index import EncoderInfo, JobConfig, StoreError, StoreUnavailableError, open_store
+    from index import (
+        EncoderInfo,
+        JobConfig,
+        StoreError,
+        StoreUnavailableError,
+        collection_name,
+        open_store,
+    )
     from index.bulk import job_identity
     from index.corpus import Fields, parse_shard
 
+    try:  # `tm-en-fr` is stored as `tm_en_fr`, as the API stores it
+        collection = collection_name(collection)
+    except ValueError as e:
+        raise typer.BadParameter(str(e), param_hint="--collection") from e
     inputs = [*input, *(more_inputs or [])]
     try:
         shard_i, n_shards = parse_shard(shard)

@@ -11,13 +11,22 @@ from typing import Annotated, Any
 
 import numpy as np
 import orjson
-from fastapi import APIRouter, Depends, Query, Request, Response
+from fastapi import APIRouter, Depends, Path, Query, Request, Response
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
+from pydantic import AfterValidator
 
 from api import schemas as s
 from api.errors import ApiError, invalid, not_found, too_large
 from api.service import Service
-from index import CollectionInfo, Hit, Item, parse_filter, resolve_mode, softmax
+from index import (
+    CollectionInfo,
+    Hit,
+    Item,
+    collection_name,
+    parse_filter,
+    resolve_mode,
+    softmax,
+)
 from index import attend as attend_values
 
 ERRORS: dict[int | str, dict[str, Any]] = {
@@ -28,6 +37,11 @@ ERRORS: dict[int | str, dict[str, Any]] = {
                        (422, "Invalid request, or text over the token limit without truncate"),
                        (429, "Encoder queue full (see Retry-After)"),
                        (503, "Store unreachable (see Retry-After)"))}
+# {name} of every collection route: checked, then mapped to the stored name ('-' -> '_')
+CollectionName = Annotated[str, Path(min_length=1, max_length=255,
+                                     description=s.COLLECTION_NAME_HELP,
+                                     json_schema_extra={"pattern": s.COLLECTION_NAME_PATTERN}),
+                           AfterValidator(collection_name)]
 _bearer = HTTPBearer(auto_error=False, description="QKV_API_KEY, when the server sets one.")
 
 
@@ -176,7 +190,7 @@ async def list_collections(request: Request) -> Response:
 
 
 @v1.get("/v1/collections/{name}", response_model=s.CollectionOut, tags=["collections"])
-async def get_collection(name: str, request: Request) -> Response:
+async def get_collection(name: CollectionName, request: Request) -> Response:
     """Dim, encoder, decoder and the exact document count."""
     svc = service(request)
     info = await svc.call(svc.store.describe, name)
@@ -185,7 +199,7 @@ async def get_collection(name: str, request: Request) -> Response:
 
 
 @v1.delete("/v1/collections/{name}", response_model=s.Deleted, tags=["collections"])
-async def delete_collection(name: str, request: Request) -> Response:
+async def delete_collection(name: CollectionName, request: Request) -> Response:
     svc = service(request)
     await svc.call(svc.store.describe, name)  # 404 when absent
     await svc.call(svc.store.drop, name)
@@ -194,7 +208,8 @@ async def delete_collection(name: str, request: Request) -> Response:
 
 # documents
 @v1.post("/v1/collections/{name}/documents", response_model=s.UpsertResult, tags=["documents"])
-async def upsert_documents(name: str, body: s.DocumentsUpsert, request: Request) -> Response:
+async def upsert_documents(name: CollectionName, body: s.DocumentsUpsert, request: Request
+                           ) -> Response:
     """Embed and upsert documents (the last of duplicate ids wins). At most
     ``QKV_MAX_DOCUMENTS`` per request (413)."""
     svc = service(request)
@@ -212,7 +227,8 @@ async def upsert_documents(name: str, body: s.DocumentsUpsert, request: Request)
 
 @v1.delete("/v1/collections/{name}/documents", response_model=s.DeleteResult,
            tags=["documents"])
-async def delete_documents(name: str, body: s.DocumentsDelete, request: Request) -> Response:
+async def delete_documents(name: CollectionName, body: s.DocumentsDelete, request: Request
+                           ) -> Response:
     svc = service(request)
     if len(body.ids) > svc.settings.max_documents:
         raise too_large(f"{len(body.ids)} ids in one request; at most "
@@ -223,7 +239,7 @@ async def delete_documents(name: str, body: s.DocumentsDelete, request: Request)
 
 @v1.get("/v1/collections/{name}/documents/{doc_id}", response_model=s.DocumentOut,
         tags=["documents"])
-async def get_document(name: str, doc_id: str, request: Request,
+async def get_document(name: CollectionName, doc_id: str, request: Request,
                        include_vector: Annotated[bool, Query()] = False) -> Response:
     svc = service(request)
     items = await svc.call(svc.store.get, name, [doc_id])
@@ -296,7 +312,7 @@ def _hits_out(hits: list[Hit], weights: np.ndarray, fields: Sequence[str]) -> li
 
 
 @v1.post("/v1/collections/{name}/search", response_model=s.SearchResponse, tags=["retrieval"])
-async def search(name: str, body: s.SearchRequest, request: Request) -> Response:
+async def search(name: CollectionName, body: s.SearchRequest, request: Request) -> Response:
     """Neighbours of a text or vector by ``mode`` (dense, bm25 or hybrid), each with the
     sides that found it and its softmax weight over the cosines."""
     svc = service(request)
@@ -308,7 +324,7 @@ async def search(name: str, body: s.SearchRequest, request: Request) -> Response
 
 
 @v1.post("/v1/collections/{name}/attend", response_model=s.AttendResponse, tags=["retrieval"])
-async def attend(name: str, body: s.SearchRequest, request: Request) -> Response:
+async def attend(name: CollectionName, body: s.SearchRequest, request: Request) -> Response:
     """The query-key-value view: neighbours (chosen by ``mode``; keys = their vectors),
     weights softmax(cosine / T) summing to 1, and the output Σ wᵢ vᵢ."""
     svc = service(request)
@@ -327,7 +343,8 @@ async def attend(name: str, body: s.SearchRequest, request: Request) -> Response
 
 @v1.post("/v1/collections/{name}/generate", response_model=s.GenerateResponse,
          tags=["retrieval"])
-async def generate(name: str, body: s.GenerateRequest, request: Request) -> Response:
+async def generate(name: CollectionName, body: s.GenerateRequest, request: Request
+                   ) -> Response:
     """Retrieve ``top_k`` neighbours, weight them, and decode with the collection's decoder
     (each neighbour's value is read with its weight as an attention bias)."""
     svc = service(request)

@@ -10,13 +10,21 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field
+
+from index import collection_name
 
 Consistency = Literal["Strong", "Session", "Bounded", "Eventually"]
 HitField = Literal["text", "value", "metadata", "vector"]
 SearchMode = Literal["dense", "bm25", "hybrid"]
 Fusion = Literal["rrf", "weighted"]
 Texts = Annotated[list[str], Field(min_length=1)]
+# A collection's name as callers write it; '-' is stored as '_'. index.collection_name
+# checks and maps it (with a clearer message than a failed pattern); the pattern documents it.
+COLLECTION_NAME_PATTERN = r"^[A-Za-z_][A-Za-z0-9_-]*$"
+COLLECTION_NAME_HELP = ("Collection name: a letter or '_', then letters, digits, '_' or '-'. "
+                        "'-' is stored as '_': `tm-en-fr` and `tm_en_fr` are one collection, "
+                        "and responses show the stored name.")
 
 
 class RequestBody(BaseModel):
@@ -89,7 +97,9 @@ class ModelList(BaseModel):
 
 # collections
 class CollectionCreate(RequestBody):
-    name: str = Field(min_length=1, max_length=255, pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")
+    name: Annotated[str, Field(min_length=1, max_length=255, description=COLLECTION_NAME_HELP,
+                               json_schema_extra={"pattern": COLLECTION_NAME_PATTERN}),
+                    AfterValidator(collection_name)]
     hybrid: bool = Field(False, description="Also index the documents' text with Milvus' "
                          "BM25 full-text search, for search modes bm25 and hybrid (Milvus "
                          "Lite or Milvus >= 2.5; 409 on a store without it). Default false: a "

@@ -24,6 +24,7 @@ from index.store import (
     StoreUnavailableError,
     UnsupportedError,
     VectorStore,
+    collection_name,
     resolve_mode,
 )
 
@@ -43,6 +44,7 @@ __all__ = [
     "And", "Attention", "CollectionExistsError", "CollectionInfo", "CollectionNotFoundError",
     "Condition", "EncoderInfo", "EncoderMismatchError", "FaissStore", "Fields", "Filter", "Hit",
     "Item", "JobConfig", "JobSummary", "MilvusStore", "Or", "StoreError",
-    "StoreUnavailableError", "VectorStore", "attend", "attend_hits", "bulk_index", "matches",
-    "open_store", "parse_filter", "resolve_mode", "softmax", "to_milvus_expr",
+    "StoreUnavailableError", "VectorStore", "attend", "attend_hits", "bulk_index",
+    "collection_name", "matches", "open_store", "parse_filter", "resolve_mode", "softmax",
+    "to_milvus_expr",
 ]

@@ -267,6 +267,26 @@ def check_collection_name(name: str) -> None:
         )
 
 
+def collection_name(name: str) -> str:
+    """The stored name of the collection a caller calls ``name``: each ``-`` becomes ``_``,
+    so ``tm-en-fr`` and ``tm_en_fr`` name the same collection, stored as ``tm_en_fr``
+    (Milvus accepts only ``[A-Za-z_][A-Za-z0-9_]*``); responses show the stored name.
+
+    Every place a name enters from outside (HTTP paths and bodies, settings, the command
+    line) goes through here; the stores themselves take stored names only. A name that does
+    not start with a letter or ``_``, or has other characters than ASCII letters, digits,
+    ``_`` and ``-``, raises ``ValueError``.
+    """
+    ok = bool(name) and len(name) <= 255 and (name[0].isalpha() or name[0] == "_")
+    if not ok or not all(c.isascii() and (c.isalnum() or c in "_-") for c in name):
+        raise ValueError(
+            f"collection name must start with a letter or '_' and contain only ASCII letters, "
+            f"digits, '_' and '-' (at most 255; '-' is stored as '_'), got {name!r}"
+        )
+    stored = name.replace("-", "_")
+    check_collection_name(stored)
+    return stored
+
 
 def resolve_mode(info: CollectionInfo, mode: str | None, query_text: Sequence[str] | None,
                  nq: int) -> str:

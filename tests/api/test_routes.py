@@ -137,6 +137,50 @@ def test_collection_lifecycle(client: TestClient) -> None:
     assert_error(client.delete(f"/v1/collections/{name}"), 404)
 
 
+def test_dashed_collection_name_is_the_underscored_one(client: TestClient) -> None:
+    """'-' is stored as '_': a collection created as my-docs-* is found under both spellings
+    by every route, and responses name it by its stored name."""
+    dashed = f"my-docs-{uuid.uuid4().hex[:8]}"
+    stored = dashed.replace("-", "_")
+    r = client.post("/v1/collections", json={"name": dashed})
+    assert r.status_code == 201, r.text
+    assert r.json()["name"] == stored
+    assert_error(client.post("/v1/collections", json={"name": stored}), 409, "conflict")
+    add_docs(client, dashed)
+    for name in (dashed, stored):
+        got = client.get(f"/v1/collections/{name}")
+        assert got.status_code == 200, got.text
+        assert got.json()["name"] == stored and got.json()["count"] == 4
+        hits = client.post(f"/v1/collections/{name}/search",
+                           json={"query": "a cat sleeps on the beach", "top_k": 2}).json()["hits"]
+        assert hits[0]["id"] == "d2"
+        assert client.get(f"/v1/collections/{name}/documents/d2").json()["value"] == \
+            "un chat dort"
+    names = [c["name"] for c in client.get("/v1/collections").json()["collections"]]
+    assert stored in names and dashed not in names
+    assert client.request("DELETE", f"/v1/collections/{dashed}/documents",
+                          json={"ids": ["d4"]}).status_code == 200
+    assert client.get(f"/v1/collections/{stored}").json()["count"] == 3
+    assert client.delete(f"/v1/collections/{dashed}").json() == {"deleted": stored}
+    assert_error(client.get(f"/v1/collections/{stored}"), 404, "not_found")
+
+
+@pytest.mark.parametrize("bad", ["-x", "a b", "a.b", "9lives", "é"])
+def test_invalid_collection_names_are_422(client: TestClient, bad: str) -> None:
+    body = assert_error(client.post("/v1/collections", json={"name": bad}), 422,
+                        "invalid_request")
+    assert "name" in body["error"]
+    query = {"query": "a cat"}
+    for method, suffix, payload in (
+            ("GET", "", None), ("DELETE", "", None), ("GET", "/documents/d1", None),
+            ("POST", "/documents", {"documents": [{"id": "d1", "text": "a cat"}]}),
+            ("DELETE", "/documents", {"ids": ["d1"]}), ("POST", "/search", query),
+            ("POST", "/attend", query), ("POST", "/generate", query)):
+        r = client.request(method, f"/v1/collections/{bad}{suffix}", json=payload)
+        body = assert_error(r, 422, "invalid_request")
+        assert "name" in body["error"], (method, suffix, body)
+
+
 def test_documents(client: TestClient, collection: str) -> None:
     add_docs(client, collection, [*DOCS, {"id": "d1", "text": "the last d1 wins"}])
     base = f"/v1/collections/{collection}/documents"

@@ -86,3 +86,26 @@ def test_bad_shard_is_a_usage_error(tmp_path: Path, tiny_model_dir: Path) -> Non
                                   "--model", str(tiny_model_dir)]),
                        capture_output=True, text=True, timeout=120)
     assert r.returncode == 2 and "0 <= i < N" in r.stderr
+
+
+def test_dashed_collection_is_stored_underscored(tmp_path: Path, tiny_model_dir: Path) -> None:
+    src = tmp_path / "tm.jsonl"
+    src.write_text("".join(json.dumps({"id": f"p{i}", "text": f"a dog in the park {i}",
+                                       "fr": f"un chien {i}"}) + "\n" for i in range(20)))
+    db = tmp_path / "qkv.db"
+    base = ["--input", str(src), "--store", str(db), "--model", str(tiny_model_dir),
+            "--value-field", "fr", "--state-dir", str(tmp_path / "jobs"), "--no-progress",
+            "--device", "cpu"]
+    r = subprocess.run(qkv_index(["--collection", "tm-en-fr", *base]), capture_output=True,
+                       text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    bad = subprocess.run(qkv_index(["--collection", "-tm", *base]), capture_output=True,
+                         text=True, timeout=120)
+    assert bad.returncode == 2 and "collection name must start with" in bad.stderr
+    store = MilvusStore(str(db))
+    try:
+        assert store.list_collections() == ["tm_en_fr"]
+        assert store.count("tm_en_fr") == 20
+        assert store.get("tm_en_fr", ["p3"])[0].value == "un chien 3"
+    finally:
+        store.close()
