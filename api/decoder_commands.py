@@ -125,6 +125,10 @@ def translate(
                                            help="Memory source sentences (plain or .gz)."),
     memory_tgt: Path | None = typer.Option(None, "--memory-tgt", dir_okay=False, exists=True,
                                            help="Memory target sentences, aligned."),
+    memory_jsonl: Path | None = typer.Option(
+        None, "--memory", dir_okay=False, exists=True,
+        help="Instead of the two files: JSONL(.gz) rows {text: source, value: target}, the "
+             "format of the demo memory data/demo/multi30k-en-fr.jsonl.gz."),
     input: Path = typer.Option(..., "--input", dir_okay=False, exists=True,
                                help="One source sentence a line."),
     output: Path = typer.Option(..., "--output", dir_okay=False, help="One output a line."),
@@ -156,8 +160,11 @@ def translate(
     import decoder
     from decoder.data import read_lines
 
-    if k > 0 and (memory_src is None or memory_tgt is None):
-        raise typer.BadParameter("--k > 0 needs --memory-src and --memory-tgt (or --k 0)")
+    if memory_jsonl is not None and (memory_src is not None or memory_tgt is not None):
+        raise typer.BadParameter("give --memory or --memory-src/--memory-tgt, not both")
+    if k > 0 and memory_jsonl is None and (memory_src is None or memory_tgt is None):
+        raise typer.BadParameter("--k > 0 needs --memory-src and --memory-tgt, or --memory "
+                                 "(or --k 0)")
     lines = read_lines(input)
     if plot is not None and sum(1 for ln in lines if ln.strip()) != 1:
         raise typer.BadParameter("--plot draws one sentence: give an input with exactly one "
@@ -167,8 +174,8 @@ def translate(
     except FileNotFoundError as e:
         raise typer.BadParameter(str(e), param_hint="--model") from e
     neighbours: list[list[tuple[str, float]]] = [[] for _ in lines]
-    if k > 0 and memory_src is not None and memory_tgt is not None:
-        neighbours = _neighbours(dec, lines, memory_src, memory_tgt, k, temperature,
+    if k > 0:
+        neighbours = _neighbours(dec, lines, memory_src, memory_tgt, memory_jsonl, k, temperature,
                                  encoder_dir, memory_cache, device)
     if plot is None:
         texts = dec.translate(lines, neighbours, beam=beam, max_tokens=max_tokens,
@@ -189,7 +196,7 @@ def evaluate_translation(
     model: Path, data: Path, splits: list[str], k: int | None = None, beam: int = 4,
     batch_size: int = 32, encoder_dir: Path = DEFAULT_ENCODER, memory_cache: str = "var/tm-cache",
     device: str | None = None, src_lang: str = "en", tgt_lang: str = "fr",
-    hypotheses: Path | None = None,
+    hypotheses: Path | None = None, temperature: float | None = None,
 ) -> list[dict[str, Any]]:
     """sacreBLEU of ``model`` on each split of ``data``, the memory being the train split.
 
@@ -216,7 +223,7 @@ def evaluate_translation(
         neighbours: list[list[tuple[str, float]]] | None = None
         if k > 0:
             neighbours = _memory_neighbours(dec, sources, [p[0] for p in memory],
-                                            [p[1] for p in memory], k, None, encoder_dir,
+                                            [p[1] for p in memory], k, temperature, encoder_dir,
                                             memory_cache, device)
         t1 = time.perf_counter()
         hyps = dec.translate(sources, neighbours, beam=beam, batch_size=batch_size)
@@ -228,6 +235,7 @@ def evaluate_translation(
             (hypotheses / f"{split}.{tgt_lang}").write_text("".join(h + "\n" for h in hyps),
                                                           encoding="utf-8")
         rows.append({"model": str(model), "name": dec.name, "split": split, "k": k,
+                     "temperature": temperature,
                      "beam": beam, "sentences": len(pairs), "bleu": round(score.score, 2),
                      "signature": str(bleu.get_signature()),
                      "retrieve_s": round(t1 - t0, 2), "decode_s": round(t2 - t1, 2)})
@@ -261,13 +269,42 @@ def eval_decoder(
         typer.echo(json.dumps(row))
 
 
-def _neighbours(dec: Any, lines: list[str], memory_src: Path, memory_tgt: Path, k: int,
-                temperature: float | None, encoder_dir: Path, cache: str,
-                device: str | None) -> list[list[tuple[str, float]]]:
+def _neighbours(dec: Any, lines: list[str], memory_src: Path | None, memory_tgt: Path | None,
+                memory_jsonl: Path | None, k: int, temperature: float | None, encoder_dir: Path,
+                cache: str, device: str | None) -> list[list[tuple[str, float]]]:
     from decoder.data import read_lines
 
-    return _memory_neighbours(dec, lines, read_lines(memory_src), read_lines(memory_tgt), k,
-                              temperature, encoder_dir, cache, device)
+    if memory_jsonl is not None:
+        sources, targets = _read_memory_jsonl(memory_jsonl)
+    else:
+        assert memory_src is not None and memory_tgt is not None
+        sources, targets = read_lines(memory_src), read_lines(memory_tgt)
+    return _memory_neighbours(dec, lines, sources, targets, k, temperature, encoder_dir, cache,
+                              device)
+
+
+def _read_memory_jsonl(path: Path) -> tuple[list[str], list[str]]:
+    """(sources, targets) of JSONL rows ``{"text": source, "value": target}``."""
+    import json
+
+    from decoder.data import read_lines
+
+    sources, targets = [], []
+    for n, line in enumerate(read_lines(path), 1):
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+            source, target = row["text"], row["value"]
+        except (ValueError, KeyError, TypeError) as e:
+            raise typer.BadParameter(f"{path}:{n}: not a JSON object with 'text' and 'value' "
+                                     f"({e})", param_hint="--memory") from e
+        if not isinstance(source, str) or not isinstance(target, str):
+            raise typer.BadParameter(f"{path}:{n}: 'text' and 'value' must be strings",
+                                     param_hint="--memory")
+        sources.append(source)
+        targets.append(target)
+    return sources, targets
 
 
 def _memory_neighbours(dec: Any, lines: list[str], sources: list[str], targets: list[str],

@@ -92,3 +92,29 @@ def test_eval_decoder_prints_bleu_with_its_signature(tiny_decoder_dir: Path,
     assert rows[0]["signature"].startswith("nrefs:1|case:mixed")
     hyps = read_lines(tmp_path / "hyp" / "val.fr")
     assert len(hyps) == rows[0]["sentences"]
+
+
+def test_memory_can_be_the_services_jsonl(memory: tuple[Path, Path], tmp_path: Path) -> None:
+    import gzip
+
+    jsonl = tmp_path / "tm.jsonl.gz"
+    with gzip.open(jsonl, "wt", encoding="utf-8") as f:
+        for i, (s, t) in enumerate(MEMORY):
+            f.write(json.dumps({"id": str(i), "text": s, "value": t}) + "\n")
+    src, tgt = memory
+    line = ["A woman in a red dress is dancing."]
+    from_files = _translate(RA, tmp_path, line, "--memory-src", str(src), "--memory-tgt",
+                            str(tgt))
+    assert _translate(RA, tmp_path, line, "--memory", str(jsonl)) == from_files
+    assert "femme" in from_files[0]
+
+
+def test_a_bad_memory_row_is_a_clear_error(tmp_path: Path) -> None:
+    bad = tmp_path / "tm.jsonl"
+    bad.write_text('{"text": "A dog.", "value": "Un chien."}\n{"text": "A cat."}\n')
+    inp = tmp_path / "in.en"
+    inp.write_text("A dog.\n")
+    result = CliRunner().invoke(app, ["translate", "--model", str(RA), "--input", str(inp),
+                                      "--output", str(tmp_path / "o"), "--memory", str(bad)])
+    assert result.exit_code == 2 and "tm.jsonl:2" in result.output
+    assert not (tmp_path / "o").exists()
