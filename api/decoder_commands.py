@@ -256,6 +256,8 @@ def eval_decoder(
     memory_cache: str = typer.Option("var/tm-cache", "--memory-cache"),
     hypotheses: Path | None = typer.Option(None, "--hypotheses", file_okay=False,
                                            help="Write each split's outputs here."),
+    temperature: float | None = typer.Option(
+        None, min=1e-4, help="Retrieval temperature (default: the model's training one)."),
     device: str | None = typer.Option(None),
 ) -> None:
     """sacreBLEU of a decoder on Multi30k-style splits, the memory being the train split."""
@@ -265,7 +267,8 @@ def eval_decoder(
     import json
 
     for row in evaluate_translation(model, data, split, k, beam, batch_size, encoder_dir,
-                                    memory_cache, device, hypotheses=hypotheses):
+                                    memory_cache, device, hypotheses=hypotheses,
+                                    temperature=temperature):
         typer.echo(json.dumps(row))
 
 
