@@ -1,4 +1,4 @@
-# The qkv API: `qkv serve` with the shipped encoder and demo corpus.
+# The qkv API: `qkv serve` with the shipped encoder, decoders and demo corpora.
 #
 #   docker build -t qkv .                                   # CPU torch (default)
 #   docker build -t qkv:cuda --build-arg TORCH_INDEX=https://download.pytorch.org/whl/cu126 .
@@ -40,7 +40,8 @@ COPY decoder/ decoder/
 COPY api/ api/
 RUN pip install --no-deps .
 
-# The shipped encoder and the demo corpus (python-docs, loaded on the first start).
+# The shipped encoder and decoders, and the demo corpora loaded on the first start where
+# QKV_DEMO_CORPUS / QKV_DEMO_TM name them (python-docs; the Multi30k en-fr translation memory).
 COPY models/ models/
 COPY data/demo/ data/demo/
 
@@ -53,8 +54,8 @@ ENV QKV_MODEL=/app/models/encoder-default
 EXPOSE 8000
 VOLUME ["/app/var"]
 
-# /health answers once the encoder is loaded (and, on a first start with QKV_DEMO_CORPUS,
-# the demo collection is written).
+# /health answers once the encoder is loaded (and, on a first start with QKV_DEMO_CORPUS or
+# QKV_DEMO_TM, the demo collections are written).
 HEALTHCHECK --interval=30s --timeout=10s --start-period=300s --retries=3 \
     CMD ["python", "-c", "import urllib.request; urllib.request.urlopen('http://127.0.0.1:8000/health', timeout=4)"]
 

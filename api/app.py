@@ -1,7 +1,8 @@
 """``create_app(settings)``: the FastAPI application.
 
 The lifespan loads the encoder (and the configured decoders), opens the store, starts the
-dynamic batcher and, on first start, loads the demo corpus. A store that is down at start
+dynamic batcher and, on first start, loads the demo corpus and the demo translation memory
+(``QKV_DEMO_CORPUS``, ``QKV_DEMO_TM``). A store that is down at start
 does not stop the service: ``/ready`` says so and requests answer 503 until it is back.
 """
 
@@ -15,7 +16,9 @@ from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 from fastapi import FastAPI
+from tqdm import tqdm
 
 from api import errors, routes
 from api.errors import ApiError, error_response
@@ -71,29 +74,46 @@ class BodyLimitMiddleware:
         await error_response(err)(scope, receive, send)
 
 
-def seed_demo(svc: Any, corpus: Path, collection: str) -> int:
-    """Create ``collection`` from the JSONL ``corpus`` (id, text, metadata) if it does not
-    exist yet. Returns the documents written (0 when it already existed)."""
-    from index import CollectionNotFoundError, Item
+def read_jsonl(path: Path) -> list[dict[str, Any]]:
+    """The rows of a JSONL file, gzipped when its name ends in ``.gz``."""
+    opener = gzip.open if path.suffix == ".gz" else open
+    with opener(path, "rt", encoding="utf-8") as f:
+        return [json.loads(line) for line in f if line.strip()]
 
+
+def seed_demo(svc: Any, corpus: Path, collection: str, batch: int = 2048) -> int:
+    """Create ``collection`` from the JSONL ``corpus`` (id, text, optional value, metadata)
+    if it does not exist yet: a document corpus, or a translation memory whose ``text`` is
+    the source sentence and ``value`` the target the decoder reads. Returns the documents
+    written (0 when it already existed).
+
+    Everything is encoded before the collection is created, so a start stopped while
+    encoding leaves no half-filled collection behind: the next start begins again.
+    """
+    from index import CollectionNotFoundError, Item, collection_name
+
+    collection = collection_name(collection)
     try:
         svc.store.describe(collection)
         return 0
     except CollectionNotFoundError:
         pass
-    opener = gzip.open if corpus.suffix == ".gz" else open
-    with opener(corpus, "rt", encoding="utf-8") as f:
-        rows = [json.loads(line) for line in f if line.strip()]
+    rows = read_jsonl(corpus)
     log.info("creating the demo collection %r from %s (%d documents)...", collection, corpus,
              len(rows))
-    texts = [r["text"] for r in rows]
-    x = svc.encoder.encode(texts)
+    with tqdm(total=len(rows), unit="doc", desc=f"encoding {collection}") as bar:
+        parts = []
+        for start in range(0, len(rows), batch):
+            parts.append(svc.encoder.encode([r["text"] for r in rows[start : start + batch]]))
+            bar.update(len(parts[-1]))
+    x = np.concatenate(parts) if parts else np.zeros((0, svc.info.dim), np.float32)
     items = [Item(str(r["id"]), x[i], r["text"], r.get("value"), r.get("metadata") or {})
              for i, r in enumerate(rows)]
     svc.store.create(collection, svc.info.dim, svc.info)
     n = 0
     for start in range(0, len(items), 1000):
         n += svc.store.upsert(collection, items[start : start + 1000], svc.info)
+    log.info("demo collection %r: %d documents", collection, n)
     return int(n)
 
 
@@ -132,7 +152,7 @@ def without_auth(schema: dict[str, Any]) -> None:
 
 
 def create_app(settings: Settings | None = None, banner: str | None = None) -> FastAPI:
-    """The app; ``banner`` is printed once the service is ready (after the demo load)."""
+    """The app; ``banner`` is printed once the service is ready (after the demo loads)."""
     from api import runtime
 
     runtime.configure()
@@ -146,14 +166,15 @@ def create_app(settings: Settings | None = None, banner: str | None = None) -> F
 
         svc = Service(settings, metrics)
         app.state.service = svc
-        if settings.demo_corpus is not None:
+        for corpus, collection in ((settings.demo_corpus, settings.demo_collection),
+                                   (settings.demo_tm, settings.demo_tm_collection)):
+            if corpus is None:
+                continue
             try:
-                n = await svc.run(seed_demo, svc, settings.demo_corpus, settings.demo_collection)
-                if n:
-                    log.info("demo collection %r: %d documents", settings.demo_collection, n)
+                await svc.run(seed_demo, svc, corpus, collection)
             except StoreError as e:
-                log.warning("demo collection not created (store: %s); it will be on a later "
-                            "start", e)
+                log.warning("demo collection %r not created (store: %s); it will be on a "
+                            "later start", collection, e)
         if banner:
             print(banner, flush=True)  # noqa: T201 (the command line's own output)
         try:

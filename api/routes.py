@@ -162,7 +162,7 @@ async def get_model(model_id: str, request: Request) -> Response:
 # collections
 def _collection_out(svc: Service, info: CollectionInfo, count: int | None = None
                     ) -> dict[str, Any]:
-    dec = svc.settings.decoders.get(info.name)
+    dec = svc.decoder_paths.get(info.name)
     return {"name": info.name, "dim": info.dim,
             "encoder": info.encoder.to_dict() if info.encoder else None, "count": count,
             "decoder": str(dec) if dec else None, "hybrid": info.hybrid}

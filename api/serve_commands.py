@@ -3,8 +3,48 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import typer
+
+if TYPE_CHECKING:
+    from api.settings import Settings
+
+
+def serve_settings(store: str | None = None, model: Path | None = None,
+                   demo: Path | None = None, demo_tm: Path | None = None,
+                   decoders: list[str] | None = None) -> Settings:
+    """The settings of ``qkv serve``: ``QKV_*`` variables, with the options given winning
+    (``--decoder`` entries replace ``QKV_DECODERS`` as a whole)."""
+    from api.settings import Settings, decoder_entry
+
+    overrides: dict[str, object] = {k: v for k, v in {
+        "store": store, "model": model, "demo_corpus": demo, "demo_tm": demo_tm}.items()
+        if v is not None}
+    if decoders:
+        overrides["decoders"] = dict(decoder_entry(d) for d in decoders)
+    return Settings(**overrides)  # type: ignore[arg-type]
+
+
+def curl_examples(settings: Settings, base: str) -> list[str]:
+    """A curl line per demo collection the settings seed: a search of the docs, a
+    translation by the translation memory's decoder."""
+    lines = []
+    if settings.demo_corpus is not None:
+        lines.append(f"try: curl -s {base}/v1/collections/{settings.demo_collection}/search "
+                     "-H 'Content-Type: application/json' -d '{\"query\": \"how do I read a "
+                     "JSON file\", \"top_k\": 3}'")
+    if settings.demo_tm is not None:
+        lines.append(f"translate: curl -s {base}/v1/collections/{settings.demo_tm_collection}"
+                     "/generate -H 'Content-Type: application/json' -d '{\"query\": \"A man is "
+                     "riding a bike.\", \"top_k\": 4}'")
+    return lines
+
+
+def banner(settings: Settings, base: str) -> str:
+    """What ``qkv serve`` prints once ready: where, and the curl lines."""
+    return "\n".join([f"qkv: ready on {base} (OpenAPI: {base}/docs), store {settings.store}, "
+                      f"encoder {settings.model}", *curl_examples(settings, base)])
 
 
 def serve(
@@ -16,6 +56,12 @@ def serve(
                                       "QKV_MODEL or models/encoder-default)."),
     demo: Path | None = typer.Option(None, "--demo", help="JSONL(.gz) corpus loaded into the "
                                      "`docs` collection on first start (QKV_DEMO_CORPUS)."),
+    demo_tm: Path | None = typer.Option(None, "--demo-tm", help="JSONL(.gz) translation pairs "
+                                        "(text: source, value: target) loaded into the "
+                                        "`tm-en-fr` collection on first start (QKV_DEMO_TM)."),
+    decoder: list[str] | None = typer.Option(None, "--decoder", metavar="COLLECTION=DIR",
+                                             help="Decoder checkpoint for a collection's "
+                                             "generate; repeatable (QKV_DECODERS)."),
     log_level: str = typer.Option("info", "--log-level"),
 ) -> None:
     """Serve the API (OpenAPI at /docs). Settings come from QKV_* variables; options win."""
@@ -25,18 +71,13 @@ def serve(
     import uvicorn
 
     from api.app import create_app
-    from api.settings import Settings
 
-    overrides = {k: v for k, v in {"store": store, "model": model, "demo_corpus": demo}.items()
-                 if v is not None}
-    settings = Settings(**overrides)  # type: ignore[arg-type]
+    try:
+        settings = serve_settings(store, model, demo, demo_tm, decoder)
+    except ValueError as e:  # pydantic's ValidationError is one
+        raise typer.BadParameter(str(e)) from e
     shown = "localhost" if host in ("127.0.0.1", "0.0.0.0") else host
-    base = f"http://{shown}:{port}"
-    banner = (f"qkv: ready on {base} (OpenAPI: {base}/docs), store {settings.store}, encoder "
-              f"{settings.model}\ntry: curl -s {base}/v1/collections/{settings.demo_collection}"
-              "/search -H 'Content-Type: application/json' -d '{\"query\": \"how do I read a "
-              "JSON file\", \"top_k\": 3}'")
-    app = create_app(settings, banner=banner)
+    app = create_app(settings, banner=banner(settings, f"http://{shown}:{port}"))
     uvicorn.run(app, host=host, port=port, log_level=log_level, access_log=False)
 
 

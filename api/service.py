@@ -22,6 +22,7 @@ from index import (
     StoreError,
     StoreUnavailableError,
     VectorStore,
+    collection_name,
     open_store,
 )
 
@@ -60,8 +61,10 @@ class Service:
             self.encoder.dim, max_size=settings.batch_max_size,
             max_tokens=settings.batch_max_tokens, max_wait_s=settings.batch_max_wait_ms / 1e3,
             queue_max=settings.queue_max, metrics=metrics)
+        # keyed by stored collection name, the name routes and the store use
+        self.decoder_paths = {collection_name(c): p for c, p in settings.decoders.items()}
         self.decoders: dict[str, Any] = {}
-        for collection, path in settings.decoders.items():
+        for collection, path in self.decoder_paths.items():
             import decoder
 
             self.decoders[collection] = decoder.load(path, device=settings.device)

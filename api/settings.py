@@ -1,16 +1,44 @@
 """Service settings, read from ``QKV_*`` environment variables (pydantic-settings).
 
 Every field here is one variable: ``store`` is ``QKV_STORE``, ``api_key`` is
-``QKV_API_KEY``, and so on. ``decoders`` is JSON: ``QKV_DECODERS='{"tm-en-fr":
-"models/decoder-en-fr"}'`` gives collection ``tm-en-fr`` that decoder for ``generate``.
+``QKV_API_KEY``, and so on. ``decoders`` gives collections a decoder for ``generate``, as
+JSON or as ``NAME=DIR`` pairs separated by commas: ``QKV_DECODERS='{"tm-en-fr":
+"models/decoder-en-fr"}'`` and ``QKV_DECODERS=tm-en-fr=models/decoder-en-fr`` say the same.
+
+Collection names are checked here and mapped to their stored names (``-`` becomes ``_``,
+:func:`index.collection_name`) where they are used.
 """
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
+from typing import Annotated, Any
 
-from pydantic import Field
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic import Field, field_validator
+from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
+
+from index import collection_name
+
+
+def decoder_entry(text: str) -> tuple[str, Path]:
+    """``NAME=DIR`` -> (collection name, decoder checkpoint); ``ValueError`` otherwise."""
+    name, sep, path = text.partition("=")
+    if not sep or not name.strip() or not path.strip():
+        raise ValueError(f"a decoder is COLLECTION=CHECKPOINT_DIR, got {text!r}")
+    return name.strip(), Path(path.strip())
+
+
+def parse_decoders(text: str) -> dict[str, Any]:
+    """``QKV_DECODERS``: a JSON object, or ``NAME=DIR[,NAME=DIR...]`` (a form that also fits
+    in a docker-compose ``${VAR:-default}``, which cannot hold braces); empty is none."""
+    text = text.strip()
+    if text.startswith("{"):
+        value = json.loads(text)
+        if not isinstance(value, dict):
+            raise ValueError("QKV_DECODERS must be a JSON object")
+        return value
+    return dict(decoder_entry(part) for part in text.split(",") if part.strip())
 
 
 class Settings(BaseSettings):
@@ -22,8 +50,9 @@ class Settings(BaseSettings):
     milvus_token: str = Field("", description="Milvus token (user:password or API key).")
     store_timeout_s: float = Field(10.0, gt=0, description="Timeout of each store call.")
     model: Path = Field(Path("models/encoder-default"), description="Encoder checkpoint.")
-    decoders: dict[str, Path] = Field(default_factory=dict,
-                                      description="Collection name -> decoder checkpoint.")
+    decoders: Annotated[dict[str, Path], NoDecode] = Field(
+        default_factory=dict, description="Collection name -> decoder checkpoint, as JSON "
+        "or NAME=DIR[,NAME=DIR...].")
     device: str | None = Field(None, description="cpu, cuda, cuda:1 ... (default: auto).")
     encoder_threads: int | None = Field(None, ge=1, description="CPU threads of the encoder "
                                         "(default: half the cores, at least 1: the other half "
@@ -55,3 +84,31 @@ class Settings(BaseSettings):
     demo_corpus: Path | None = Field(None, description="JSONL of demo documents loaded into "
                                      "collection `demo_collection` when it does not exist.")
     demo_collection: str = Field("docs", description="Name of the demo collection.")
+    demo_tm: Path | None = Field(None, description="JSONL of translation pairs (text: source, "
+                                 "value: target) loaded into collection `demo_tm_collection` "
+                                 "when it does not exist.")
+    demo_tm_collection: str = Field("tm-en-fr", description="Name of the demo translation "
+                                    "memory (give it a decoder in `decoders`).")
+
+    @field_validator("decoders", mode="before")
+    @classmethod
+    def _decoders_from_text(cls, value: Any) -> Any:
+        return parse_decoders(value) if isinstance(value, str) else value
+
+    @field_validator("decoders")
+    @classmethod
+    def _decoder_collections(cls, value: dict[str, Path]) -> dict[str, Path]:
+        seen: dict[str, str] = {}
+        for name in value:
+            stored = collection_name(name)
+            if stored in seen:
+                raise ValueError(f"decoders {seen[stored]!r} and {name!r} are for the same "
+                                 f"collection {stored!r}")
+            seen[stored] = name
+        return value
+
+    @field_validator("demo_collection", "demo_tm_collection")
+    @classmethod
+    def _collection(cls, value: str) -> str:
+        collection_name(value)  # checked here; mapped to the stored name where it is used
+        return value

@@ -67,6 +67,8 @@ class StackConfig:
     milvus_http_port: int = 0  # Milvus' /healthz and /metrics; 0 = any free port
     model: Path | None = None  # None: QKV_MODEL or models/encoder-default
     demo: Path | None = None  # JSONL(.gz) loaded into the `docs` collection on first start
+    demo_tm: Path | None = None  # translation pairs loaded into `tm-en-fr` on first start
+    decoders: tuple[str, ...] = ()  # COLLECTION=DIR, as `qkv serve --decoder`
     start_timeout_s: float = 600.0
     # Milvus 2.3 stops its coordinators first, then its nodes wait on them (over 2 minutes
     # here, without end); what it acknowledged is on disk (etcd, rocksmq's log), so after
@@ -183,6 +185,10 @@ def start_api(cfg: StackConfig) -> tuple[subprocess.Popen[bytes], Path]:
         cmd += ["--model", str(cfg.model)]
     if cfg.demo is not None:
         cmd += ["--demo", str(cfg.demo)]
+    if cfg.demo_tm is not None:
+        cmd += ["--demo-tm", str(cfg.demo_tm)]
+    for entry in cfg.decoders:
+        cmd += ["--decoder", entry]
     log_path = cfg.var_dir / "api.log"
     with open(log_path, "ab") as out:
         proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT,

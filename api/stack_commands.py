@@ -27,6 +27,12 @@ def up(
                                       "QKV_MODEL or models/encoder-default)."),
     demo: Path | None = typer.Option(None, "--demo", help="JSONL(.gz) corpus loaded into the "
                                      "`docs` collection on first start."),
+    demo_tm: Path | None = typer.Option(None, "--demo-tm", help="JSONL(.gz) translation "
+                                        "pairs loaded into the `tm-en-fr` collection on first "
+                                        "start."),
+    decoder: list[str] | None = typer.Option(None, "--decoder", metavar="COLLECTION=DIR",
+                                             help="Decoder checkpoint for a collection's "
+                                             "generate; repeatable."),
     timeout: float = typer.Option(600.0, "--timeout", min=1, help="Seconds to wait for both "
                                   "servers to be ready."),
     stop_timeout: float = typer.Option(10.0, "--stop-timeout", min=0, help="Seconds Milvus "
@@ -34,17 +40,25 @@ def up(
 ) -> None:
     """Start Milvus, then the API against it; wait until both are ready; keep them running
     until Ctrl-C or `qkv stack down`, then stop both."""
+    from api.serve_commands import curl_examples, serve_settings
     from api.stack import StackConfig, StackError
     from api.stack import up as stack_up
 
     cfg = StackConfig(var_dir=var_dir, host=host, api_port=port, milvus_port=milvus_port,
                       milvus_http_port=milvus_http_port, model=model, demo=demo,
+                      demo_tm=demo_tm, decoders=tuple(decoder or ()),
                       start_timeout_s=timeout, stop_timeout_s=stop_timeout)
+    try:  # the API's settings, as `qkv serve` will read them: refused here, not in its log
+        settings = serve_settings(cfg.milvus_uri, model, demo, demo_tm, decoder)
+    except ValueError as e:
+        raise typer.BadParameter(str(e)) from e
 
     def ready(state: dict[str, Any]) -> None:
         url = state["api_url"]
         typer.echo(f"qkv stack: ready. API {url} (docs {url}/docs), Milvus "
                    f"{state['milvus_version']} {state['milvus_uri']}, state in {var_dir}")
+        for line in curl_examples(settings, url):
+            typer.echo(line)
         typer.echo(f"qkv stack: Ctrl-C or `qkv stack down --var-dir {var_dir}` stops both")
 
     try:

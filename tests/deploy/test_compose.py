@@ -196,3 +196,21 @@ def test_dockerfile(tmp_path: Path) -> None:
     shutil.copy(ROOT / "pyproject.toml", tmp_path)
     out = subprocess.run(py, cwd=tmp_path, capture_output=True, text=True, check=True).stdout
     assert "torch>=2.3" in out.splitlines() and "pymilvus>=3.0,<4" in out.splitlines()
+
+
+def test_api_serves_the_demo_translation_memory(config: dict[str, Any],
+                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    """The api service's environment, read as the container's ``qkv serve`` reads it,
+    seeds both demo collections and gives `tm-en-fr` the shipped decoder; the paths are
+    relative to /app, which holds what they name in this checkout."""
+    env = config["services"]["api"]["environment"]
+    for name in [n for n in os.environ if n.startswith("QKV_")]:
+        monkeypatch.delenv(name)
+    for name, value in env.items():
+        monkeypatch.setenv(name, "" if value is None else str(value))
+    s = Settings()
+    assert s.decoders == {"tm-en-fr": Path("models/decoder-en-fr")}
+    assert s.demo_tm == Path("data/demo/multi30k-en-fr.jsonl.gz")
+    assert s.demo_tm_collection == "tm-en-fr"
+    for path in (s.demo_corpus, s.demo_tm, s.decoders["tm-en-fr"] / "model.safetensors"):
+        assert path is not None and (ROOT / path).is_file(), path

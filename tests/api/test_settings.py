@@ -1,0 +1,44 @@
+"""Settings that name collections: decoders (JSON or NAME=DIR, from the environment or
+given), the demo collections; names are checked when the settings are made."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from pydantic import ValidationError
+
+from api.settings import Settings
+
+
+@pytest.mark.parametrize("env", ['{"tm-en-fr": "models/decoder-en-fr", "b": "d/b"}',
+                                 "tm-en-fr=models/decoder-en-fr,b=d/b",
+                                 " tm-en-fr = models/decoder-en-fr , b=d/b ,"])
+def test_decoders_from_the_environment(monkeypatch: pytest.MonkeyPatch, env: str) -> None:
+    monkeypatch.setenv("QKV_DECODERS", env)
+    assert Settings().decoders == {"tm-en-fr": Path("models/decoder-en-fr"), "b": Path("d/b")}
+
+
+def test_no_decoders(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("QKV_DECODERS", "")
+    assert Settings().decoders == {}
+    monkeypatch.delenv("QKV_DECODERS")
+    assert Settings().decoders == {}
+
+
+@pytest.mark.parametrize("decoders", [
+    "tm-en-fr", "=models/x", "tm-en-fr=", '["models/x"]', {"-tm": "models/x"},
+    {"tm-en-fr": "a", "tm_en_fr": "b"}])
+def test_bad_decoders_are_refused(decoders: object) -> None:
+    with pytest.raises(ValidationError, match="decoder|collection"):
+        Settings(decoders=decoders)  # type: ignore[arg-type]
+
+
+def test_demo_collections(monkeypatch: pytest.MonkeyPatch) -> None:
+    s = Settings()
+    assert (s.demo_collection, s.demo_tm_collection, s.demo_tm) == ("docs", "tm-en-fr", None)
+    monkeypatch.setenv("QKV_DEMO_TM", "data/demo/multi30k-en-fr.jsonl.gz")
+    assert Settings().demo_tm == Path("data/demo/multi30k-en-fr.jsonl.gz")
+    for field in ("demo_collection", "demo_tm_collection"):
+        with pytest.raises(ValidationError, match="collection name"):
+            Settings(**{field: "a b"})  # type: ignore[arg-type]
