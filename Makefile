@@ -35,19 +35,24 @@ typecheck: $(STAMP)
 	$(VENV)/bin/mypy
 
 # The service on 127.0.0.1:8000: shipped encoder, embedded Milvus Lite file under var/, and
-# on first start a `docs` collection from the demo corpus (chunked Python documentation).
+# on first start a `docs` collection from the demo corpus (chunked Python documentation)
+# and a `tm-en-fr` translation memory (the 29,000 Multi30k training pairs) whose generate
+# translates English to French with the shipped decoder.
+DEMO := --demo data/demo/python-docs.jsonl.gz --demo-tm data/demo/multi30k-en-fr.jsonl.gz \
+	--decoder tm-en-fr=models/decoder-en-fr
+
 run: $(STAMP)
 	mkdir -p var
 	$(VENV)/bin/qkv serve --host 127.0.0.1 --port $(PORT) --store var/qkv.db \
-		--model models/encoder-default --demo data/demo/python-docs.jsonl.gz
+		--model models/encoder-default $(DEMO)
 
 # The same service against a real Milvus standalone server (PyPI milvus==2.3.5, data under
 # var/stack/), both as child processes, no Docker: Ctrl-C (or `make stack-down` from another
-# terminal) stops both. Same demo collection as `make run`.
+# terminal) stops both. Same demo collections as `make run`.
 stack: $(STAMP)
 	$(PIP) install -q 'milvus==2.3.5'
 	$(VENV)/bin/qkv stack up --var-dir var/stack --port $(PORT) --milvus-port $(MILVUS_PORT) \
-		--model models/encoder-default --demo data/demo/python-docs.jsonl.gz
+		--model models/encoder-default $(DEMO)
 
 stack-down:
 	$(VENV)/bin/qkv stack down --var-dir var/stack

@@ -1,0 +1,105 @@
+"""The demo translation memory end to end, with the shipped encoder and decoder: the app
+made from `make run`'s own `qkv serve` options (read with `make -n run`), its two demo
+corpora cut short, seeds the `docs` collection and the `tm-en-fr` translation memory on a
+fresh Milvus Lite file, and `generate` on `tm-en-fr` translates English to French."""
+
+from __future__ import annotations
+
+import gzip
+import itertools
+import json
+import shlex
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+from conftest import MakeClient
+
+from api.serve_commands import banner, serve_settings
+from api.settings import Settings
+
+ROOT = Path(__file__).resolve().parents[2]
+N_DOCS, N_PAIRS = 40, 300
+
+
+def make_run_options() -> dict[str, Any]:
+    """The options `make run` gives `qkv serve`, parsed by the command's own definition."""
+    from typer.main import get_command
+
+    from api.cli import app
+
+    out = subprocess.run(["make", "-n", "-s", "run"], cwd=ROOT, capture_output=True, text=True,
+                         timeout=60, check=True).stdout.replace("\\\n", " ")
+    line = next(ln for ln in out.splitlines() if " serve " in ln)
+    argv = shlex.split(line)
+    serve = get_command(app).get_command(None, "serve")  # type: ignore[attr-defined]
+    assert serve is not None
+    return dict(serve.make_context("serve", argv[argv.index("serve") + 1:]).params)
+
+
+def head(src: Path, dst: Path, n: int) -> list[dict[str, Any]]:
+    """The first ``n`` rows of the JSONL.gz ``src``, written to ``dst`` (plain JSONL)."""
+    with gzip.open(src, "rt", encoding="utf-8") as f:
+        rows = [json.loads(line) for line in itertools.islice(f, n)]
+    dst.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows))
+    return rows
+
+
+@pytest.fixture(scope="module")
+def make_run_settings() -> Settings:
+    opts = make_run_options()
+    return serve_settings(opts["store"], opts["model"], opts["demo"], opts["demo_tm"],
+                          opts["decoder"])
+
+
+def test_make_run_serves_the_translation_memory(make_run_settings: Settings) -> None:
+    s = make_run_settings
+    assert s.demo_corpus is not None and (ROOT / s.demo_corpus).is_file()
+    assert s.demo_tm is not None and (ROOT / s.demo_tm).is_file()
+    assert s.demo_tm_collection == "tm-en-fr"
+    assert s.decoders == {"tm-en-fr": Path("models/decoder-en-fr")}
+    assert (ROOT / s.decoders["tm-en-fr"] / "model.safetensors").is_file()
+    text = banner(s, "http://localhost:8000")
+    assert "curl -s http://localhost:8000/v1/collections/tm-en-fr/generate" in text
+    assert "curl -s http://localhost:8000/v1/collections/docs/search" in text
+
+
+def test_tm_en_fr_generate_translates(make_client: MakeClient, make_run_settings: Settings,
+                                      tmp_path: Path) -> None:
+    s = make_run_settings
+    assert s.demo_corpus is not None and s.demo_tm is not None
+    docs, tm = tmp_path / "docs.jsonl", tmp_path / "tm.jsonl"
+    head(ROOT / s.demo_corpus, docs, N_DOCS)
+    pairs = {r["id"]: r for r in head(ROOT / s.demo_tm, tm, N_PAIRS)}
+    client = make_client(  # make run's settings, on the module's fresh Lite file
+        model=ROOT / s.model, demo_corpus=docs, demo_collection=s.demo_collection, demo_tm=tm,
+        demo_tm_collection=s.demo_tm_collection,
+        decoders={c: ROOT / p for c, p in s.decoders.items()})
+
+    listed = {c["name"]: c for c in client.get("/v1/collections").json()["collections"]}
+    assert set(listed) == {"docs", "tm_en_fr"}
+    assert listed["tm_en_fr"]["decoder"] == str(ROOT / "models/decoder-en-fr")
+    assert listed["docs"]["decoder"] is None
+    assert client.get("/v1/collections/tm-en-fr").json()["count"] == N_PAIRS
+    assert client.get("/v1/collections/docs").json()["count"] == N_DOCS
+
+    r = client.post("/v1/collections/tm-en-fr/generate",
+                    json={"query": "A man in a blue shirt is riding a bike.", "top_k": 4})
+    assert r.status_code == 200, r.text
+    body = r.json()
+    assert "homme" in body["text"].lower(), body["text"]
+    assert len(body["neighbours"]) == len(body["weights"]) == 4
+    assert sum(body["weights"]) == pytest.approx(1.0, abs=1e-5)
+    for h in body["neighbours"]:
+        pair = pairs[h["id"]]  # a pair of the memory: English key, French value
+        assert (h["text"], h["value"]) == (pair["text"], pair["value"])
+        assert h["value"] and h["value"] != h["text"]
+        assert h["metadata"] == {"source": "multi30k task1 train",
+                                 "line": pair["metadata"]["line"]}
+    # the banner's example works too
+    example = client.post("/v1/collections/tm-en-fr/generate",
+                          json={"query": "A man is riding a bike.", "top_k": 4})
+    assert example.status_code == 200 and "homme" in example.json()["text"].lower()
+    no_decoder = client.post("/v1/collections/docs/generate", json={"query": "x"})
+    assert no_decoder.status_code == 409  # the docs collection has no decoder
