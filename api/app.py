@@ -88,19 +88,27 @@ def seed_demo(svc: Any, corpus: Path, collection: str, batch: int = 2048) -> int
     written (0 when it already existed).
 
     Everything is encoded before the collection is created, so a start stopped while
-    encoding leaves no half-filled collection behind: the next start begins again.
+    encoding leaves no collection behind: the next start begins again. A start stopped
+    while writing leaves fewer documents than the corpus has: the next start writes them
+    all again (upserts by id, so nothing is doubled).
     """
     from index import CollectionNotFoundError, Item, collection_name
 
     collection = collection_name(collection)
+    rows = read_jsonl(corpus)
     try:
         svc.store.describe(collection)
-        return 0
+        have = svc.store.count(collection)
+        if have >= len(rows):
+            return 0
+        log.info("the demo collection %r has %d of the %d documents of %s (a first start "
+                 "stopped while writing): writing them again", collection, have, len(rows),
+                 corpus)
+        exists = True
     except CollectionNotFoundError:
-        pass
-    rows = read_jsonl(corpus)
-    log.info("creating the demo collection %r from %s (%d documents)...", collection, corpus,
-             len(rows))
+        exists = False
+        log.info("creating the demo collection %r from %s (%d documents)...", collection,
+                 corpus, len(rows))
     with tqdm(total=len(rows), unit="doc", desc=f"encoding {collection}") as bar:
         parts = []
         for start in range(0, len(rows), batch):
@@ -109,7 +117,8 @@ def seed_demo(svc: Any, corpus: Path, collection: str, batch: int = 2048) -> int
     x = np.concatenate(parts) if parts else np.zeros((0, svc.info.dim), np.float32)
     items = [Item(str(r["id"]), x[i], r["text"], r.get("value"), r.get("metadata") or {})
              for i, r in enumerate(rows)]
-    svc.store.create(collection, svc.info.dim, svc.info)
+    if not exists:
+        svc.store.create(collection, svc.info.dim, svc.info)
     n = 0
     for start in range(0, len(items), 1000):
         n += svc.store.upsert(collection, items[start : start + 1000], svc.info)

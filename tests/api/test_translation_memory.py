@@ -103,3 +103,23 @@ def test_tm_en_fr_generate_translates(make_client: MakeClient, make_run_settings
     assert example.status_code == 200 and "homme" in example.json()["text"].lower()
     no_decoder = client.post("/v1/collections/docs/generate", json={"query": "x"})
     assert no_decoder.status_code == 409  # the docs collection has no decoder
+
+
+def test_a_demo_load_stopped_while_writing_is_completed_on_the_next_start(
+        make_client: MakeClient, tmp_path: Path) -> None:
+    rows = [{"id": f"d{i}", "text": f"demo document number {i}", "metadata": {"i": i}}
+            for i in range(30)]
+    corpus = tmp_path / "demo.jsonl"
+    corpus.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    client = make_client(demo_corpus=corpus, demo_collection="resume-demo")
+    assert client.get("/v1/collections/resume-demo").json()["count"] == 30
+    # what a start stopped after part of the writes leaves: fewer documents than the corpus
+    r = client.request("DELETE", "/v1/collections/resume-demo/documents",
+                       json={"ids": [f"d{i}" for i in range(12, 30)]})
+    assert r.status_code == 200, r.text
+    assert client.get("/v1/collections/resume-demo").json()["count"] == 12
+    again = make_client(demo_corpus=corpus, demo_collection="resume-demo")
+    assert again.get("/v1/collections/resume-demo").json()["count"] == 30
+    doc = again.get("/v1/collections/resume-demo/documents/d29").json()
+    assert doc["text"] == "demo document number 29" and doc["metadata"] == {"i": 29}
+    again.delete("/v1/collections/resume-demo")
