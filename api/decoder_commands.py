@@ -201,8 +201,9 @@ def evaluate_translation(
     """sacreBLEU of ``model`` on each split of ``data``, the memory being the train split.
 
     ``k`` defaults to the model's training k (0 for a baseline). Per split: BLEU, its
-    signature, and the seconds taken by retrieval (encoding the sources, searching the
-    memory) and by decoding, the memory's own vectors coming from ``memory_cache``.
+    signature, the retrieval temperature (None without neighbours), and the seconds taken
+    by retrieval (encoding the sources, searching the memory; the memory itself is built
+    once, before, its vectors from ``memory_cache``) and by decoding.
     """
     import time
 
@@ -214,17 +215,18 @@ def evaluate_translation(
     dec = decoder.load(model, device=device)
     trained_k = int((dec.meta.get("training") or {}).get("k", 0))
     k = trained_k if k is None else k
-    memory = read_pairs(data, "train", src_lang, tgt_lang) if k > 0 else []
+    tm: TranslationMemory | None = None
+    t: float | None = None
+    if k > 0:  # one memory, keyed once, for every split
+        memory = read_pairs(data, "train", src_lang, tgt_lang)
+        tm, t = _memory(dec, [p[0] for p in memory], [p[1] for p in memory], temperature,
+                        encoder_dir, memory_cache, device)
     rows: list[dict[str, Any]] = []
     for split in splits:
         pairs = read_pairs(data, split, src_lang, tgt_lang)
         sources, refs = [p[0] for p in pairs], [p[1] for p in pairs]
         t0 = time.perf_counter()
-        neighbours: list[list[tuple[str, float]]] | None = None
-        if k > 0:
-            neighbours = _memory_neighbours(dec, sources, [p[0] for p in memory],
-                                            [p[1] for p in memory], k, temperature, encoder_dir,
-                                            memory_cache, device)
+        neighbours = tm.neighbours(sources, k, t) if tm is not None and t is not None else None
         t1 = time.perf_counter()
         hyps = dec.translate(sources, neighbours, beam=beam, batch_size=batch_size)
         t2 = time.perf_counter()
@@ -235,9 +237,8 @@ def evaluate_translation(
             (hypotheses / f"{split}.{tgt_lang}").write_text("".join(h + "\n" for h in hyps),
                                                           encoding="utf-8")
         rows.append({"model": str(model), "name": dec.name, "split": split, "k": k,
-                     "temperature": temperature,
-                     "beam": beam, "sentences": len(pairs), "bleu": round(score.score, 2),
-                     "signature": str(bleu.get_signature()),
+                     "temperature": t, "beam": beam, "sentences": len(pairs),
+                     "bleu": round(score.score, 2), "signature": str(bleu.get_signature()),
                      "retrieve_s": round(t1 - t0, 2), "decode_s": round(t2 - t1, 2)})
     return rows
 
@@ -282,8 +283,8 @@ def _neighbours(dec: Any, lines: list[str], memory_src: Path | None, memory_tgt:
     else:
         assert memory_src is not None and memory_tgt is not None
         sources, targets = read_lines(memory_src), read_lines(memory_tgt)
-    return _memory_neighbours(dec, lines, sources, targets, k, temperature, encoder_dir, cache,
-                              device)
+    tm, t = _memory(dec, sources, targets, temperature, encoder_dir, cache, device)
+    return tm.neighbours(lines, k, t)
 
 
 def _read_memory_jsonl(path: Path) -> tuple[list[str], list[str]]:
@@ -310,11 +311,10 @@ def _read_memory_jsonl(path: Path) -> tuple[list[str], list[str]]:
     return sources, targets
 
 
-def _memory_neighbours(dec: Any, lines: list[str], sources: list[str], targets: list[str],
-                       k: int, temperature: float | None, encoder_dir: Path, cache: str,
-                       device: str | None) -> list[list[tuple[str, float]]]:
-    """Each line's k nearest memory entries (target text, weight), at the temperature the
-    decoder was trained with unless one is given."""
+def _memory(dec: Any, sources: list[str], targets: list[str], temperature: float | None,
+            encoder_dir: Path, cache: str, device: str | None) -> tuple[TranslationMemory, float]:
+    """The memory keyed by the encoder at ``encoder_dir``, and the retrieval temperature:
+    the one given, else the one the decoder was trained with."""
     import encoder
     from api.translation_memory import TranslationMemory
     from index.attend import DEFAULT_TEMPERATURE
@@ -327,7 +327,7 @@ def _memory_neighbours(dec: Any, lines: list[str], sources: list[str], targets: 
                     trained.get("encoder_fingerprint"), text_encoder.fingerprint, encoder_dir)
     tm = TranslationMemory.build(text_encoder, sources, targets,
                                  cache_dir=Path(cache) if cache else None)
-    return tm.neighbours(lines, k, t)
+    return tm, t
 
 
 def _plot_attention(gen: Any, weights: list[float], path: Path) -> None:
