@@ -11,6 +11,18 @@ if TYPE_CHECKING:
     from api.settings import Settings
 
 
+# The options `qkv serve` and `qkv stack up` share: what the API serves.
+MODEL = typer.Option(None, "--model", help="Encoder checkpoint (default: QKV_MODEL or "
+                     "models/encoder-default).")
+DEMO = typer.Option(None, "--demo", help="JSONL(.gz) corpus loaded into the `docs` collection "
+                    "on first start (QKV_DEMO_CORPUS).")
+DEMO_TM = typer.Option(None, "--demo-tm", help="JSONL(.gz) translation pairs (text: source, "
+                       "value: target) loaded into the `tm-en-fr` collection on first start "
+                       "(QKV_DEMO_TM).")
+DECODER = typer.Option(None, "--decoder", metavar="COLLECTION=DIR", help="Decoder checkpoint "
+                       "for a collection's generate; repeatable (QKV_DECODERS).")
+
+
 def serve_settings(store: str | None = None, model: Path | None = None,
                    demo: Path | None = None, demo_tm: Path | None = None,
                    decoders: list[str] | None = None) -> Settings:
@@ -52,16 +64,10 @@ def serve(
     port: int = typer.Option(8000, "--port", min=0, max=65535),
     store: str | None = typer.Option(None, "--store", help="Milvus Lite file, http://host:port "
                                      "or faiss://DIR (default: QKV_STORE or var/qkv.db)."),
-    model: Path | None = typer.Option(None, "--model", help="Encoder checkpoint (default: "
-                                      "QKV_MODEL or models/encoder-default)."),
-    demo: Path | None = typer.Option(None, "--demo", help="JSONL(.gz) corpus loaded into the "
-                                     "`docs` collection on first start (QKV_DEMO_CORPUS)."),
-    demo_tm: Path | None = typer.Option(None, "--demo-tm", help="JSONL(.gz) translation pairs "
-                                        "(text: source, value: target) loaded into the "
-                                        "`tm-en-fr` collection on first start (QKV_DEMO_TM)."),
-    decoder: list[str] | None = typer.Option(None, "--decoder", metavar="COLLECTION=DIR",
-                                             help="Decoder checkpoint for a collection's "
-                                             "generate; repeatable (QKV_DECODERS)."),
+    model: Path | None = MODEL,
+    demo: Path | None = DEMO,
+    demo_tm: Path | None = DEMO_TM,
+    decoder: list[str] | None = DECODER,
     log_level: str = typer.Option("info", "--log-level"),
 ) -> None:
     """Serve the API (OpenAPI at /docs). Settings come from QKV_* variables; options win."""

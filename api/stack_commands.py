@@ -8,6 +8,8 @@ from typing import Any
 
 import typer
 
+from api import serve_commands
+
 stack_app = typer.Typer(help="A local Milvus server and the API, without Docker.",
                         no_args_is_help=True)
 
@@ -23,16 +25,10 @@ def up(
     milvus_port: int = typer.Option(19530, "--milvus-port", min=1, max=65535),
     milvus_http_port: int = typer.Option(0, "--milvus-http-port", min=0, max=65535,
                                          help="Milvus' /healthz and /metrics (0: any free)."),
-    model: Path | None = typer.Option(None, "--model", help="Encoder checkpoint (default: "
-                                      "QKV_MODEL or models/encoder-default)."),
-    demo: Path | None = typer.Option(None, "--demo", help="JSONL(.gz) corpus loaded into the "
-                                     "`docs` collection on first start."),
-    demo_tm: Path | None = typer.Option(None, "--demo-tm", help="JSONL(.gz) translation "
-                                        "pairs loaded into the `tm-en-fr` collection on first "
-                                        "start."),
-    decoder: list[str] | None = typer.Option(None, "--decoder", metavar="COLLECTION=DIR",
-                                             help="Decoder checkpoint for a collection's "
-                                             "generate; repeatable."),
+    model: Path | None = serve_commands.MODEL,
+    demo: Path | None = serve_commands.DEMO,
+    demo_tm: Path | None = serve_commands.DEMO_TM,
+    decoder: list[str] | None = serve_commands.DECODER,
     timeout: float = typer.Option(600.0, "--timeout", min=1, help="Seconds to wait for both "
                                   "servers to be ready."),
     stop_timeout: float = typer.Option(10.0, "--stop-timeout", min=0, help="Seconds Milvus "
