@@ -3,7 +3,8 @@ softmax-weighted neighbours."""
 
 from decoder.config import DecoderConfig
 from decoder.model import Memory, RetrievalAugmentedTransformer
-from decoder.text_decoder import Decoder, Generation, load, save_checkpoint
+from decoder.text_decoder import Decoder, Generation, load
+from encoder.checkpoint import save_checkpoint
 
 __all__ = ["Decoder", "DecoderConfig", "Generation", "Memory", "RetrievalAugmentedTransformer",
            "load", "save_checkpoint"]

@@ -10,8 +10,8 @@ import torch
 
 from decoder.config import DecoderConfig
 from decoder.model import RetrievalAugmentedTransformer
-from decoder.text_decoder import save_checkpoint
 from decoder.tokenizer import train_joint_tokenizer
+from encoder.checkpoint import save_checkpoint
 
 ANIMALS = {"dog": "chien", "cat": "chat", "horse": "cheval", "bird": "oiseau",
            "fish": "poisson", "fox": "renard", "bear": "ours", "duck": "canard"}

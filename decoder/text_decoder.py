@@ -6,10 +6,8 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 import torch
-from tokenizers import Tokenizer
 from tqdm import tqdm
 
 from decoder import batch as batching
@@ -17,9 +15,8 @@ from decoder.config import DecoderConfig
 from decoder.model import RetrievalAugmentedTransformer
 from decoder.search import Hypothesis, beam_search, greedy
 from decoder.tokenizer import decode, encode, token_strings
-from encoder.checkpoint import fingerprint as checkpoint_fingerprint
-from encoder.checkpoint import read_checkpoint, save_checkpoint
-from encoder.device import autocast, pick_device
+from encoder.checkpoint import LoadedModel, read_checkpoint
+from encoder.device import autocast
 
 Neighbour = tuple[str, float]  # (value text, retrieval weight)
 
@@ -67,7 +64,7 @@ def _check(sources: Sequence[str], neighbours: Sequence[Sequence[Neighbour]] | N
                 raise ValueError(f"neighbour weights must be finite and >= 0, got {w}")
 
 
-class Decoder:
+class Decoder(LoadedModel):
     """Source text + weighted neighbours (value text, weight) → target text.
 
     Weights are the retrieval weights, already softmax-normalised by the caller
@@ -76,34 +73,8 @@ class Decoder:
     empty output without running the model.
     """
 
-    def __init__(
-        self,
-        model: RetrievalAugmentedTransformer,
-        tokenizer: Tokenizer,
-        device: torch.device | str | None = None,
-        meta: dict[str, Any] | None = None,
-    ) -> None:
-        self.device = pick_device(str(device) if device is not None else None)
-        self.model = model.to(self.device).eval()
-        self.tokenizer = tokenizer
-        self.config = model.config
-        self.meta = meta or {}
-        self._fingerprint: str | None = None
-
-    @property
-    def name(self) -> str:
-        return self.config.name
-
-    @property
-    def max_tokens(self) -> int:
-        return self.config.max_tokens
-
-    @property
-    def fingerprint(self) -> str:
-        """sha256 (first 16 hex) of the weights, in name order, and the tokenizer."""
-        if self._fingerprint is None:
-            self._fingerprint = checkpoint_fingerprint(self.model, self.tokenizer)
-        return self._fingerprint
+    model: RetrievalAugmentedTransformer
+    config: DecoderConfig
 
     def generate(
         self,
@@ -222,9 +193,6 @@ class Decoder:
         g.memory_segments = segments.cpu()[keep].tolist()
         att = h.attention if h.attention is not None else torch.zeros(0, keep.numel())
         g.attention = att.float().cpu()[:, keep].tolist()
-
-    def save(self, path: str | Path, extra: dict[str, Any] | None = None) -> None:
-        save_checkpoint(path, self.model, self.tokenizer, extra or self.meta)
 
 
 

@@ -34,9 +34,8 @@ from decoder import batch as batching
 from decoder.config import DecoderConfig
 from decoder.data import read_pairs
 from decoder.model import RetrievalAugmentedTransformer
-from decoder.text_decoder import save_checkpoint
 from decoder.tokenizer import encode, load_tokenizer, train_joint_tokenizer
-from encoder.checkpoint import load_training_state, save_training_state
+from encoder.checkpoint import load_training_state, save_checkpoint, save_training_state
 from encoder.device import autocast, pick_device
 
 log = logging.getLogger(__name__)

@@ -15,6 +15,8 @@ from safetensors.torch import load_file, save_file
 from tokenizers import Tokenizer
 from torch import nn
 
+from encoder.device import pick_device
+
 log = logging.getLogger(__name__)
 WEIGHTS, CONFIG, TOKENIZER = "model.safetensors", "config.json", "tokenizer.json"
 
@@ -27,6 +29,43 @@ def fingerprint(model: nn.Module, tokenizer: Tokenizer) -> str:
         h.update(v.detach().float().cpu().contiguous().numpy().tobytes())
     h.update(tokenizer.to_str().encode())
     return h.hexdigest()[:16]
+
+
+class LoadedModel:
+    """A network in eval mode on its device, its tokenizer and its checkpoint's config.json
+    (``meta``): what :class:`encoder.TextEncoder` and :class:`decoder.Decoder` have in
+    common. ``model.config`` holds the architecture (``name``, ``max_tokens``, ...)."""
+
+    config: Any
+
+    def __init__(self, model: nn.Module, tokenizer: Tokenizer,
+                 device: torch.device | str | None = None,
+                 meta: dict[str, Any] | None = None) -> None:
+        self.device = pick_device(str(device) if device is not None else None)
+        self.model = model.to(self.device).eval()
+        self.tokenizer = tokenizer
+        self.config = model.config
+        self.meta = meta or {}
+        self._fingerprint: str | None = None
+
+    @property
+    def name(self) -> str:
+        return str(self.config.name)
+
+    @property
+    def max_tokens(self) -> int:
+        return int(self.config.max_tokens)
+
+    @property
+    def fingerprint(self) -> str:
+        """sha256 (first 16 hex) of the weights, in name order, and the tokenizer."""
+        if self._fingerprint is None:
+            self._fingerprint = fingerprint(self.model, self.tokenizer)
+        return self._fingerprint
+
+    def save(self, path: str | Path, extra: dict[str, Any] | None = None) -> None:
+        """Write the self-describing checkpoint directory (safetensors, config, tokenizer)."""
+        save_checkpoint(path, self.model, self.tokenizer, extra or self.meta)
 
 
 def save_checkpoint(

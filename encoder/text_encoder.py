@@ -6,16 +6,14 @@ import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal, overload
+from typing import Literal, overload
 
 import numpy as np
 import torch
-from tokenizers import Tokenizer
 
-from encoder.checkpoint import fingerprint as checkpoint_fingerprint
-from encoder.checkpoint import read_checkpoint, save_checkpoint
+from encoder.checkpoint import LoadedModel, read_checkpoint
 from encoder.config import EncoderConfig
-from encoder.device import autocast, pick_device
+from encoder.device import autocast
 from encoder.model import TransformerEncoder
 from encoder.tokenizer import clean_text
 
@@ -43,7 +41,7 @@ def _check_texts(texts: Sequence[str]) -> None:
             raise TypeError(f"texts[{i}] is {type(t).__name__}, expected str")
 
 
-class TextEncoder:
+class TextEncoder(LoadedModel):
     """Text → L2-normalised float32 vectors (inner product = cosine).
 
     Every text is cleaned the one documented way (:func:`encoder.tokenizer.clean_text`),
@@ -51,38 +49,12 @@ class TextEncoder:
     length-sorted batches so padding is rarely computed.
     """
 
-    def __init__(
-        self,
-        model: TransformerEncoder,
-        tokenizer: Tokenizer,
-        device: torch.device | str | None = None,
-        meta: dict[str, Any] | None = None,
-    ) -> None:
-        self.device = pick_device(str(device) if device is not None else None)
-        self.model = model.to(self.device).eval()
-        self.tokenizer = tokenizer
-        self.config = model.config
-        self.meta = meta or {}
-        self._fingerprint: str | None = None
+    model: TransformerEncoder
+    config: EncoderConfig
 
     @property
     def dim(self) -> int:
         return self.config.d_model
-
-    @property
-    def max_tokens(self) -> int:
-        return self.config.max_tokens
-
-    @property
-    def name(self) -> str:
-        return self.config.name
-
-    @property
-    def fingerprint(self) -> str:
-        """sha256 (first 16 hex) of the weights, in name order, and the tokenizer."""
-        if self._fingerprint is None:
-            self._fingerprint = checkpoint_fingerprint(self.model, self.tokenizer)
-        return self._fingerprint
 
     def tokenize(self, texts: Sequence[str]) -> tuple[list[list[int]], list[bool]]:
         """Token ids per text (starting with ``<s>``), cut at ``max_tokens``; and which were cut."""
@@ -163,10 +135,6 @@ class TextEncoder:
                     for row, i in enumerate(idx):
                         weights[i] = w_np[row, : len(ids[i])]
         return out, weights
-
-    def save(self, path: str | Path, extra: dict[str, Any] | None = None) -> None:
-        """Write the self-describing checkpoint directory (safetensors, config, tokenizer)."""
-        save_checkpoint(path, self.model, self.tokenizer, extra or self.meta)
 
 
 def _length_groups(order: list[int], lengths: list[int], batch_size: int) -> list[list[int]]:

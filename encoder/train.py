@@ -22,14 +22,14 @@ import torch.distributed as dist
 from tokenizers import Tokenizer
 from tqdm import tqdm
 
-from encoder.checkpoint import load_training_state, save_training_state
+from encoder.checkpoint import load_training_state, save_checkpoint, save_training_state
 from encoder.config import EncoderConfig
 from encoder.device import autocast, pick_device
 from encoder.losses import InfoNCE
 from encoder.mining import mine_hard_negatives
 from encoder.model import TransformerEncoder
 from encoder.pairs import PairSource, build_sources, tokenizer_corpus
-from encoder.text_encoder import TextEncoder, _pad, save_checkpoint
+from encoder.text_encoder import TextEncoder, _pad
 from encoder.tokenizer import clean_text, load_tokenizer, train_tokenizer
 
 log = logging.getLogger(__name__)
