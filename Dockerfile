@@ -37,7 +37,10 @@ RUN python -c "import tomllib; print('\n'.join(tomllib.load(open('pyproject.toml
 COPY encoder/ encoder/
 COPY index/ index/
 COPY decoder/ decoder/
+COPY wiring/ wiring/
 COPY api/ api/
+COPY cli/ cli/
+COPY stack/ stack/
 RUN pip install --no-deps .
 
 # The shipped encoder and decoders, and the demo corpora loaded on the first start where

@@ -1,24 +1,20 @@
 """``create_app(settings)``: the FastAPI application.
 
-The lifespan loads the encoder (and the configured decoders), opens the store, starts the
-dynamic batcher and, on first start, loads the demo corpus and the demo translation memory
-(``QKV_DEMO_CORPUS``, ``QKV_DEMO_TM``). A store that is down at start
-does not stop the service: ``/ready`` says so and requests answer 503 until it is back.
+The lifespan builds the :class:`api.service.Service` (the encoder, the store and the
+configured decoders, loaded by :mod:`wiring.components`; the dynamic batcher) and, on first
+start, seeds the demo corpus and the demo translation memory (``QKV_DEMO_CORPUS``,
+``QKV_DEMO_TM``; :mod:`wiring.demo`). A store that is down at start does not stop the
+service: ``/ready`` says so and requests answer 503 until it is back.
 """
 
 from __future__ import annotations
 
-import gzip
-import json
 import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from pathlib import Path
 from typing import Any
 
-import numpy as np
 from fastapi import FastAPI
-from tqdm import tqdm
 
 from api import errors, routes
 from api.errors import ApiError, error_response
@@ -74,58 +70,6 @@ class BodyLimitMiddleware:
         await error_response(err)(scope, receive, send)
 
 
-def read_jsonl(path: Path) -> list[dict[str, Any]]:
-    """The rows of a JSONL file, gzipped when its name ends in ``.gz``."""
-    opener = gzip.open if path.suffix == ".gz" else open
-    with opener(path, "rt", encoding="utf-8") as f:
-        return [json.loads(line) for line in f if line.strip()]
-
-
-def seed_demo(svc: Any, corpus: Path, collection: str, batch: int = 2048) -> int:
-    """Create ``collection`` from the JSONL ``corpus`` (id, text, optional value, metadata)
-    if it does not exist yet: a document corpus, or a translation memory whose ``text`` is
-    the source sentence and ``value`` the target the decoder reads. Returns the documents
-    written (0 when it already existed).
-
-    Everything is encoded before the collection is created, so a start stopped while
-    encoding leaves no collection behind: the next start begins again. A start stopped
-    while writing leaves fewer documents than the corpus has: the next start writes them
-    all again (upserts by id, so nothing is doubled).
-    """
-    from index import CollectionNotFoundError, Item, collection_name
-
-    collection = collection_name(collection)
-    rows = read_jsonl(corpus)
-    try:
-        svc.store.describe(collection)
-        have = svc.store.count(collection)
-        if have >= len(rows):
-            return 0
-        log.info("the demo collection %r has %d of the %d documents of %s (a first start "
-                 "stopped while writing): writing them again", collection, have, len(rows),
-                 corpus)
-        exists = True
-    except CollectionNotFoundError:
-        exists = False
-        log.info("creating the demo collection %r from %s (%d documents)...", collection,
-                 corpus, len(rows))
-    with tqdm(total=len(rows), unit="doc", desc=f"encoding {collection}") as bar:
-        parts = []
-        for start in range(0, len(rows), batch):
-            parts.append(svc.encoder.encode([r["text"] for r in rows[start : start + batch]]))
-            bar.update(len(parts[-1]))
-    x = np.concatenate(parts) if parts else np.zeros((0, svc.info.dim), np.float32)
-    items = [Item(str(r["id"]), x[i], r["text"], r.get("value"), r.get("metadata") or {})
-             for i, r in enumerate(rows)]
-    if not exists:
-        svc.store.create(collection, svc.info.dim, svc.info)
-    n = 0
-    for start in range(0, len(items), 1000):
-        n += svc.store.upsert(collection, items[start : start + 1000], svc.info)
-    log.info("demo collection %r: %d documents", collection, n)
-    return int(n)
-
-
 # (request schema, field, setting): arrays get it as maxItems, integers as maximum
 _LIMITS = (("EmbeddingsRequest", "input", "max_inputs"),
            ("TeiEmbedRequest", "inputs", "max_inputs"),
@@ -162,7 +106,7 @@ def without_auth(schema: dict[str, Any]) -> None:
 
 def create_app(settings: Settings | None = None, banner: str | None = None) -> FastAPI:
     """The app; ``banner`` is printed once the service is ready (after the demo loads)."""
-    from api import runtime
+    from wiring import runtime
 
     runtime.configure()
     settings = settings or Settings()
@@ -172,6 +116,7 @@ def create_app(settings: Settings | None = None, banner: str | None = None) -> F
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         from api.service import Service
         from index import StoreError
+        from wiring.demo import seed_demo
 
         svc = Service(settings, metrics)
         app.state.service = svc
@@ -180,7 +125,7 @@ def create_app(settings: Settings | None = None, banner: str | None = None) -> F
             if corpus is None:
                 continue
             try:
-                await svc.run(seed_demo, svc, corpus, collection)
+                await svc.run(seed_demo, svc.parts, corpus, collection)
             except StoreError as e:
                 log.warning("demo collection %r not created (store: %s); it will be on a "
                             "later start", collection, e)

@@ -1,5 +1,7 @@
-"""The wiring: one :class:`Service` holds the encoder, its batcher, the store and the
-decoders, and does the work the routes ask for (routes only translate HTTP)."""
+"""What the routes call: one :class:`Service` holds the loaded components (the encoder, the
+store, the decoders: :mod:`wiring.components`) and the dynamic batcher, runs store and
+decoding work off the event loop, counts store errors, and raises the API's errors (routes
+only translate HTTP)."""
 
 from __future__ import annotations
 
@@ -16,15 +18,8 @@ from api.batcher import DynamicBatcher
 from api.errors import conflict, invalid
 from api.metrics import Metrics
 from api.settings import Settings
-from index import (
-    EncoderInfo,
-    Hit,
-    StoreError,
-    StoreUnavailableError,
-    VectorStore,
-    collection_name,
-    open_store,
-)
+from index import Hit, StoreError, StoreUnavailableError
+from wiring.components import load_components
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -41,38 +36,27 @@ class Embedded:
 
 class Service:
     def __init__(self, settings: Settings, metrics: Metrics) -> None:
-        import encoder  # torch loads here, after api.runtime.configure()
-
         self.settings, self.metrics = settings, metrics
-        self.encoder = encoder.load(settings.model, device=settings.device)
-        if self.encoder.device.type == "cpu":
-            # The encoder thread shares the cores with the event loop (HTTP, JSON, tokenizing):
-            # one encoder thread on 2 cores served ~25% more requests than two (10-s trial
-            # runs with 32 clients here, 233 vs 187 requests/s; not a recorded benchmark).
-            import torch
-
-            torch.set_num_threads(settings.encoder_threads or max(1, (os.cpu_count() or 2) // 2))
-        self.info = EncoderInfo(self.encoder.name, self.encoder.fingerprint, self.encoder.dim)
+        # On the CPU the encoder thread shares the cores with the event loop (HTTP, JSON,
+        # tokenizing): one encoder thread on 2 cores served ~25% more requests than two (10-s
+        # trial runs with 32 clients here, 233 vs 187 requests/s; not a recorded benchmark).
+        self.parts = load_components(
+            settings.model, settings.store, token=settings.milvus_token,
+            timeout=settings.store_timeout_s, device=settings.device,
+            cpu_threads=settings.encoder_threads or max(1, (os.cpu_count() or 2) // 2),
+            decoders=settings.decoders)
+        self.encoder, self.info, self.store = self.parts.encoder, self.parts.info, self.parts.store
+        self.decoders, self.decoder_paths = self.parts.decoders, self.parts.decoder_paths
         self.model_created = int(settings.model.joinpath("model.safetensors").stat().st_mtime)
-        self.store: VectorStore = open_store(settings.store, token=settings.milvus_token,
-                                             timeout=settings.store_timeout_s)
         self.batcher = DynamicBatcher(
             lambda ids: self.encoder.encode_ids(ids, batch_size=len(ids), normalize=False),
             self.encoder.dim, max_size=settings.batch_max_size,
             max_tokens=settings.batch_max_tokens, max_wait_s=settings.batch_max_wait_ms / 1e3,
             queue_max=settings.queue_max, metrics=metrics)
-        # keyed by stored collection name, the name routes and the store use
-        self.decoder_paths = {collection_name(c): p for c, p in settings.decoders.items()}
-        self.decoders: dict[str, Any] = {}
-        for collection, path in self.decoder_paths.items():
-            import decoder
-
-            self.decoders[collection] = decoder.load(path, device=settings.device)
-            log.info("collection %s generates with decoder %s", collection, path)
 
     def close(self) -> None:
         self.batcher.close()
-        self.store.close()
+        self.parts.close()
 
     # encoding
     def tokenize(self, texts: Sequence[str], truncate: bool) -> tuple[list[list[int]], list[bool]]:

@@ -55,7 +55,7 @@ WARMUP_S = 3.0
 
 def offline_child(path: Path, model: str) -> None:
     """(a): encode the sentences with batch 64, as an offline job would."""
-    from api import runtime
+    from wiring import runtime
 
     runtime.configure()
     import encoder

@@ -5,7 +5,7 @@ test sentences with beam 4, all on this machine's CPU.
 Usage: python bench/translate.py --data ../shared/data [--model models/decoder-en-fr]
        [--baseline models/decoder-en-fr-baseline]
 
-For each model: ``api.decoder_commands.evaluate_translation`` (what ``qkv eval-decoder``
+For each model: ``wiring.translation.evaluate_translation`` (what ``qkv eval-decoder``
 prints) on val and test, the memory being the 29,000 training pairs, beam 4 — the
 retrieval-augmented model with its training k (4), the baseline with k=0, and the
 retrieval-augmented model once more with k=0 (what its neighbours add). Then the whole
@@ -30,12 +30,12 @@ from typing import Any
 
 from workload import ROOT, append_results
 
-from api import runtime  # noqa: E402
+from wiring import runtime  # noqa: E402
 
 runtime.configure()
 
-from api.decoder_commands import evaluate_translation  # noqa: E402
 from decoder.data import find_split  # noqa: E402
+from wiring.translation import evaluate_translation  # noqa: E402
 
 SPLITS = ["val", "test_2016_flickr"]
 

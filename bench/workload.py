@@ -131,8 +131,8 @@ def free_port() -> int:
 
 def stop_tree(proc: psutil.Process | subprocess.Popen[bytes], grace: float = 15.0) -> None:
     """TERM a process and its descendants, wait, then KILL whatever is left (the stack's
-    :func:`api.stack.stop_process`), and reap it when it is our child."""
-    from api.stack import stop_process
+    :func:`stack.stop_process`), and reap it when it is our child."""
+    from stack import stop_process
 
     with contextlib.suppress(psutil.NoSuchProcess):
         stop_process(psutil.Process(proc.pid), grace)
@@ -142,9 +142,9 @@ def stop_tree(proc: psutil.Process | subprocess.Popen[bytes], grace: float = 15.
 
 @contextlib.contextmanager
 def milvus_server(data_dir: Path) -> Iterator[tuple[str, int]]:
-    """Milvus 2.3.5 standalone (:class:`api.stack.MilvusStandalone`: free ports, its etcd's
+    """Milvus 2.3.5 standalone (:class:`stack.MilvusStandalone`: free ports, its etcd's
     too) over ``data_dir``; yields (``http://`` URI, pid). Stopped by pid on exit."""
-    from api.stack import MilvusStandalone
+    from stack import MilvusStandalone
 
     server = MilvusStandalone(data_dir)
     server.start()

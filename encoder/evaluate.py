@@ -1,9 +1,11 @@
-"""Evaluation: retrieval on BEIR-layout folders (with a BM25 baseline) and STS Spearman."""
+"""Evaluation: retrieval on BEIR-layout folders (with a BM25 baseline) and STS Spearman.
+
+The BEIR reader and the nDCG/Recall scoring live with the index (``index.beir``): the
+store's own search modes are scored by the same functions (``index.evaluate``)."""
 
 from __future__ import annotations
 
 import csv
-import json
 import logging
 import time
 from pathlib import Path
@@ -11,46 +13,15 @@ from pathlib import Path
 import bm25s
 import faiss
 import numpy as np
-import pytrec_eval
 from scipy.stats import spearmanr
 
 from encoder.mining import Embedder
-from encoder.pairs import doc_text
+from index.beir import load_beir, score_run
+
+__all__ = ["bm25_run", "dense_run", "evaluate_beir", "evaluate_sts", "load_beir", "load_sts",
+           "score_run"]
 
 log = logging.getLogger(__name__)
-
-METRICS = {"ndcg_cut_10": "ndcg@10", "recall_100": "recall@100"}
-
-
-def load_beir(folder: str | Path, split: str
-              ) -> tuple[dict[str, str], dict[str, str], dict[str, dict[str, int]]]:
-    """(corpus id → text, query id → text, qrels) for ``split``; only judged queries kept."""
-    folder = Path(folder)
-    qrels_path = folder / "qrels" / f"{split}.tsv"
-    if not qrels_path.is_file():
-        valid = sorted(p.stem for p in (folder / "qrels").glob("*.tsv"))
-        raise ValueError(f"no split {split!r} in {folder}; valid: {', '.join(valid)}")
-    qrels: dict[str, dict[str, int]] = {}
-    with open(qrels_path, encoding="utf-8") as f:
-        for row in csv.DictReader(f, delimiter="\t"):
-            qrels.setdefault(row["query-id"], {})[row["corpus-id"]] = int(row["score"])
-    with open(folder / "corpus.jsonl", encoding="utf-8") as f:
-        corpus = {d["_id"]: doc_text(d) for d in map(json.loads, f)}
-    with open(folder / "queries.jsonl", encoding="utf-8") as f:
-        queries = {q["_id"]: q["text"] for q in map(json.loads, f) if q["_id"] in qrels}
-    return corpus, queries, qrels
-
-
-def score_run(run: dict[str, dict[str, float]], qrels: dict[str, dict[str, int]]
-              ) -> dict[str, float]:
-    """Mean nDCG@10 and Recall@100 over the judged queries (pytrec_eval)."""
-    evaluator = pytrec_eval.RelevanceEvaluator(qrels, set(METRICS))
-    per_query = evaluator.evaluate(run)
-    return {
-        name: round(float(np.mean([per_query.get(q, {}).get(m, 0.0) for q in qrels])), 4)
-        for m, name in METRICS.items()
-    }
-
 
 def dense_run(enc: Embedder, corpus: dict[str, str], queries: dict[str, str], k: int = 100
               ) -> dict[str, dict[str, float]]:

@@ -18,6 +18,8 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+from index.beir import doc_text
+
 log = logging.getLogger(__name__)
 
 Pair = tuple[str, str]
@@ -106,12 +108,6 @@ def wordnet_glosses(data: Path) -> list[Pair]:
 def _beir_corpus(folder: Path) -> dict[str, dict[str, str]]:
     with open(folder / "corpus.jsonl", encoding="utf-8") as f:
         return {d["_id"]: d for d in map(json.loads, f)}
-
-
-def doc_text(doc: dict[str, str]) -> str:
-    """The text a BEIR document is indexed as: title and text joined."""
-    title, text = doc.get("title", "").strip(), doc.get("text", "").strip()
-    return f"{title}. {text}" if title and not text.startswith(title) else text or title
 
 
 def scifact_train_qrels(data: Path) -> list[Pair]:

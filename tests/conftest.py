@@ -7,9 +7,9 @@ from pathlib import Path
 import pytest
 from minidata import write_data_dir
 
-from api import runtime
+from wiring import runtime
 
-runtime.configure()  # before torch loads: idle OpenMP workers sleep (see api/runtime.py)
+runtime.configure()  # before torch loads: idle OpenMP workers sleep (see wiring/runtime.py)
 
 import encoder  # noqa: E402
 from encoder.tokenizer import train_tokenizer  # noqa: E402
@@ -33,4 +33,20 @@ def tiny_encoder_dir(tmp_path_factory: pytest.TempPathFactory, data_dir: Path) -
                                 n_heads=2, d_ff=64, max_tokens=24, name="tiny")
     path = tmp_path_factory.mktemp("tiny-encoder")
     encoder.save_checkpoint(path, encoder.TransformerEncoder(cfg), tok, {})
+    return path
+
+
+@pytest.fixture(scope="session")
+def other_tiny_encoder_dir(tmp_path_factory: pytest.TempPathFactory, tiny_encoder_dir: Path
+                           ) -> Path:
+    """The tiny encoder with its weights changed: the same name and dimension, another
+    fingerprint (what a model stored at another precision looks like to a collection)."""
+    import torch
+
+    enc = encoder.load(tiny_encoder_dir, device="cpu")
+    with torch.no_grad():
+        for p in enc.model.parameters():
+            p.mul_(1.01)
+    path = tmp_path_factory.mktemp("other-tiny-encoder")
+    enc.save(path, {})
     return path

@@ -26,8 +26,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from api.stack import MilvusStandalone
 from index import FaissStore, MilvusStore, VectorStore
+from stack import MilvusStandalone
 
 log = logging.getLogger(__name__)
 
@@ -61,7 +61,7 @@ def stop_process(proc: subprocess.Popen[bytes], grace: float = 5.0) -> None:
 
 class RestartableMilvus(MilvusStandalone):
     """Milvus 2.3.5 standalone over ``data_dir`` that a test can stop and start again on the
-    same port and data (:class:`api.stack.MilvusStandalone`: every port free, etcd's too,
+    same port and data (:class:`stack.MilvusStandalone`: every port free, etcd's too,
     so it also runs beside another Milvus on the machine)."""
 
     def __init__(self, data_dir: Path) -> None:

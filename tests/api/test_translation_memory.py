@@ -16,8 +16,8 @@ from typing import Any
 import pytest
 from conftest import MakeClient
 
-from api.serve_commands import banner, serve_settings
 from api.settings import Settings
+from cli.serve import banner, serve_settings
 
 ROOT = Path(__file__).resolve().parents[2]
 N_DOCS, N_PAIRS = 40, 300
@@ -27,7 +27,7 @@ def make_run_options() -> dict[str, Any]:
     """The options `make run` gives `qkv serve`, parsed by the command's own definition."""
     from typer.main import get_command
 
-    from api.cli import app
+    from cli.app import app
 
     out = subprocess.run(["make", "-n", "-s", "run"], cwd=ROOT, capture_output=True, text=True,
                          timeout=60, check=True).stdout.replace("\\\n", " ")

@@ -17,7 +17,7 @@ from decoder.testing import tiny_decoder, toy_pairs
 def _one_torch_thread() -> Iterator[None]:
     """Tiny models run as fast on one thread; and on a shared, oversubscribed CPU, OpenMP
     workers spinning at every barrier made these tests 20x slower (200 s against 9 s
-    here). The qkv commands avoid that with OMP_WAIT_POLICY=PASSIVE (api.runtime), which
+    here). The qkv commands avoid that with OMP_WAIT_POLICY=PASSIVE (wiring.runtime), which
     a test cannot set once torch is loaded."""
     n = torch.get_num_threads()
     torch.set_num_threads(1)

@@ -6,9 +6,9 @@ import pytest
 from typer.testing import CliRunner
 
 import encoder
-from api.cli import app
-from api.translation_memory import TranslationMemory
+from cli.app import app
 from decoder.data import read_lines, read_pairs
+from wiring.translation_memory import TranslationMemory
 
 
 def _memory_files(task1_dir: Path, tmp_path: Path) -> tuple[Path, Path]:

@@ -8,7 +8,7 @@ import pytest
 from typer.testing import CliRunner
 
 import encoder
-from api.cli import app
+from cli.app import app
 from decoder.data import read_lines
 
 ROOT = Path(__file__).resolve().parents[2]

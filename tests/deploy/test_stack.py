@@ -18,7 +18,7 @@ import httpx
 import psutil
 import pytest
 
-from api.stack import free_port
+from stack import free_port
 
 pytestmark = pytest.mark.slow
 
@@ -28,7 +28,7 @@ DOCS = [{"id": "cat", "text": "The cat sat on the mat.", "metadata": {"topic": "
 
 
 def qkv(*args: str) -> list[str]:
-    return [sys.executable, "-m", "api.cli", *args]
+    return [sys.executable, "-m", "cli", *args]
 
 
 class Stack:

@@ -4,7 +4,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from api.cli import app
+from cli.app import app
 
 
 def test_eval_encoder_reports_dense_bm25_and_sts(

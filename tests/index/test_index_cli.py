@@ -29,7 +29,7 @@ def write_corpus(path: Path) -> Path:
 
 
 def qkv_index(args: list[str]) -> list[str]:
-    return [sys.executable, "-c", "from api.cli import app; app()", "index", *args]
+    return [sys.executable, "-c", "from cli.app import app; app()", "index", *args]
 
 
 @pytest.mark.slow

@@ -71,7 +71,7 @@ def serve(
     log_level: str = typer.Option("info", "--log-level"),
 ) -> None:
     """Serve the API (OpenAPI at /docs). Settings come from QKV_* variables; options win."""
-    from api import runtime
+    from wiring import runtime
 
     runtime.configure(serving=True)
     import uvicorn

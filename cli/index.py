@@ -7,13 +7,9 @@ Exit status: 0 done; 3 done but some rows were rejected (see the rejects file); 
 
 from __future__ import annotations
 
-import hashlib
-import json
 import logging
-from dataclasses import replace
 from pathlib import Path
 
-import numpy as np
 import typer
 
 log = logging.getLogger(__name__)
@@ -58,21 +54,13 @@ def index(
     progress: bool = typer.Option(True, "--progress/--no-progress"),
 ) -> None:
     """Encode a corpus and upsert it into a collection. Resumable: run it again after a kill."""
-    # Encoding overlaps the write of the previous batch: see api.runtime.
-    from api import runtime
+    # Encoding overlaps the write of the previous batch: see wiring.runtime.
+    from wiring import runtime
 
     runtime.configure()
-    import encoder
-    from index import (
-        EncoderInfo,
-        JobConfig,
-        StoreError,
-        StoreUnavailableError,
-        collection_name,
-        open_store,
-    )
-    from index.bulk import job_identity
-    from index.corpus import Fields, parse_shard
+    from index import Fields, StoreError, StoreUnavailableError, collection_name
+    from index.corpus import parse_shard
+    from wiring.indexing import index_files, job_config
 
     try:  # `tm-en-fr` is stored as `tm_en_fr`, as the API stores it
         collection = collection_name(collection)
@@ -84,55 +72,18 @@ def index(
     except ValueError as e:
         raise typer.BadParameter(str(e), param_hint="--shard") from e
     fields = Fields(id=id_field, text=text_field, value=value_field)
-    base = JobConfig(state_path=Path(), rejects_path=Path(), fields=fields, format=format,
-                     shard=(shard_i, n_shards))
-    key = hashlib.sha256(json.dumps(job_identity(collection, inputs, base, store),
-                                    sort_keys=True).encode()).hexdigest()[:10]
-    stem = f"{collection}.shard{shard_i}of{n_shards}.{key}"
-    state_path = state_dir / f"{stem}.progress.json"
-    if restart:
-        state_path.unlink(missing_ok=True)
-    state_dir.mkdir(parents=True, exist_ok=True)
-    config = JobConfig(
-        state_path=state_path, rejects_path=rejects or state_dir / f"{stem}.rejects.jsonl",
-        fields=fields, format=format, batch_size=batch_size, shard=(shard_i, n_shards),
-        retries=retries, backoff_s=backoff, progress_bar=progress)
-
-    text_encoder = encoder.load(model, device=device)
-    if text_encoder.device.type == "cpu":
-        # Several single-threaded encoders instead of one multi-threaded one: when the
-        # writer (or Milvus on the same machine) takes a core, one encoder slows down
-        # instead of every OpenMP barrier stalling (bench/RESULTS.md, Ingest: 2048-doc calls
-        # at 0.76x one call this way, 0.67x on one two-threaded encoder).
-        import torch
-
-        workers = workers or torch.get_num_threads()
-        torch.set_num_threads(1)
-    config = replace(config, encode_workers=workers or 1)
-    info = EncoderInfo(text_encoder.name, text_encoder.fingerprint, text_encoder.dim)
-    log.info("encoder %s (%s, dim %d) from %s", info.name, info.fingerprint, info.dim, model)
-
-    def embed(texts: list[str]) -> np.ndarray:
-        # One call per job batch (default 2048 docs): the encoder sorts them by length into
-        # batches of 64, so big job batches waste little padding. At 256 docs per call the
-        # encoder ran at 0.51x its one-call speed (an earlier run of bench/ingest.py, in
-        # the history of bench/RESULTS.md).
-        return text_encoder.encode(texts)
-
-    vector_store = open_store(store, token=token, timeout=timeout)
-    from index.bulk import bulk_index
-
+    config = job_config(collection, inputs, store, fields, format, batch_size,
+                        (shard_i, n_shards), state_dir, rejects, restart, retries, backoff,
+                        progress)
     try:
-        summary = bulk_index(vector_store, collection, inputs, embed, config, encoder=info,
-                             store_name=store)
+        summary = index_files(collection, inputs, config, store, model, token, timeout, device,
+                              workers)
     except StoreUnavailableError as e:
         typer.echo(f"error: {e}", err=True)
         raise typer.Exit(EXIT_UNAVAILABLE) from e
     except (StoreError, ValueError) as e:
         typer.echo(f"error: {e}", err=True)
         raise typer.Exit(1) from e
-    finally:
-        vector_store.close()
     typer.echo(summary.line())
     if summary.total_rejected:
         typer.echo(f"{summary.total_rejected} rows rejected; see {config.rejects_path}", err=True)

@@ -1,7 +1,8 @@
 """A translation memory held in process: aligned (source, target) sentences whose sources
 are keyed by the qkv encoder in an exact FAISS inner-product index, and whose targets are
-the values the decoder reads. Used by ``qkv translate`` and by ``qkv train-decoder`` (where
-the memory is the training pairs and each pair's own entry is left out).
+the values the decoder reads. Used by ``qkv translate``, ``qkv eval-decoder`` and ``qkv
+train-decoder`` (where the memory is the training pairs and each pair's own entry is left
+out).
 
 Weights are ``index.attend.softmax(score / T)`` over the k neighbours kept, as the
 ``generate`` route computes them.

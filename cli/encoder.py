@@ -58,32 +58,16 @@ def train_encoder(
 
 def _evaluate(model: Path, beir: list[Path], split: str, sts: Path | None, report: Path | None,
               bm25: bool, record: bool = False, modes: tuple[str, ...] = (),
-              fusion: str = "rrf", dense_weight: float = 0.5) -> dict:
-    import encoder
-    from encoder.evaluate import evaluate_beir, evaluate_sts
+              fusion: str = "rrf", dense_weight: float = 0.5) -> None:
+    from wiring.evaluation import evaluate_encoder, record_metrics
 
-    enc = encoder.load(model)
-    results: dict = {"model": str(model), "fingerprint": enc.fingerprint}
-    for folder in beir:
-        results[f"beir:{folder.name}:{split}"] = evaluate_beir(enc, folder, split, bm25=bm25)
-        if modes:
-            from api.retrieval_eval import evaluate_modes
-
-            results[f"beir:{folder.name}:{split}"]["milvus"] = evaluate_modes(
-                enc, folder, split, modes, fusion, dense_weight)
-    if sts is not None:
-        results[f"sts:{sts.name}"] = evaluate_sts(enc, sts)
+    results = evaluate_encoder(model, beir, split, sts, bm25, modes, fusion, dense_weight)
     text = json.dumps(results, indent=2)
     typer.echo(text)
     if report is not None:
         report.write_text(text + "\n")
-    if record:  # metrics and fingerprint into the checkpoint's config.json (weights untouched)
-        meta = json.loads((model / "config.json").read_text())
-        meta["fingerprint"] = enc.fingerprint
-        meta.setdefault("metrics", {}).update(
-            {k: v for k, v in results.items() if k not in ("model", "fingerprint")})
-        (model / "config.json").write_text(json.dumps(meta, indent=2) + "\n")
-    return results
+    if record:
+        record_metrics(model, results)
 
 
 def eval_encoder(

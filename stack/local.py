@@ -13,11 +13,7 @@ Everything lives under one directory (``var/stack`` by default)::
 ``down`` signals only processes whose start time matches ``stack.json``, so a pid that the
 system has since given to another program is never touched.
 
-The ``milvus`` wheel's own launcher (``milvus.MilvusServer``) is not used to start the
-server: it leaves the embedded etcd on its fixed ports 2379/2380 (a second Milvus on the
-machine then dies at start), tests ports without SO_REUSEADDR (so the port a stopped stack
-left in TIME_WAIT counts as taken), and waits on a fixed timeout. Its config writer is used;
-ports, etcd and the waiting are ours.
+The Milvus server itself: :mod:`stack.milvus_standalone`.
 """
 
 from __future__ import annotations
@@ -27,11 +23,9 @@ import json
 import logging
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
-import urllib.request
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -39,21 +33,22 @@ from typing import Any
 
 import psutil
 
+from stack.milvus_standalone import MILVUS_VERSION, start_milvus
+from stack.processes import (
+    StackError,
+    free_port,
+    http_ok,
+    live_process,
+    mkdir,
+    port_in_use,
+    stop_process,
+    wait_until,
+)
+
 log = logging.getLogger(__name__)
 
-MILVUS_VERSION = "2.3.5"
 ROLES = ("stack", "milvus", "api")
 API_STOP_S = 15.0  # uvicorn finishes in-flight requests, then the lifespan closes the store
-# Milvus' components register in etcd with a lease of this many seconds (30 by default). A
-# Milvus that was killed leaves its sessions behind, and the next start waits for them to
-# expire: 55 s here with 30, hence less.
-SESSION_TTL_S = 10
-_NO_PROXY = urllib.request.build_opener(urllib.request.ProxyHandler({}))
-
-
-class StackError(RuntimeError):
-    """The stack cannot start or keep running: a port in use, a stack already running from
-    the same directory, a server that exits or is not ready in time."""
 
 
 @dataclass(frozen=True)
@@ -85,101 +80,11 @@ class StackConfig:
         return f"http://{host}:{self.api_port}"
 
 
-# -- ports and probes ---------------------------------------------------------------------
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def port_in_use(port: int) -> bool:
-    """True when something listens on ``port``. SO_REUSEADDR as servers set it, so that the
-    TIME_WAIT connections a stopped server leaves behind do not count."""
-    with socket.socket() as s:
-        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            s.bind(("127.0.0.1", port))
-        except OSError:
-            return True
-        return False
-
-
-def http_ok(url: str, needle: bytes = b"") -> bool:
-    """True when ``url`` answers 200 (with ``needle`` in the body); never raises."""
-    try:
-        with _NO_PROXY.open(url, timeout=2) as r:
-            return bool(r.status == 200 and needle in r.read())
-    except OSError:  # refused, reset, timeout, HTTPError (a 503 /ready)
-        return False
-
-
-def tail(path: Path, n: int = 3000) -> str:
-    return path.read_text(errors="replace")[-n:] if path.exists() else "(no output)"
-
-
-def wait_until(what: str, ready: Callable[[], bool], proc: subprocess.Popen[bytes],
-               deadline: float, log_path: Path) -> None:
-    """Poll ``ready`` until it holds; StackError if ``proc`` exits or time runs out."""
-    while not ready():
-        if proc.poll() is not None:
-            raise StackError(f"{what} exited with status {proc.returncode} while starting; "
-                             f"end of {log_path}:\n{tail(log_path)}")
-        if time.monotonic() > deadline:
-            raise StackError(f"{what} not ready in time (--timeout); see {log_path}")
-        time.sleep(0.5)
-
-
-# -- the two servers ----------------------------------------------------------------------
-def _embed_etcd_config(path: Path) -> tuple[Path, int]:
-    """Milvus' embedded etcd on free ports (its defaults, 2379/2380, clash with any other
-    etcd or Milvus on the machine). Returns the config file and the client port."""
-    client, peer = free_port(), free_port()
-    path.write_text(f"name: default\n"
-                    f"listen-client-urls: http://127.0.0.1:{client}\n"
-                    f"advertise-client-urls: http://127.0.0.1:{client}\n"
-                    f"listen-peer-urls: http://127.0.0.1:{peer}\n"
-                    f"initial-advertise-peer-urls: http://127.0.0.1:{peer}\n"
-                    f"initial-cluster: default=http://127.0.0.1:{peer}\n")
-    return path, client
-
-
-def start_milvus(cfg: StackConfig, http_port: int) -> tuple[subprocess.Popen[bytes], Path]:
-    """``milvus run standalone`` over ``var_dir/milvus`` in its own session (Ctrl-C reaches
-    ``qkv stack up`` only, which stops the servers in order). Returns it and its log."""
-    try:
-        import milvus
-    except ImportError as e:
-        raise StackError(f"the Milvus server package is missing: pip install "
-                         f"milvus=={MILVUS_VERSION} (`make stack` does)") from e
-    base = (cfg.var_dir / "milvus").resolve()
-    mcfg = milvus.MilvusServerConfig(data_dir=str(base))
-    for key in list(mcfg.configurable_items):
-        if key.endswith("_port"):  # the coordinators' and nodes' internal gRPC ports
-            mcfg.set(key, free_port())
-    etcd_config, etcd_port = _embed_etcd_config(_mkdir(base / "configs") / "embedEtcd.yaml")
-    mcfg.set("etcd_port", etcd_port)
-    mcfg.set("proxy_port", cfg.milvus_port)
-    mcfg.set("common.session.ttl", SESSION_TTL_S)
-    mcfg.resolve_storage()  # configs/, logs/, data/ under base
-    mcfg.write_config()  # configs/milvus.yaml
-    milvus._initialize_data_files(str(base))  # unpacks bin/ once (md5-stamped)
-    bin_dir = base / "bin"
-    env = {**os.environ, "DEPLOY_MODE": "STANDALONE", "METRICS_PORT": str(http_port),
-           "MILVUS_RUN_DIR": str(base / "run"), "ETCD_CONFIG_PATH": str(etcd_config),
-           "LD_LIBRARY_PATH": os.pathsep.join(
-               p for p in (str(bin_dir), os.environ.get("LD_LIBRARY_PATH", "")) if p)}
-    log_path = base / "logs" / "milvus-stdout.log"
-    with open(log_path, "ab") as out:
-        proc = subprocess.Popen([str(bin_dir / "milvus"), "run", "standalone"], cwd=base,
-                                env=env, stdout=out, stderr=subprocess.STDOUT,
-                                start_new_session=True)
-    return proc, log_path
-
-
+# -- the API ------------------------------------------------------------------------------
 def start_api(cfg: StackConfig) -> tuple[subprocess.Popen[bytes], Path]:
     """``qkv serve`` against the stack's Milvus, in its own session; QKV_* settings from
     this environment apply (options given here win)."""
-    cmd = [sys.executable, "-m", "api.cli", "serve", "--host", cfg.host,
+    cmd = [sys.executable, "-m", "cli", "serve", "--host", cfg.host,
            "--port", str(cfg.api_port), "--store", cfg.milvus_uri]
     if cfg.model is not None:
         cmd += ["--model", str(cfg.model)]
@@ -196,55 +101,7 @@ def start_api(cfg: StackConfig) -> tuple[subprocess.Popen[bytes], Path]:
     return proc, log_path
 
 
-class MilvusStandalone:
-    """One Milvus 2.3.5 standalone over ``var_dir/milvus`` on ``port`` (free by default),
-    started (:func:`start_milvus`, ready when its ``/healthz`` says OK and its port
-    listens) and stopped by pid as often as wanted, on the same port and data: what the
-    benchmarks and tests run, and what ``up`` runs with the API beside it."""
-
-    def __init__(self, var_dir: Path, port: int = 0, start_timeout_s: float = 300.0,
-                 stop_timeout_s: float = 10.0) -> None:
-        self.cfg = StackConfig(var_dir=var_dir, milvus_port=port or free_port(),
-                               start_timeout_s=start_timeout_s, stop_timeout_s=stop_timeout_s)
-        self.proc: subprocess.Popen[bytes] | None = None
-        self.log_path: Path | None = None
-
-    @property
-    def uri(self) -> str:
-        return self.cfg.milvus_uri
-
-    def start(self) -> str:
-        """Start and wait until ready; returns the ``http://`` URI."""
-        http_port = free_port()
-        self.proc, self.log_path = start_milvus(self.cfg, http_port)
-        try:
-            wait_until("Milvus", lambda: (http_ok(f"http://127.0.0.1:{http_port}/healthz", b"OK")
-                                          and port_in_use(self.cfg.milvus_port)),
-                       self.proc, time.monotonic() + self.cfg.start_timeout_s, self.log_path)
-        except BaseException:
-            self.stop()
-            raise
-        return self.uri
-
-    def stop(self) -> None:
-        """TERM, then KILL after ``stop_timeout_s`` (Milvus 2.3 never finishes a graceful
-        stop here), its descendants too; idempotent."""
-        if self.proc is not None:
-            with contextlib.suppress(psutil.NoSuchProcess):
-                stop_process(psutil.Process(self.proc.pid), self.cfg.stop_timeout_s)
-            self.proc.wait(10)
-            self.proc = None
-
-    def log(self, n: int = 3000) -> str:
-        return tail(self.log_path, n) if self.log_path else "(not started)"
-
-
 # -- state: pid files and stack.json --------------------------------------------------------
-def _mkdir(path: Path) -> Path:
-    path.mkdir(parents=True, exist_ok=True)
-    return path
-
-
 def read_state(var_dir: Path) -> dict[str, Any]:
     try:
         return dict(json.loads((var_dir / "stack.json").read_text()))
@@ -267,37 +124,6 @@ def _record(var_dir: Path, state: dict[str, Any], role: str, pid: int) -> None:
 def _clear(var_dir: Path) -> None:
     for name in [*(f"{r}.pid" for r in ROLES), "stack.json"]:
         (var_dir / name).unlink(missing_ok=True)
-
-
-def live_process(entry: dict[str, Any] | None) -> psutil.Process | None:
-    """The ``psutil.Process`` that ``entry`` ({pid, started}) recorded, if it still runs;
-    None when it has exited or its pid now belongs to another process."""
-    if not entry:
-        return None
-    try:
-        p = psutil.Process(int(entry["pid"]))
-        if abs(p.create_time() - float(entry["started"])) > 0.5:
-            return None
-        return None if p.status() == psutil.STATUS_ZOMBIE else p
-    except (psutil.Error, KeyError, TypeError, ValueError):
-        return None
-
-
-def stop_process(p: psutil.Process, grace: float) -> bool:
-    """TERM ``p`` and its descendants (each by its own pid), wait ``grace`` s, then KILL what
-    is left. Returns False when something had to be killed."""
-    with contextlib.suppress(psutil.Error):
-        procs = [*p.children(recursive=True), p]
-        for q in procs:
-            with contextlib.suppress(psutil.Error):
-                q.terminate()
-        _, alive = psutil.wait_procs(procs, timeout=grace)
-        for q in alive:
-            with contextlib.suppress(psutil.Error):
-                q.kill()
-        psutil.wait_procs(alive, timeout=10)
-        return not alive
-    return True
 
 
 def running(var_dir: Path) -> dict[str, psutil.Process]:
@@ -334,7 +160,7 @@ def up(cfg: StackConfig, on_ready: Callable[[dict[str, Any]], None] | None = Non
     Raises StackError when the stack cannot start, or when a server exits on its own (the
     other is stopped first). Returns normally after a signal.
     """
-    var_dir = _mkdir(cfg.var_dir)
+    var_dir = mkdir(cfg.var_dir)
     if live := running(var_dir):
         pids = ", ".join(f"{role} {p.pid}" for role, p in live.items())
         raise StackError(f"a stack is already running from {var_dir} ({pids}); "
@@ -354,7 +180,7 @@ def up(cfg: StackConfig, on_ready: Callable[[dict[str, Any]], None] | None = Non
         _record(var_dir, state, "stack", os.getpid())
         deadline = time.monotonic() + cfg.start_timeout_s
         t0 = time.monotonic()
-        children["milvus"], milvus_log = start_milvus(cfg, http_port)
+        children["milvus"], milvus_log = start_milvus(cfg.var_dir, cfg.milvus_port, http_port)
         _record(var_dir, state, "milvus", children["milvus"].pid)
         wait_until("Milvus", lambda: (http_ok(state["milvus_healthz"], b"OK")
                                       and port_in_use(cfg.milvus_port)),

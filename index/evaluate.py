@@ -1,29 +1,29 @@
 """Retrieval through the store itself: a BEIR folder indexed into a hybrid Milvus Lite
 collection, each query searched in each mode (dense, Milvus BM25, hybrid), scored with the
-same nDCG@10 / Recall@100 as ``encoder.evaluate``. (Lives in ``api/``: it wires the encoder
-to the index, which only ``api`` may do.)"""
+same nDCG@10 / Recall@100 as ``encoder.evaluate`` (:mod:`index.beir`). The vectors come
+from an ``embed(texts) -> (n, d) unit rows`` callable, as in the bulk job: no torch here."""
 
 from __future__ import annotations
 
 import logging
 import tempfile
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 from tqdm import tqdm
 
-from encoder.evaluate import load_beir, score_run
-from encoder.mining import Embedder
-from index import DEFAULT_DENSE_WEIGHT, SEARCH_MODES, EncoderInfo, Item, MilvusStore
-from index.store import MAX_TEXT_BYTES
+from index.beir import load_beir, score_run
+from index.fusion import DEFAULT_DENSE_WEIGHT
+from index.milvus_store import MilvusStore
+from index.store import MAX_TEXT_BYTES, SEARCH_MODES, EncoderInfo, Item
 
 log = logging.getLogger(__name__)
 
 COLLECTION = "beir_eval"
 BATCH = 256
+Embed = Callable[[list[str]], np.ndarray]
 
 
 def _fit(text: str) -> str:
@@ -31,26 +31,26 @@ def _fit(text: str) -> str:
     return text.encode()[:MAX_TEXT_BYTES].decode(errors="ignore")
 
 
-def index_corpus(store: MilvusStore, enc: Embedder, info: EncoderInfo, corpus: dict[str, str]
+def index_corpus(store: MilvusStore, embed: Embed, info: EncoderInfo, corpus: dict[str, str]
                  ) -> None:
     """Encode and upsert the corpus into a fresh hybrid collection, then seal it."""
     store.create(COLLECTION, info.dim, info, hybrid=True)
     ids = list(corpus)
     for start in tqdm(range(0, len(ids), BATCH), desc="index", unit="batch"):
         chunk = ids[start : start + BATCH]
-        xb = enc.encode([corpus[i] for i in chunk], batch_size=64)
+        xb = embed([corpus[i] for i in chunk])
         store.upsert(COLLECTION, [Item(i, xb[r], _fit(corpus[i])) for r, i in enumerate(chunk)],
                      info)
     store.flush(COLLECTION)
 
 
-def mode_runs(store: MilvusStore, enc: Embedder, info: EncoderInfo, queries: dict[str, str],
+def mode_runs(store: MilvusStore, embed: Embed, info: EncoderInfo, queries: dict[str, str],
               modes: Sequence[str], k: int = 100, fusion: str = "rrf",
               dense_weight: float = DEFAULT_DENSE_WEIGHT
               ) -> tuple[dict[str, dict[str, dict[str, float]]], dict[str, float]]:
     """Per mode, the run (query id → doc id → score) and the p50 single-query latency in ms."""
     q_ids = list(queries)
-    xq = enc.encode([queries[q] for q in q_ids], batch_size=64)
+    xq = embed([queries[q] for q in q_ids])
     runs: dict[str, dict[str, dict[str, float]]] = {}
     p50: dict[str, float] = {}
     for mode in modes:
@@ -69,15 +69,15 @@ def mode_runs(store: MilvusStore, enc: Embedder, info: EncoderInfo, queries: dic
     return runs, p50
 
 
-def evaluate_modes(enc: Any, folder: str | Path, split: str, modes: Sequence[str],
-                   fusion: str = "rrf", dense_weight: float = DEFAULT_DENSE_WEIGHT
-                   ) -> dict[str, object]:
-    """nDCG@10 and Recall@100 of each mode on one BEIR folder, through Milvus Lite."""
+def evaluate_modes(embed: Embed, info: EncoderInfo, folder: str | Path, split: str,
+                   modes: Sequence[str], fusion: str = "rrf",
+                   dense_weight: float = DEFAULT_DENSE_WEIGHT) -> dict[str, object]:
+    """nDCG@10 and Recall@100 of each mode on one BEIR folder, through Milvus Lite; the
+    vectors are ``embed``'s, recorded as made by the encoder ``info``."""
     for m in modes:
         if m not in SEARCH_MODES:
             raise ValueError(f"mode must be one of {SEARCH_MODES}, got {m!r}")
     corpus, queries, qrels = load_beir(folder, split)
-    info = EncoderInfo(enc.name, enc.fingerprint, enc.dim)
     report: dict[str, object] = {"queries": len(queries), "docs": len(corpus),
                                  "store": "milvus-lite", "fusion": fusion}
     if fusion == "weighted":
@@ -85,8 +85,8 @@ def evaluate_modes(enc: Any, folder: str | Path, split: str, modes: Sequence[str
     with tempfile.TemporaryDirectory(prefix="qkv-eval-") as tmp:
         store = MilvusStore(str(Path(tmp) / "eval.db"), index_type="FLAT", timeout=120.0)
         try:
-            index_corpus(store, enc, info, corpus)
-            runs, p50 = mode_runs(store, enc, info, queries, modes, fusion=fusion,
+            index_corpus(store, embed, info, corpus)
+            runs, p50 = mode_runs(store, embed, info, queries, modes, fusion=fusion,
                                   dense_weight=dense_weight)
         finally:
             store.close()

@@ -1,5 +1,6 @@
-"""``qkv train-decoder`` and ``qkv translate``: the retrieval-augmented decoder on the
-command line, wired to the qkv encoder and an in-process FAISS translation memory."""
+"""``qkv train-decoder``, ``qkv translate`` and ``qkv eval-decoder``: the retrieval-augmented
+decoder on the command line (the wiring to the encoder and the translation memory is
+:mod:`wiring.translation`)."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 import typer
 
 if TYPE_CHECKING:
-    from api.translation_memory import TranslationMemory
+    from decoder.train import Retrieve
 
 log = logging.getLogger(__name__)
 
@@ -60,10 +61,11 @@ def train_decoder(
     encoder through FAISS (the pair itself and exact copies of it left out), weighted
     softmax(score / T).
     """
-    from api import runtime
+    from wiring import runtime
 
     runtime.configure()
-    from decoder.train import Retrieve, TrainConfig, train
+    from decoder.train import TrainConfig, train
+    from wiring.translation import training_retriever
 
     if temperature is None:  # the index package (pymilvus, FAISS) only when needed
         from index.attend import DEFAULT_TEMPERATURE
@@ -73,9 +75,9 @@ def train_decoder(
     retrieval: dict[str, Any] = {}
     retrieve: Retrieve | None = None
     if k > 0:
-        retrieve, retrieval = _training_retriever(data, src_lang, tgt_lang, encoder_dir, k, t,
-                                                  device, Path(memory_cache) if memory_cache
-                                                  else None)
+        retrieve, retrieval = training_retriever(data, src_lang, tgt_lang, encoder_dir, k, t,
+                                                 device, Path(memory_cache) if memory_cache
+                                                 else None)
     arch = {"d_model": d_model, "n_encoder_layers": encoder_layers,
             "n_decoder_layers": decoder_layers, "n_heads": n_heads, "d_ff": d_ff,
             "max_tokens": max_tokens, "dropout": dropout, "neighbour_layers": neighbour_layers,
@@ -88,35 +90,6 @@ def train_decoder(
         stop_after=stop_after, retrieval=retrieval, arch=arch)
     path = train(cfg, retrieve)
     typer.echo(f"decoder checkpoint: {path}")
-
-
-def _training_retriever(data: Path, src_lang: str, tgt_lang: str, encoder_dir: Path, k: int,
-                        temperature: float, device: str | None,
-                        cache_dir: Path | None) -> tuple[Any, dict[str, Any]]:
-    """A retrieve function over the training pairs, built lazily: when neighbours.json
-    already holds this retrieval, the encoder never encodes anything."""
-    import encoder
-    from decoder.data import read_pairs
-
-    text_encoder = encoder.load(encoder_dir, device=device)
-    record = {"encoder": str(encoder_dir), "encoder_name": text_encoder.name,
-              "encoder_fingerprint": text_encoder.fingerprint, "temperature": temperature,
-              "k": k, "memory": "train pairs, each pair's own entry left out"}
-
-    memory: list[TranslationMemory] = []  # built on the first call, kept for the next
-
-    def retrieve(queries: Any, exclude: Any) -> list[list[tuple[int, float]]]:
-        if not memory:
-            from api.translation_memory import TranslationMemory  # FAISS: only when retrieving
-
-            pairs = read_pairs(data, "train", src_lang, tgt_lang)
-            memory.append(TranslationMemory.build(text_encoder, [s for s, _ in pairs],
-                                                  [t for _, t in pairs], cache_dir=cache_dir))
-        tm = memory[0]
-        xq = tm.xb if list(queries) == tm.sources else None  # the train pairs themselves
-        return tm.search(queries, k, exclude, temperature, xq=xq)
-
-    return retrieve, record
 
 
 def translate(
@@ -154,11 +127,13 @@ def translate(
     An empty input line gives an empty output line; over-long lines are cut to the
     model's token limit.
     """
-    from api import runtime
+    from wiring import runtime
 
     runtime.configure()
     import decoder
     from decoder.data import read_lines
+    from decoder.plot import plot_attention
+    from wiring.translation import neighbours_for
 
     if memory_jsonl is not None and (memory_src is not None or memory_tgt is not None):
         raise typer.BadParameter("give --memory or --memory-src/--memory-tgt, not both")
@@ -175,8 +150,11 @@ def translate(
         raise typer.BadParameter(str(e), param_hint="--model") from e
     neighbours: list[list[tuple[str, float]]] = [[] for _ in lines]
     if k > 0:
-        neighbours = _neighbours(dec, lines, memory_src, memory_tgt, memory_jsonl, k, temperature,
-                                 encoder_dir, memory_cache, device)
+        try:
+            neighbours = neighbours_for(dec, lines, memory_src, memory_tgt, memory_jsonl, k,
+                                        temperature, encoder_dir, memory_cache, device)
+        except ValueError as e:  # a bad --memory row
+            raise typer.BadParameter(str(e), param_hint="--memory") from e
     if plot is None:
         texts = dec.translate(lines, neighbours, beam=beam, max_tokens=max_tokens,
                               length_penalty=length_penalty, batch_size=batch_size,
@@ -186,61 +164,10 @@ def translate(
                                   return_attention=True, length_penalty=length_penalty)
         texts = [g.text for g in gens]
         i = next(i for i, ln in enumerate(lines) if ln.strip())
-        _plot_attention(gens[i], [w for _, w in neighbours[i]], plot)
+        plot_attention(gens[i], [w for _, w in neighbours[i]], plot)
     output.parent.mkdir(parents=True, exist_ok=True)
     output.write_text("".join(t.replace("\n", " ") + "\n" for t in texts), encoding="utf-8")
     log.info("translated %d lines into %s", len(lines), output)
-
-
-def evaluate_translation(
-    model: Path, data: Path, splits: list[str], k: int | None = None, beam: int = 4,
-    batch_size: int = 32, encoder_dir: Path = DEFAULT_ENCODER, memory_cache: str = "var/tm-cache",
-    device: str | None = None, src_lang: str = "en", tgt_lang: str = "fr",
-    hypotheses: Path | None = None, temperature: float | None = None,
-) -> list[dict[str, Any]]:
-    """sacreBLEU of ``model`` on each split of ``data``, the memory being the train split.
-
-    ``k`` defaults to the model's training k (0 for a baseline). Per split: BLEU, its
-    signature, the retrieval temperature (None without neighbours), and the seconds taken
-    by retrieval (encoding the sources, searching the memory; the memory itself is built
-    once, before, its vectors from ``memory_cache``) and by decoding.
-    """
-    import time
-
-    import sacrebleu
-
-    import decoder
-    from decoder.data import read_pairs
-
-    dec = decoder.load(model, device=device)
-    trained_k = int((dec.meta.get("training") or {}).get("k", 0))
-    k = trained_k if k is None else k
-    tm: TranslationMemory | None = None
-    t: float | None = None
-    if k > 0:  # one memory, keyed once, for every split
-        memory = read_pairs(data, "train", src_lang, tgt_lang)
-        tm, t = _memory(dec, [p[0] for p in memory], [p[1] for p in memory], temperature,
-                        encoder_dir, memory_cache, device)
-    rows: list[dict[str, Any]] = []
-    for split in splits:
-        pairs = read_pairs(data, split, src_lang, tgt_lang)
-        sources, refs = [p[0] for p in pairs], [p[1] for p in pairs]
-        t0 = time.perf_counter()
-        neighbours = tm.neighbours(sources, k, t) if tm is not None and t is not None else None
-        t1 = time.perf_counter()
-        hyps = dec.translate(sources, neighbours, beam=beam, batch_size=batch_size)
-        t2 = time.perf_counter()
-        bleu = sacrebleu.metrics.BLEU()
-        score = bleu.corpus_score(hyps, [refs])
-        if hypotheses is not None:
-            hypotheses.mkdir(parents=True, exist_ok=True)
-            (hypotheses / f"{split}.{tgt_lang}").write_text("".join(h + "\n" for h in hyps),
-                                                          encoding="utf-8")
-        rows.append({"model": str(model), "name": dec.name, "split": split, "k": k,
-                     "temperature": t, "beam": beam, "sentences": len(pairs),
-                     "bleu": round(score.score, 2), "signature": str(bleu.get_signature()),
-                     "retrieve_s": round(t1 - t0, 2), "decode_s": round(t2 - t1, 2)})
-    return rows
 
 
 def eval_decoder(
@@ -262,103 +189,17 @@ def eval_decoder(
     device: str | None = typer.Option(None),
 ) -> None:
     """sacreBLEU of a decoder on Multi30k-style splits, the memory being the train split."""
-    from api import runtime
+    from wiring import runtime
 
     runtime.configure()
     import json
+
+    from wiring.translation import evaluate_translation
 
     for row in evaluate_translation(model, data, split, k, beam, batch_size, encoder_dir,
                                     memory_cache, device, hypotheses=hypotheses,
                                     temperature=temperature):
         typer.echo(json.dumps(row))
-
-
-def _neighbours(dec: Any, lines: list[str], memory_src: Path | None, memory_tgt: Path | None,
-                memory_jsonl: Path | None, k: int, temperature: float | None, encoder_dir: Path,
-                cache: str, device: str | None) -> list[list[tuple[str, float]]]:
-    from decoder.data import read_lines
-
-    if memory_jsonl is not None:
-        sources, targets = _read_memory_jsonl(memory_jsonl)
-    else:
-        assert memory_src is not None and memory_tgt is not None
-        sources, targets = read_lines(memory_src), read_lines(memory_tgt)
-    tm, t = _memory(dec, sources, targets, temperature, encoder_dir, cache, device)
-    return tm.neighbours(lines, k, t)
-
-
-def _read_memory_jsonl(path: Path) -> tuple[list[str], list[str]]:
-    """(sources, targets) of JSONL rows ``{"text": source, "value": target}``."""
-    import json
-
-    from decoder.data import read_lines
-
-    sources, targets = [], []
-    for n, line in enumerate(read_lines(path), 1):
-        if not line.strip():
-            continue
-        try:
-            row = json.loads(line)
-            source, target = row["text"], row["value"]
-        except (ValueError, KeyError, TypeError) as e:
-            raise typer.BadParameter(f"{path}:{n}: not a JSON object with 'text' and 'value' "
-                                     f"({e})", param_hint="--memory") from e
-        if not isinstance(source, str) or not isinstance(target, str):
-            raise typer.BadParameter(f"{path}:{n}: 'text' and 'value' must be strings",
-                                     param_hint="--memory")
-        sources.append(source)
-        targets.append(target)
-    return sources, targets
-
-
-def _memory(dec: Any, sources: list[str], targets: list[str], temperature: float | None,
-            encoder_dir: Path, cache: str, device: str | None) -> tuple[TranslationMemory, float]:
-    """The memory keyed by the encoder at ``encoder_dir``, and the retrieval temperature:
-    the one given, else the one the decoder was trained with."""
-    import encoder
-    from api.translation_memory import TranslationMemory
-    from index.attend import DEFAULT_TEMPERATURE
-
-    trained = (dec.meta.get("training") or {}).get("retrieval") or {}
-    t = temperature or trained.get("temperature") or DEFAULT_TEMPERATURE
-    text_encoder = encoder.load(encoder_dir, device=device)
-    if trained.get("encoder_fingerprint") not in (None, text_encoder.fingerprint):
-        log.warning("the decoder was trained with neighbours from encoder %s, not %s (%s)",
-                    trained.get("encoder_fingerprint"), text_encoder.fingerprint, encoder_dir)
-    tm = TranslationMemory.build(text_encoder, sources, targets,
-                                 cache_dir=Path(cache) if cache else None)
-    return tm, t
-
-
-def _plot_attention(gen: Any, weights: list[float], path: Path) -> None:
-    """Output tokens (rows) × memory tokens (columns), neighbours split by lines."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-    import numpy as np
-
-    att = np.array(gen.attention or [[]], dtype=np.float32).reshape(len(gen.tokens), -1)
-    cols, rows = len(gen.memory_tokens or []), len(gen.tokens)
-    fig, ax = plt.subplots(figsize=(min(40, 2 + 0.25 * cols), min(30, 1.5 + 0.3 * rows)))
-    ax.imshow(att, aspect="auto", cmap="viridis", vmin=0.0)
-    ax.set_xticks(range(cols), gen.memory_tokens or [], rotation=90, fontsize=7)
-    ax.set_yticks(range(rows), gen.tokens, fontsize=7)
-    segs = gen.memory_segments or []
-    for c in range(1, cols):
-        if segs[c] != segs[c - 1]:
-            ax.axvline(c - 0.5, color="white", linewidth=1.5)
-    for seg in sorted(set(segs)):
-        first = segs.index(seg)
-        label = "source" if seg < 0 else f"neighbour {seg + 1} (w={weights[seg]:.2f})"
-        ax.text(first, -0.8, label, fontsize=7, va="bottom")
-    ax.set_xlabel("memory: source and neighbour tokens")
-    ax.set_ylabel("output tokens")
-    fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-    log.info("attention map in %s", path)
 
 
 def register(app: typer.Typer) -> None:

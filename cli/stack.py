@@ -1,5 +1,5 @@
 """``qkv stack up|down|status``: Milvus standalone (PyPI ``milvus==2.3.5``) and the API as
-child processes, without Docker (``api/stack.py``)."""
+child processes, without Docker (the :mod:`stack` package)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from typing import Any
 
 import typer
 
-from api import serve_commands
+from cli import serve
 
 stack_app = typer.Typer(help="A local Milvus server and the API, without Docker.",
                         no_args_is_help=True)
@@ -25,10 +25,10 @@ def up(
     milvus_port: int = typer.Option(19530, "--milvus-port", min=1, max=65535),
     milvus_http_port: int = typer.Option(0, "--milvus-http-port", min=0, max=65535,
                                          help="Milvus' /healthz and /metrics (0: any free)."),
-    model: Path | None = serve_commands.MODEL,
-    demo: Path | None = serve_commands.DEMO,
-    demo_tm: Path | None = serve_commands.DEMO_TM,
-    decoder: list[str] | None = serve_commands.DECODER,
+    model: Path | None = serve.MODEL,
+    demo: Path | None = serve.DEMO,
+    demo_tm: Path | None = serve.DEMO_TM,
+    decoder: list[str] | None = serve.DECODER,
     timeout: float = typer.Option(600.0, "--timeout", min=1, help="Seconds to wait for both "
                                   "servers to be ready."),
     stop_timeout: float = typer.Option(10.0, "--stop-timeout", min=0, help="Seconds Milvus "
@@ -36,9 +36,9 @@ def up(
 ) -> None:
     """Start Milvus, then the API against it; wait until both are ready; keep them running
     until Ctrl-C or `qkv stack down`, then stop both."""
-    from api.serve_commands import curl_examples, serve_settings
-    from api.stack import StackConfig, StackError
-    from api.stack import up as stack_up
+    from cli.serve import curl_examples, serve_settings
+    from stack import StackConfig, StackError
+    from stack import up as stack_up
 
     cfg = StackConfig(var_dir=var_dir, host=host, api_port=port, milvus_port=milvus_port,
                       milvus_http_port=milvus_http_port, model=model, demo=demo,
@@ -68,7 +68,7 @@ def up(
 @stack_app.command("down")
 def down(var_dir: Path = VAR_DIR) -> None:
     """Stop the stack started from --var-dir (its data stays)."""
-    from api.stack import down as stack_down
+    from stack import down as stack_down
 
     stopped = stack_down(var_dir)
     typer.echo(f"qkv stack: stopped {', '.join(stopped)}" if stopped
@@ -79,7 +79,7 @@ def down(var_dir: Path = VAR_DIR) -> None:
 def status(var_dir: Path = VAR_DIR) -> None:
     """Say whether the stack from --var-dir runs, and where. Exit status 0 when both servers
     run, 1 otherwise."""
-    from api.stack import read_state, running
+    from stack import read_state, running
 
     state, live = read_state(var_dir), running(var_dir)
     if not live:

@@ -1,0 +1,27 @@
+"""The ``qkv`` command: the root Typer app. Each command group lives in its own module of
+this package and registers here; ``python -m cli`` runs it too."""
+
+from __future__ import annotations
+
+import logging
+
+import typer
+
+from cli import decoder, encoder, index, serve, stack
+
+app = typer.Typer(help="qkv: retrieval-augmented embedding service.", no_args_is_help=True)
+
+
+@app.callback()
+def main(verbose: bool = typer.Option(False, "--verbose", "-v", help="Debug logging.")) -> None:
+    logging.basicConfig(
+        level=logging.DEBUG if verbose else logging.INFO,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+
+
+encoder.register(app)
+index.register(app)
+serve.register(app)
+decoder.register(app)
+stack.register(app)

@@ -1,0 +1,73 @@
+"""Loading what a process serves once: the encoder (and how many CPU threads it uses), the
+store, and the decoders that collections generate with."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from index import EncoderInfo, VectorStore, collection_name, open_store
+
+if TYPE_CHECKING:
+    from encoder import TextEncoder
+
+log = logging.getLogger(__name__)
+
+
+def load_encoder(path: str | Path, device: str | None = None, cpu_threads: int | None = None
+                 ) -> TextEncoder:
+    """The encoder checkpoint at ``path``; on the CPU, torch's intra-op threads set to
+    ``cpu_threads`` when given (a process-wide setting)."""
+    import encoder  # torch loads here, after wiring.runtime.configure()
+
+    text_encoder = encoder.load(path, device=device)
+    if cpu_threads and text_encoder.device.type == "cpu":
+        import torch
+
+        torch.set_num_threads(cpu_threads)
+    return text_encoder
+
+
+def encoder_info(text_encoder: TextEncoder) -> EncoderInfo:
+    """What a collection records of the encoder that made its vectors."""
+    return EncoderInfo(text_encoder.name, text_encoder.fingerprint, text_encoder.dim)
+
+
+def load_decoders(paths: Mapping[str, Path], device: str | None = None) -> dict[str, Any]:
+    """Collection → decoder, keyed by the stored collection name (``tm-en-fr`` → ``tm_en_fr``)."""
+    decoders: dict[str, Any] = {}
+    for collection, path in paths.items():
+        import decoder
+
+        decoders[collection_name(collection)] = decoder.load(path, device=device)
+        log.info("collection %s generates with decoder %s", collection, path)
+    return decoders
+
+
+@dataclass
+class Components:
+    """The encoder, its :class:`EncoderInfo`, the store and the collections' decoders."""
+
+    encoder: TextEncoder
+    info: EncoderInfo
+    store: VectorStore
+    decoders: dict[str, Any] = field(default_factory=dict)
+    decoder_paths: dict[str, Path] = field(default_factory=dict)  # stored collection name → dir
+
+    def close(self) -> None:
+        self.store.close()
+
+
+def load_components(model: Path, store: str, *, token: str = "", timeout: float = 10.0,
+                    device: str | None = None, cpu_threads: int | None = None,
+                    decoders: Mapping[str, Path] | None = None) -> Components:
+    """Load the encoder and the decoders and open the store (a store that is down does not
+    fail here: its calls raise ``StoreUnavailableError`` until it is back)."""
+    text_encoder = load_encoder(model, device, cpu_threads)
+    paths = {collection_name(c): Path(p) for c, p in (decoders or {}).items()}
+    return Components(encoder=text_encoder, info=encoder_info(text_encoder),
+                      store=open_store(store, token=token, timeout=timeout),
+                      decoders=load_decoders(paths, device), decoder_paths=paths)

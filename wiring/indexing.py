@@ -1,0 +1,77 @@
+"""The bulk indexing job with the qkv encoder: ``qkv index``'s work. The job itself
+(``index.bulk``) takes any ``embed`` callable; here it gets the encoder, its progress file
+is named after the job's identity, and the encoder's threads are laid out for it."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+from dataclasses import replace
+from pathlib import Path
+
+import numpy as np
+
+from index import Fields, JobConfig, JobSummary, bulk_index, open_store
+from index.bulk import job_identity
+from wiring.components import encoder_info, load_encoder
+
+log = logging.getLogger(__name__)
+
+
+def job_config(collection: str, inputs: list[Path], store: str, fields: Fields,
+               format: str | None, batch_size: int, shard: tuple[int, int], state_dir: Path,
+               rejects: Path | None, restart: bool, retries: int, backoff_s: float,
+               progress: bool) -> JobConfig:
+    """The job's settings; its progress file ``state_dir/COLLECTION.shardIofN.KEY``, KEY a
+    hash of what makes the job the same job (collection, inputs, fields, shard, store), so
+    that running the same command again resumes it (``restart``: start over)."""
+    base = JobConfig(state_path=Path(), rejects_path=Path(), fields=fields, format=format,
+                     shard=shard)
+    key = hashlib.sha256(json.dumps(job_identity(collection, inputs, base, store),
+                                    sort_keys=True).encode()).hexdigest()[:10]
+    stem = f"{collection}.shard{shard[0]}of{shard[1]}.{key}"
+    state_path = state_dir / f"{stem}.progress.json"
+    if restart:
+        state_path.unlink(missing_ok=True)
+    state_dir.mkdir(parents=True, exist_ok=True)
+    return JobConfig(
+        state_path=state_path, rejects_path=rejects or state_dir / f"{stem}.rejects.jsonl",
+        fields=fields, format=format, batch_size=batch_size, shard=shard, retries=retries,
+        backoff_s=backoff_s, progress_bar=progress)
+
+
+def index_files(collection: str, inputs: list[Path], config: JobConfig, store: str,
+                model: Path, token: str = "", timeout: float = 10.0,
+                device: str | None = None, encode_workers: int = 0) -> JobSummary:
+    """Encode ``inputs`` with the encoder at ``model`` and upsert them into ``collection``
+    of ``store``. Raises ``StoreUnavailableError`` when the store stays down (progress is
+    saved: run it again), ``StoreError`` or ``ValueError`` otherwise."""
+    import torch
+
+    text_encoder = load_encoder(model, device)
+    workers = encode_workers
+    if text_encoder.device.type == "cpu":
+        # Several single-threaded encoders instead of one multi-threaded one: when the
+        # writer (or Milvus on the same machine) takes a core, one encoder slows down
+        # instead of every OpenMP barrier stalling (bench/RESULTS.md, Ingest: 2048-doc calls
+        # at 0.76x one call this way, 0.67x on one two-threaded encoder).
+        workers = workers or torch.get_num_threads()
+        torch.set_num_threads(1)
+    config = replace(config, encode_workers=workers or 1)
+    info = encoder_info(text_encoder)
+    log.info("encoder %s (%s, dim %d) from %s", info.name, info.fingerprint, info.dim, model)
+
+    def embed(texts: list[str]) -> np.ndarray:
+        # One call per job batch (default 2048 docs): the encoder sorts them by length into
+        # batches of 64, so big job batches waste little padding. At 256 docs per call the
+        # encoder ran at 0.51x its one-call speed (an earlier run of bench/ingest.py, in
+        # the history of bench/RESULTS.md).
+        return text_encoder.encode(texts)
+
+    vector_store = open_store(store, token=token, timeout=timeout)
+    try:
+        return bulk_index(vector_store, collection, inputs, embed, config, encoder=info,
+                          store_name=store)
+    finally:
+        vector_store.close()
