@@ -1,13 +1,16 @@
 """The key-value memory: vector stores (Milvus, FAISS), filters, soft retrieval, bulk jobs.
 
 Depends on numpy, pymilvus and faiss only: never torch, never FastAPI. The bulk job takes
-an ``embed(texts) -> np.ndarray`` callable instead of an encoder.
+an ``embed(texts) -> np.ndarray`` callable instead of an encoder. FAISS is imported when a
+FAISS store is first used (``index.FaissStore``), pymilvus when a Milvus store connects: a
+training run reads BEIR files (``index.beir``) on a machine that has neither.
 """
+
+from typing import TYPE_CHECKING, Any
 
 from index.attend import Attention, attend, attend_hits, softmax
 from index.bulk import JobConfig, JobSummary, bulk_index
 from index.corpus import Fields
-from index.faiss_store import FaissStore
 from index.filters import And, Condition, Filter, Or, matches, parse_filter, to_milvus_expr
 from index.fusion import DEFAULT_DENSE_WEIGHT, FUSIONS, RRF_K, fuse
 from index.milvus_store import MilvusStore
@@ -28,10 +31,23 @@ from index.store import (
     resolve_mode,
 )
 
+if TYPE_CHECKING:
+    from index.faiss_store import FaissStore
+
+
+def __getattr__(name: str) -> Any:
+    if name == "FaissStore":
+        from index.faiss_store import FaissStore
+
+        return FaissStore
+    raise AttributeError(f"module 'index' has no attribute {name!r}")
+
 
 def open_store(uri: str, token: str = "", timeout: float = 10.0) -> VectorStore:
     """A store from a URI: ``faiss://DIR`` (or ``faiss+hnsw://DIR``) is a :class:`FaissStore`;
     ``http(s)://host:port`` a Milvus server; anything else a Milvus Lite file."""
+    from index.faiss_store import FaissStore
+
     if uri.startswith("faiss://"):
         return FaissStore(uri.removeprefix("faiss://"), index_type="flat")
     if uri.startswith("faiss+hnsw://"):

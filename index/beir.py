@@ -8,7 +8,6 @@ import json
 from pathlib import Path
 
 import numpy as np
-import pytrec_eval
 
 METRICS = {"ndcg_cut_10": "ndcg@10", "recall_100": "recall@100"}
 
@@ -41,6 +40,8 @@ def load_beir(folder: str | Path, split: str
 def score_run(run: dict[str, dict[str, float]], qrels: dict[str, dict[str, int]]
               ) -> dict[str, float]:
     """Mean nDCG@10 and Recall@100 over the judged queries (pytrec_eval)."""
+    import pytrec_eval  # evaluation only: training reads BEIR files without it
+
     evaluator = pytrec_eval.RelevanceEvaluator(qrels, set(METRICS))
     per_query = evaluator.evaluate(run)
     return {

@@ -75,7 +75,7 @@ def milvus_standalone(data_dir: Path) -> Iterator[str]:
     t0 = time.monotonic()
     try:
         server.start()  # blocks until /healthz says OK (raises after 180 s)
-        log.info("milvus 2.3.5 on port %d in %.1f s", server.cfg.milvus_port, time.monotonic() - t0)
+        log.info("milvus 2.3.5 on port %d in %.1f s", server.port, time.monotonic() - t0)
         yield server.uri
     finally:
         server.stop()
