@@ -11,6 +11,7 @@ import shlex
 import shutil
 import subprocess
 import sys
+import tomllib
 from pathlib import Path
 from typing import Any
 
@@ -184,7 +185,11 @@ def test_dockerfile(tmp_path: Path) -> None:
     cmd = next(ln for ln in lines if ln.startswith("CMD "))
     assert '"qkv", "serve", "--host", "0.0.0.0"' in cmd
     copied = [ln.split()[1] for ln in lines if ln.startswith("COPY ")]
-    assert {"models/", "data/demo/", "api/", "encoder/", "index/", "decoder/"} <= set(copied)
+    # every package the project installs (pyproject's find include), the models, the demo data
+    pyproject = tomllib.loads((ROOT / "pyproject.toml").read_text())
+    packages = [p.rstrip("*") + "/" for p in
+                pyproject["tool"]["setuptools"]["packages"]["find"]["include"]]
+    assert {"models/", "data/demo/", *packages} <= set(copied)
     assert (ROOT / "models" / "encoder-default" / "model.safetensors").exists()
     ignored = (ROOT / ".dockerignore").read_text().split()
     assert {".env", ".venv", "var", ".git"} <= set(ignored)
