@@ -17,16 +17,16 @@ class Embedder(Protocol):
 
 
 def top_k(xq: np.ndarray, xb: np.ndarray, k: int, chunk: int = 2048) -> np.ndarray:
-    """Indices (nq, k) of each query's ``k`` highest inner products over ``xb``, best first,
-    ties by lower index: exact search, as FAISS' ``IndexFlatIP`` does, in numpy (training
-    needs no FAISS, which the lent GPU machines do not have), ``chunk`` queries at a time."""
+    """Indices (nq, k) of each query's ``k`` highest inner products over ``xb``, best first:
+    exact search, what FAISS' ``IndexFlatIP`` returns up to the order of equal scores, in
+    numpy (training needs no FAISS, which the lent GPU machines do not have), ``chunk``
+    queries at a time to bound memory."""
     out = np.empty((len(xq), k), dtype=np.int64)
     for start in range(0, len(xq), chunk):
         scores = xq[start : start + chunk] @ xb.T  # (chunk, nb)
-        kth = -np.partition(-scores, k - 1, axis=1)[:, k - 1]  # (chunk,) the k-th best score
-        for r, row in enumerate(scores):
-            cand = np.flatnonzero(row >= kth[r])  # ascending: ties stay in index order
-            out[start + r] = cand[np.argsort(-row[cand], kind="stable")[:k]]
+        top = np.argpartition(-scores, k - 1, axis=1)[:, :k]  # (chunk, k), unordered
+        order = np.argsort(-np.take_along_axis(scores, top, axis=1), axis=1, kind="stable")
+        out[start : start + chunk] = np.take_along_axis(top, order, axis=1)
     return out
 
 

@@ -8,13 +8,14 @@ from __future__ import annotations
 import logging
 import tempfile
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
 from tqdm import tqdm
 
 from index.beir import load_beir, score_run
+from index.bulk import Embed
 from index.fusion import DEFAULT_DENSE_WEIGHT
 from index.milvus_store import MilvusStore
 from index.store import MAX_TEXT_BYTES, SEARCH_MODES, EncoderInfo, Item
@@ -23,7 +24,6 @@ log = logging.getLogger(__name__)
 
 COLLECTION = "beir_eval"
 BATCH = 256
-Embed = Callable[[list[str]], np.ndarray]
 
 
 def _fit(text: str) -> str:

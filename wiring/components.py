@@ -37,12 +37,12 @@ def encoder_info(text_encoder: TextEncoder) -> EncoderInfo:
 
 
 def load_decoders(paths: Mapping[str, Path], device: str | None = None) -> dict[str, Any]:
-    """Collection → decoder, keyed by the stored collection name (``tm-en-fr`` → ``tm_en_fr``)."""
+    """Collection → decoder, for each collection → checkpoint directory of ``paths``."""
     decoders: dict[str, Any] = {}
     for collection, path in paths.items():
         import decoder
 
-        decoders[collection_name(collection)] = decoder.load(path, device=device)
+        decoders[collection] = decoder.load(path, device=device)
         log.info("collection %s generates with decoder %s", collection, path)
     return decoders
 
@@ -67,6 +67,7 @@ def load_components(model: Path, store: str, *, token: str = "", timeout: float 
     """Load the encoder and the decoders and open the store (a store that is down does not
     fail here: its calls raise ``StoreUnavailableError`` until it is back)."""
     text_encoder = load_encoder(model, device, cpu_threads)
+    # keyed by the stored collection name (``tm-en-fr`` → ``tm_en_fr``), as routes look them up
     paths = {collection_name(c): Path(p) for c, p in (decoders or {}).items()}
     return Components(encoder=text_encoder, info=encoder_info(text_encoder),
                       store=open_store(store, token=token, timeout=timeout),

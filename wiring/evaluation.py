@@ -15,11 +15,10 @@ def evaluate_encoder(model: Path, beir: Sequence[Path], split: str, sts: Path | 
                      dense_weight: float = 0.5) -> dict[str, Any]:
     """The report: ``model``, ``fingerprint``, then ``beir:NAME:SPLIT`` (with ``milvus`` per
     mode when ``modes`` are given) and ``sts:FILE`` entries."""
-    import encoder
     from encoder.evaluate import evaluate_beir, evaluate_sts
-    from wiring.components import encoder_info
+    from wiring.components import encoder_info, load_encoder
 
-    enc = encoder.load(model)
+    enc = load_encoder(model)
     results: dict[str, Any] = {"model": str(model), "fingerprint": enc.fingerprint}
     for folder in beir:
         key = f"beir:{folder.name}:{split}"

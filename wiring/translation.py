@@ -28,9 +28,9 @@ def training_retriever(data: Path, src_lang: str, tgt_lang: str, encoder_dir: Pa
                         cache_dir: Path | None) -> tuple[Any, dict[str, Any]]:
     """A retrieve function over the training pairs, built lazily: when neighbours.json
     already holds this retrieval, the encoder never encodes anything."""
-    import encoder
+    from wiring.components import load_encoder
 
-    text_encoder = encoder.load(encoder_dir, device=device)
+    text_encoder = load_encoder(encoder_dir, device)
     record = {"encoder": str(encoder_dir), "encoder_name": text_encoder.name,
               "encoder_fingerprint": text_encoder.fingerprint, "temperature": temperature,
               "k": k, "memory": "train pairs, each pair's own entry left out"}
@@ -76,13 +76,13 @@ def memory_for(dec: Any, sources: list[str], targets: list[str], temperature: fl
                ) -> tuple[TranslationMemory, float]:
     """The memory keyed by the encoder at ``encoder_dir``, and the retrieval temperature:
     the one given, else the one the decoder was trained with."""
-    import encoder
     from index.attend import DEFAULT_TEMPERATURE
+    from wiring.components import load_encoder
     from wiring.translation_memory import TranslationMemory
 
     trained = (dec.meta.get("training") or {}).get("retrieval") or {}
     t = temperature or trained.get("temperature") or DEFAULT_TEMPERATURE
-    text_encoder = encoder.load(encoder_dir, device=device)
+    text_encoder = load_encoder(encoder_dir, device)
     # ``encoder_fingerprint_served``: the same encoder stored at another precision
     keyed_by = {trained.get("encoder_fingerprint"), trained.get("encoder_fingerprint_served")}
     if trained.get("encoder_fingerprint") and text_encoder.fingerprint not in keyed_by:
