@@ -16,9 +16,12 @@ batcher) once. (Reading the schema from a fixture, ``schemathesis.pytest.from_fi
 fails here: schemathesis 4.32's lazy loader writes ``node._nodeid``, which pytest 9.2 no
 longer has.)
 
-Path parameters are random strings, which would only ever meet 404; about half of them are
-swapped for a seeded collection (and a seeded document id) so the success paths are fuzzed
-too.
+Path parameters are random strings, which would only ever meet 404; in schema-valid cases
+about half of them are swapped for a seeded collection (and a seeded document id) so the
+success paths are fuzzed too. Negative cases keep their paths: the swap could leave a case
+whose only invalid part is one the service rightly tolerates (unknown query parameters,
+which schemathesis counts as invalid) aimed at a real document, and body and query
+validation do not depend on the collection existing.
 
 All of schemathesis' default checks run but one, ``positive_data_acceptance`` (see
 ``CHECKS`` for why); ``negative_data_rejection`` also takes 413 (see ``CHECKS``).
@@ -123,6 +126,9 @@ def _heads(value: object) -> bool:
 
 def _use_seeded(case: schemathesis.Case) -> None:
     params = case.path_parameters
+    meta = case._meta  # how schemathesis generated the case (no public accessor in 4.x)
+    if meta is not None and not meta.generation.mode.is_positive:
+        return
     if not params or (case.path == "/v1/collections/{name}" and case.method == "DELETE"):
         return  # deleting the seeded collection would leave nothing to fuzz
     if "name" in params and _heads(params["name"]):
