@@ -87,5 +87,31 @@ def serve(
     uvicorn.run(app, host=host, port=port, log_level=log_level, access_log=False)
 
 
+def demo_vectors(
+    corpora: list[Path] = typer.Argument(..., help="Demo JSONL(.gz) corpora, e.g. "
+                                         "data/demo/*.jsonl.gz."),
+    model: Path | None = MODEL,
+) -> None:
+    """Encode demo corpora and write each one's vectors beside it (<name>.vectors.npz,
+    float16, tied to the encoder's fingerprint and the corpus file): a first start then
+    loads them instead of encoding. Run it again after changing the encoder or a corpus."""
+    from wiring import runtime
+
+    runtime.configure()
+    from api.settings import Settings
+    from wiring.components import encoder_info, load_encoder
+    from wiring.demo import write_vectors
+
+    for corpus in corpora:
+        if not corpus.is_file():
+            raise typer.BadParameter(f"{corpus} is not a file", param_hint="CORPORA")
+    text_encoder = load_encoder(model or Settings().model)
+    info = encoder_info(text_encoder)
+    for corpus in corpora:
+        out = write_vectors(text_encoder, info, corpus)
+        typer.echo(f"{out}: {corpus} by {info.name} ({info.fingerprint})")
+
+
 def register(app: typer.Typer) -> None:
     app.command("serve")(serve)
+    app.command("demo-vectors")(demo_vectors)

@@ -158,3 +158,46 @@ class EncoderBlock(nn.Module):
         a, _ = self.attn(self.ln1(x), mask=mask)
         x = x + self.dropout(a)
         return x + self.dropout(self.ffn(self.ln2(x)))
+
+    def forward_packed(self, x: torch.Tensor, packing: Packing) -> torch.Tensor:
+        """The same block on packed tokens (inference): ``x`` is (N, d), the real tokens
+        of a batch one text after another (rows past ``packing.n`` are filler). The
+        projections, the feed-forward and the norms (nearly all the work) see only these
+        rows; only the attention itself runs padded, (B, T), with the key mask."""
+        h = self.ln1(x)
+        attn = self.attn
+        qkv = torch.cat((attn.q_proj(h), attn.kv_proj(h)), dim=-1)  # (N, 3d)
+        q, k, v = packing.pad(qkv).chunk(3, dim=-1)  # (B, T, d) each
+        y = F.scaled_dot_product_attention(attn._split(q), attn._split(k), attn._split(v),
+                                           attn_mask=packing.key_mask)
+        b, _, t, _ = y.shape
+        y = y.transpose(1, 2).reshape(b, t, attn.n_heads * attn.d_head)
+        x = x + attn.out_proj(packing.unpad(y, x.size(0)))
+        return x + self.ffn(self.ln2(x))
+
+
+class Packing:
+    """Where the real tokens of a padded (B, T) batch lie among its B·T positions, to move
+    per-token tensors between the packed (N, ...) and the padded (B, T, ...) layouts."""
+
+    def __init__(self, mask: torch.Tensor) -> None:
+        self.mask = mask  # (B, T) bool, True = real token
+        self.index = mask.reshape(-1).nonzero().squeeze(1)  # (n,) flat positions
+        self.n = int(self.index.numel())
+        self.key_mask = mask[:, None, None, :]  # (B, 1, 1, T) for SDPA
+
+    def pad(self, x: torch.Tensor) -> torch.Tensor:
+        """(N, k) packed (N >= n) → (B, T, k), zeros on padding."""
+        b, t = self.mask.shape
+        out = x.new_zeros(b * t, x.size(-1))
+        out[self.index] = x[: self.n]
+        return out.view(b, t, -1)
+
+    def unpad(self, x: torch.Tensor, rows: int) -> torch.Tensor:
+        """(B, T, k) padded → (rows, k) packed; rows past n are zeros."""
+        flat = x.reshape(-1, x.size(-1))
+        if rows == self.n:
+            return flat[self.index]
+        out = flat.new_zeros(rows, flat.size(-1))
+        out[: self.n] = flat[self.index]
+        return out

@@ -7,7 +7,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from encoder.config import EncoderConfig
-from encoder.layers import EncoderBlock, SinusoidalPositionalEncoding
+from encoder.layers import EncoderBlock, Packing, SinusoidalPositionalEncoding
 from encoder.pooling import AttentionPooling
 
 
@@ -50,4 +50,28 @@ class TransformerEncoder(nn.Module):
         weights (B, T))."""
         h, mask = self.token_states(ids)
         pooled, weights = self.pool(h, mask)  # (B, d), (B, T)
+        return (F.normalize(pooled, dim=-1) if normalize else pooled), weights
+
+    def forward_packed(
+        self, ids: torch.Tensor, mask: torch.Tensor, normalize: bool = True, multiple: int = 1
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """:meth:`forward` for inference without computing padding: ``ids`` (B, T) padded
+        as for :meth:`forward` and ``mask`` (B, T) its real tokens. The blocks run on the
+        packed real tokens (rounded up to ``multiple`` rows, so the kernels see few
+        distinct shapes), only attention and pooling padded. Same results as
+        :meth:`forward` up to float rounding; a batch of mixed lengths costs what its
+        tokens cost, not B × its longest."""
+        packing = Packing(mask)
+        rows = -(-packing.n // multiple) * multiple
+        flat = ids.reshape(-1)[packing.index]  # (n,)
+        pos = packing.index % ids.size(1)  # each token's position in its text
+        x = self.embed(flat) * self.config.d_model**0.5 + self.positions.table[pos].to(
+            self.embed.weight.dtype)
+        if rows > packing.n:
+            x = torch.cat((x, x.new_zeros(rows - packing.n, x.size(1))))
+        for block in self.blocks:
+            assert isinstance(block, EncoderBlock)
+            x = block.forward_packed(x, packing)
+        h = packing.pad(self.ln_f(x))  # (B, T, d)
+        pooled, weights = self.pool(h, mask)
         return (F.normalize(pooled, dim=-1) if normalize else pooled), weights

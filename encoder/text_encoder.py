@@ -19,8 +19,9 @@ from encoder.tokenizer import clean_text
 
 log = logging.getLogger(__name__)
 
-# Batches are padded to a multiple of this many tokens: fewer distinct shapes, so the CPU
-# kernels' (oneDNN) caches of per-shape primitives stay small in a long-running process.
+# A batch's packed tokens are rounded up to a multiple of this many rows: fewer distinct
+# shapes, so the CPU kernels' (oneDNN) caches of per-shape primitives stay small in a
+# long-running process.
 PAD_MULTIPLE = 8
 
 
@@ -127,8 +128,9 @@ class TextEncoder(LoadedModel):
         order = sorted(range(len(ids)), key=lambda i: len(ids[i]), reverse=True)
         with torch.inference_mode(), autocast(self.device):
             for idx in _length_groups(order, [len(x) for x in ids], batch_size):
-                batch = _pad([ids[i] for i in idx], self.config.pad_id, PAD_MULTIPLE)
-                vec, w = self.model(batch.to(self.device), normalize)  # (b, d), (b, T)
+                batch = _pad([ids[i] for i in idx], self.config.pad_id).to(self.device)
+                vec, w = self.model.forward_packed(  # (b, d), (b, T)
+                    batch, batch != self.config.pad_id, normalize, PAD_MULTIPLE)
                 out[idx] = vec.float().cpu().numpy()
                 if return_weights:
                     w_np = w.float().cpu().numpy()

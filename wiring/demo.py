@@ -1,19 +1,31 @@
 """The demo collections a first start creates: a document corpus (``docs``) and a
-translation memory (``tm-en-fr``), each from a JSONL(.gz) file shipped in ``data/demo``."""
+translation memory (``tm-en-fr``), each from a JSONL(.gz) file shipped in ``data/demo``.
+
+Beside each corpus may lie its vectors (``<name>.vectors.npz``, written by ``qkv
+demo-vectors``): the corpus encoded by one encoder, stored in float16, with that encoder's
+fingerprint and the corpus file's SHA-256. A first start uses them instead of encoding the
+corpus (the slow part of a first start) only when both match the encoder it serves and the
+corpus it reads; otherwise it encodes, as without them. The demo never serves another
+encoder's vectors.
+"""
 
 from __future__ import annotations
 
 import gzip
+import hashlib
 import json
 import logging
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 from tqdm import tqdm
 
-from index import CollectionNotFoundError, Item, collection_name
+from index import CollectionNotFoundError, EncoderInfo, Item, collection_name
 from wiring.components import Components
+
+if TYPE_CHECKING:
+    from encoder import TextEncoder
 
 log = logging.getLogger(__name__)
 
@@ -54,23 +66,22 @@ def seed_demo(parts: Components, corpus: Path, collection: str, batch: int = 204
     ``text`` is the source sentence and ``value`` the target the decoder reads. Returns the
     documents written (0 when it was complete).
 
-    Everything is encoded before the collection is created, so a start stopped while
-    encoding leaves no collection behind: the next start begins again. A start stopped
-    while writing leaves fewer documents than the corpus has: the next start writes them
-    all again (upserts by id, so nothing is doubled). A collection made by another encoder
-    is dropped and built again: the demo never serves another encoder's vectors.
+    The vectors come from the corpus' vectors file when it matches (:func:`read_vectors`),
+    else from the encoder. Everything is encoded before the collection is created, so a
+    start stopped while encoding leaves no collection behind: the next start begins
+    again. A start stopped while writing leaves fewer documents than the corpus has: the
+    next start writes them all again (upserts by id, so nothing is doubled). A collection
+    made by another encoder is dropped and built again: the demo never serves another
+    encoder's vectors.
     """
     collection = collection_name(collection)
     rows = read_jsonl(corpus)
     state = _state(parts, collection, corpus, len(rows))
     if state == "complete":
         return 0
-    with tqdm(total=len(rows), unit="doc", desc=f"encoding {collection}") as bar:
-        chunks = []
-        for start in range(0, len(rows), batch):
-            chunks.append(parts.encoder.encode([r["text"] for r in rows[start : start + batch]]))
-            bar.update(len(chunks[-1]))
-    x = np.concatenate(chunks) if chunks else np.zeros((0, parts.info.dim), np.float32)
+    x = read_vectors(corpus, parts.info, len(rows))
+    if x is None:
+        x = _encode(parts.encoder, [r["text"] for r in rows], collection, batch)
     items = [Item(str(r["id"]), x[i], r["text"], r.get("value"), r.get("metadata") or {})
              for i, r in enumerate(rows)]
     if state == "stale":
@@ -82,3 +93,71 @@ def seed_demo(parts: Components, corpus: Path, collection: str, batch: int = 204
         n += parts.store.upsert(collection, items[start : start + 1000], parts.info)
     log.info("demo collection %r: %d documents", collection, n)
     return int(n)
+
+
+def _encode(encoder: TextEncoder, texts: list[str], what: str, batch: int = 2048
+            ) -> np.ndarray:
+    with tqdm(total=len(texts), unit="doc", desc=f"encoding {what}") as bar:
+        chunks = []
+        for start in range(0, len(texts), batch):
+            chunks.append(encoder.encode(texts[start : start + batch]))
+            bar.update(len(chunks[-1]))
+    return np.concatenate(chunks) if chunks else np.zeros((0, encoder.dim), np.float32)
+
+
+def vectors_path(corpus: Path) -> Path:
+    """``data/demo/x.jsonl.gz`` → ``data/demo/x.vectors.npz``."""
+    name = corpus.name.removesuffix(".gz").removesuffix(".jsonl")
+    return corpus.with_name(f"{name}.vectors.npz")
+
+
+def _sha256(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def write_vectors(encoder: TextEncoder, info: EncoderInfo, corpus: Path) -> Path:
+    """Encode ``corpus`` and write its vectors file (float16, with the encoder's identity
+    and the corpus' SHA-256) beside it; returns its path."""
+    rows = read_jsonl(corpus)
+    x = _encode(encoder, [r["text"] for r in rows], corpus.name)
+    meta = {"encoder": info.to_dict(), "corpus": corpus.name, "corpus_sha256": _sha256(corpus),
+            "rows": len(rows), "dtype": "float16"}
+    out = vectors_path(corpus)
+    tmp = out.with_suffix(".tmp.npz")
+    np.savez(tmp, vectors=x.astype(np.float16), meta=np.array(json.dumps(meta)))
+    tmp.replace(out)
+    return out
+
+
+def read_vectors(corpus: Path, info: EncoderInfo, rows: int) -> np.ndarray | None:
+    """The corpus' shipped vectors (unit float32 rows) if its vectors file exists and was
+    made by the encoder ``info`` from this very corpus file; None (and a log line saying
+    why) otherwise."""
+    path = vectors_path(corpus)
+    if not path.is_file():
+        return None
+    x, why = _checked_vectors(path, corpus, info, rows)
+    if x is None:
+        log.info("not using %s (%s): encoding %s", path, why, corpus)
+        return None
+    log.info("vectors of %s from %s (encoder %s)", corpus.name, path, info.fingerprint)
+    return x / np.maximum(np.linalg.norm(x, axis=1, keepdims=True), 1e-12)
+
+
+def _checked_vectors(path: Path, corpus: Path, info: EncoderInfo, rows: int
+                     ) -> tuple[np.ndarray | None, str]:
+    try:
+        with np.load(path, allow_pickle=False) as f:
+            meta = json.loads(str(f["meta"]))
+            made_by = EncoderInfo.from_dict(meta["encoder"])
+            if made_by != info:
+                return None, (f"made by encoder {made_by.name} {made_by.fingerprint}, the "
+                              f"service's is {info.name} {info.fingerprint}")
+            if meta["corpus_sha256"] != _sha256(corpus) or meta["rows"] != rows:
+                return None, "made from another version of the corpus"
+            x = f["vectors"].astype(np.float32)
+    except (OSError, ValueError, KeyError, TypeError) as e:
+        return None, f"unreadable: {e}"
+    if x.shape != (rows, info.dim):
+        return None, f"shape {x.shape}, expected {(rows, info.dim)}"
+    return x, ""

@@ -121,3 +121,25 @@ def test_precomputed_keys_values_equal_memory_and_positions_take_an_offset() -> 
     torch.testing.assert_close(pe(z[:, :2], offset=4), pe(z)[:, 4:6])
     with pytest.raises(ValueError, match="max_len"):
         pe(z[:, :2], offset=9)
+
+
+@pytest.mark.parametrize("multiple", [1, 8])
+def test_packed_forward_equals_padded_forward(multiple: int) -> None:
+    """Inference on packed tokens (no work on padding) gives the padded model's vectors
+    and pooling weights, for a batch of very different lengths."""
+    from encoder.config import EncoderConfig
+    from encoder.model import TransformerEncoder
+
+    torch.manual_seed(0)
+    model = TransformerEncoder(EncoderConfig(vocab_size=50, d_model=32, n_layers=2, n_heads=4,
+                                             d_ff=64, max_tokens=40)).eval()
+    lengths = [37, 1, 12, 5, 29]
+    ids = torch.zeros(len(lengths), max(lengths), dtype=torch.long)
+    for row, n in enumerate(lengths):
+        ids[row, :n] = torch.randint(1, 50, (n,))
+    with torch.inference_mode():
+        want, want_w = model(ids, normalize=False)
+        got, got_w = model.forward_packed(ids, ids != 0, normalize=False, multiple=multiple)
+    assert torch.allclose(got, want, atol=1e-5)
+    assert torch.allclose(got_w, want_w, atol=1e-6)
+    assert torch.all(got_w[1, 1:] == 0) and torch.isclose(got_w[1, 0], torch.tensor(1.0))

@@ -9,7 +9,9 @@ from pathlib import Path
 import numpy as np
 
 from wiring.components import load_components
-from wiring.demo import seed_demo
+from wiring.demo import read_jsonl, read_vectors, seed_demo, vectors_path, write_vectors
+
+ROOT = Path(__file__).resolve().parents[2]
 
 ROWS = [{"id": f"d{i}", "text": f"demo document about topic {i}", "value": f"v{i}"}
         for i in range(25)]
@@ -44,3 +46,88 @@ def test_demo_made_by_another_encoder_is_rebuilt(tiny_encoder_dir: Path,
         assert np.isclose(hits[0].score, 1.0, atol=1e-3)
     finally:
         new.close()
+
+
+def test_matching_vectors_file_is_loaded_not_encoded(tiny_encoder_dir: Path, tmp_path: Path
+                                                      ) -> None:
+    demo = corpus(tmp_path)
+    parts = load_components(tiny_encoder_dir, str(tmp_path / "demo.db"))
+    try:
+        path = write_vectors(parts.encoder, parts.info, demo)
+        assert path == vectors_path(demo) == tmp_path / "demo.vectors.npz"
+        expected = parts.encoder.encode([r["text"] for r in ROWS])
+
+        def no_encoding(*_: object, **__: object) -> None:
+            raise AssertionError("the corpus was encoded although its vectors file matches")
+
+        parts.encoder.encode = no_encoding  # type: ignore[method-assign]
+        assert seed_demo(parts, demo, "docs") == 25
+        (got,) = parts.store.get("docs", ["d7"])
+        assert np.allclose(got.vector, expected[7], atol=2e-3)  # float16 in the file
+        assert got.text == ROWS[7]["text"] and got.value == "v7"
+    finally:
+        parts.close()
+
+
+def test_vectors_of_another_encoder_or_corpus_are_not_used(
+        tiny_encoder_dir: Path, other_tiny_encoder_dir: Path, tmp_path: Path) -> None:
+    demo = corpus(tmp_path)
+    other = load_components(other_tiny_encoder_dir, str(tmp_path / "other.db"))
+    try:
+        write_vectors(other.encoder, other.info, demo)
+    finally:
+        other.close()
+    parts = load_components(tiny_encoder_dir, str(tmp_path / "demo.db"))
+    try:
+        assert read_vectors(demo, parts.info, len(ROWS)) is None  # another fingerprint
+        write_vectors(parts.encoder, parts.info, demo)
+        assert read_vectors(demo, parts.info, len(ROWS)) is not None
+        with demo.open("a") as f:  # the corpus changes after its vectors were written
+            f.write(json.dumps({"id": "d25", "text": "one more document"}) + "\n")
+        assert read_vectors(demo, parts.info, len(ROWS) + 1) is None
+        assert seed_demo(parts, demo, "docs") == 26  # encoded instead
+        xq = parts.encoder.encode(["one more document"])
+        (hits,) = parts.store.search("docs", xq, 1, encoder=parts.info, consistency="Strong")
+        assert hits[0].id == "d25" and np.isclose(hits[0].score, 1.0, atol=1e-3)
+        vectors_path(demo).write_bytes(b"not an npz file")
+        assert read_vectors(demo, parts.info, len(ROWS) + 1) is None  # unreadable: encode
+    finally:
+        parts.close()
+
+
+def test_shipped_demo_vectors_are_the_shipped_encoders() -> None:
+    """The vectors files in data/demo match the shipped encoder and corpora (else a first
+    start encodes: run `qkv demo-vectors data/demo/*.jsonl.gz` after changing either), and
+    hold what that encoder makes of the texts."""
+    from wiring.components import encoder_info, load_encoder
+
+    enc = load_encoder(ROOT / "models/encoder-default", device="cpu")
+    info = encoder_info(enc)
+    for corpus_path in sorted((ROOT / "data/demo").glob("*.jsonl.gz")):
+        rows = read_jsonl(corpus_path)
+        x = read_vectors(corpus_path, info, len(rows))
+        assert x is not None, f"{vectors_path(corpus_path)} missing or stale"
+        sample = list(range(0, len(rows), max(1, len(rows) // 16)))
+        fresh = enc.encode([rows[i]["text"] for i in sample])
+        assert np.min(np.sum(fresh * x[sample], axis=1)) > 0.9995
+
+
+def test_demo_vectors_command(tiny_encoder_dir: Path, tmp_path: Path) -> None:
+    from typer.testing import CliRunner
+
+    from cli.app import app
+
+    demo = corpus(tmp_path)
+    missing = CliRunner().invoke(app, ["demo-vectors", str(tmp_path / "nope.jsonl"),
+                                       "--model", str(tiny_encoder_dir)],
+                                 env={"COLUMNS": "300"})  # no line breaks in the message
+    assert missing.exit_code == 2 and "not a file" in missing.output
+    assert not vectors_path(demo).exists()
+    done = CliRunner().invoke(app, ["demo-vectors", str(demo), "--model", str(tiny_encoder_dir)])
+    assert done.exit_code == 0, done.output
+    parts = load_components(tiny_encoder_dir, str(tmp_path / "demo.db"))
+    try:
+        x = read_vectors(demo, parts.info, len(ROWS))
+        assert x is not None and x.shape == (25, parts.info.dim)
+    finally:
+        parts.close()

@@ -1,0 +1,119 @@
+"""First start and second start of the service as ``make run`` starts it, timed until the
+demo is usable.
+
+Usage: python bench/first_start.py [--runs 2] [--no-vectors]
+
+Each run starts ``qkv serve`` with ``make run``'s demo options on a fresh Milvus Lite file
+under ``var/bench/first-start/``, and times (from launching the process) until both demo
+collections answer over HTTP: a search of ``docs`` and a generate of ``tm-en-fr`` both
+return 200 with results. Then it stops the server and starts it again on the same file
+(the second start). ``--no-vectors`` hides the shipped demo vectors
+(``data/demo/*.vectors.npz``) from the first start by pointing the server at copies of the
+corpora without them, so a first start that has to encode is measured in the same run.
+Prints a markdown section and appends it to bench/RESULTS.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+from workload import ROOT, append_results, free_port, stop_tree
+
+VAR = ROOT / "var/bench/first-start"
+QKV = str(Path(sys.executable).with_name("qkv"))
+DEMO = ROOT / "data/demo"
+CORPUS, TM = "python-docs.jsonl.gz", "multi30k-en-fr.jsonl.gz"
+
+
+def usable(base: str) -> bool:
+    """Both demo collections answer: a search of docs, a generate of tm-en-fr."""
+    try:
+        s = httpx.post(f"{base}/v1/collections/docs/search", timeout=30,
+                       json={"query": "how do I read a JSON file", "top_k": 3})
+        g = httpx.post(f"{base}/v1/collections/tm-en-fr/generate", timeout=60,
+                       json={"query": "A man is riding a bike.", "top_k": 4})
+    except httpx.HTTPError:
+        return False
+    return (s.status_code == 200 and bool(s.json()["hits"]) and g.status_code == 200
+            and bool(g.json()["text"]))
+
+
+def start(store: Path, demo_dir: Path) -> float:
+    """Seconds from launching ``qkv serve`` until the demo is usable; the server is
+    stopped afterwards."""
+    port = free_port()
+    base = f"http://127.0.0.1:{port}"
+    cmd = [QKV, "serve", "--port", str(port), "--store", str(store),
+           "--model", "models/encoder-default", "--demo", str(demo_dir / CORPUS),
+           "--demo-tm", str(demo_dir / TM), "--decoder", "tm-en-fr=models/decoder-en-fr",
+           "--log-level", "warning"]
+    log = open(VAR / f"serve-{port}.log", "w")  # noqa: SIM115
+    t0 = time.perf_counter()
+    proc = subprocess.Popen(cmd, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT,
+                            env={**os.environ, "TQDM_DISABLE": "1"})
+    try:
+        while time.perf_counter() - t0 < 900:
+            if proc.poll() is not None:
+                raise SystemExit(f"server exited {proc.returncode}; see {log.name}")
+            try:
+                ready = httpx.get(f"{base}/ready", timeout=5).status_code == 200
+            except httpx.HTTPError:
+                ready = False
+            if ready and usable(base):
+                return time.perf_counter() - t0
+            time.sleep(0.1)
+        raise SystemExit(f"not usable after 900 s; see {log.name}")
+    finally:
+        stop_tree(proc)
+        log.close()
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--runs", type=int, default=2, help="first + second start pairs")
+    ap.add_argument("--no-vectors", action="store_true",
+                    help="also time first starts that encode the corpora")
+    args = ap.parse_args()
+    shutil.rmtree(VAR, ignore_errors=True)
+    VAR.mkdir(parents=True)
+    bare = VAR / "demo-without-vectors"
+    bare.mkdir()
+    for name in (CORPUS, TM):
+        shutil.copy(DEMO / name, bare / name)
+    setups = [("shipped vectors", DEMO)] + ([("encoding", bare)] if args.no_vectors else [])
+    rows = []
+    for label, demo_dir in setups:
+        for run in range(args.runs):
+            store = VAR / f"{label.replace(' ', '-')}-{run}.db"
+            first = start(store, demo_dir)
+            second = start(store, demo_dir)
+            print(f"{label} run {run}: first {first:.1f} s, second {second:.1f} s", flush=True)
+            rows.append(f"| {label} | {run} | {first:.1f} | {second:.1f} | "
+                        f"{first / second:.2f} |")
+    section = "\n".join([
+        f"## First start until the demo answers ({time.strftime('%Y-%m-%d')}, "
+        f"{os.cpu_count()} CPUs, {platform.machine()})",
+        "",
+        f"Command: `python bench/first_start.py --runs {args.runs}"
+        f"{' --no-vectors' if args.no_vectors else ''}`. Seconds from launching `qkv serve` "
+        "with `make run`'s demo options on a fresh Lite file until a search of `docs` and a "
+        "generate of `tm-en-fr` both answer 200; the second start reuses the file.",
+        "",
+        "| demo vectors | run | first start (s) | second start (s) | first / second |",
+        "|---|---|---|---|---|",
+        *rows,
+    ])
+    print(section)
+    append_results(section)
+
+
+if __name__ == "__main__":
+    main()
