@@ -37,13 +37,14 @@ class Embedded:
 class Service:
     def __init__(self, settings: Settings, metrics: Metrics) -> None:
         self.settings, self.metrics = settings, metrics
-        # On the CPU the encoder thread shares the cores with the event loop (HTTP, JSON,
-        # tokenizing): one encoder thread on 2 cores served ~25% more requests than two (10-s
-        # trial runs with 32 clients here, 233 vs 187 requests/s; not a recorded benchmark).
+        # On the CPU the encoder's threads share the cores with the event loop (HTTP, JSON,
+        # tokenizing). Driven by wrk (a C client that costs next to nothing), all the cores
+        # served more than half of them: 310 against 234 requests/s on 2 cores here
+        # (bench/api_load.py's sentences, 32 connections; bench/RESULTS.md has the run).
         self.parts = load_components(
             settings.model, settings.store, token=settings.milvus_token,
             timeout=settings.store_timeout_s, device=settings.device,
-            cpu_threads=settings.encoder_threads or max(1, (os.cpu_count() or 2) // 2),
+            cpu_threads=settings.encoder_threads or os.cpu_count() or 1,
             decoders=settings.decoders)
         self.encoder, self.info, self.store = self.parts.encoder, self.parts.info, self.parts.store
         self.decoders, self.decoder_paths = self.parts.decoders, self.parts.decoder_paths

@@ -55,8 +55,7 @@ class Settings(BaseSettings):
         "or NAME=DIR[,NAME=DIR...].")
     device: str | None = Field(None, description="cpu, cuda, cuda:1 ... (default: auto).")
     encoder_threads: int | None = Field(None, ge=1, description="CPU threads of the encoder "
-                                        "(default: half the cores, at least 1: the other half "
-                                        "serves HTTP).")
+                                        "(default: all the cores).")
 
     # security
     api_key: str | None = Field(None, description="When set, /v1/*, /embed and writes need "
