@@ -315,6 +315,11 @@ def report(args: argparse.Namespace, argv: str, offline: dict, loads: dict[str, 
         mean_batch = m["qkv_encoder_batch_texts_sum"] / batches if batches else 0
         busy = m.get("qkv_encoder_batch_seconds_sum", 0) / ld.seconds
         n = max(ld.ok, 1)
+        if not ld.ok:  # wrk counts a request only once answered (or past its 30-s timeout)
+            lines.append(f"| {name} | 0: no answer within the {ld.seconds:.0f} s | – | – | "
+                         f"{ld.errors or '–'} | {ld.peak_rss_mb:.0f} | – | – | "
+                         f"{ld.server_cpu_s:.1f} s in all | – |")
+            continue
         lines.append(
             f"| {name} | {ld.rps:.0f} | {ld.p50:.1f} | {ld.p99:.1f} | "
             f"{sum(ld.errors.values()) or 0}{' ' + str(ld.errors) if ld.errors else ''} | "
