@@ -142,7 +142,7 @@ async def tei_embed(body: s.TeiEmbedRequest, request: Request) -> Response:
 def _card(svc: Service) -> dict[str, Any]:
     return {"id": svc.info.name, "object": "model", "created": svc.model_created,
             "owned_by": "qkv", "dim": svc.info.dim, "fingerprint": svc.info.fingerprint,
-            "max_tokens": svc.encoder.max_tokens}
+            "max_tokens": svc.encoder.max_tokens, "dense_weight": svc.dense_weight}
 
 
 @v1.get("/v1/models", response_model=s.ModelList, tags=["embeddings"])
@@ -171,11 +171,15 @@ def _collection_out(svc: Service, info: CollectionInfo, count: int | None = None
 @v1.post("/v1/collections", status_code=201, response_model=s.CollectionOut,
          tags=["collections"])
 async def create_collection(body: s.CollectionCreate, request: Request) -> Response:
-    """Create a collection for the served encoder; an existing name is 409. ``hybrid`` adds
-    a BM25 index of the text (409 on a store without BM25)."""
+    """Create a collection for the served encoder; an existing name is 409. It is hybrid (a
+    BM25 index of the text beside the vectors) unless ``hybrid`` is false or the store has
+    no BM25; ``hybrid: true`` on such a store is 409."""
     svc = service(request)
+    hybrid = body.hybrid
+    if hybrid is None:
+        hybrid = await svc.call(svc.store.bm25_available)
     info = await svc.call(svc.store.create, body.name, svc.info.dim, svc.info, exist_ok=False,
-                          hybrid=body.hybrid)
+                          hybrid=hybrid)
     return json_response(_collection_out(svc, info, 0), 201)
 
 

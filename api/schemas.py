@@ -17,7 +17,7 @@ from index import collection_name
 Consistency = Literal["Strong", "Session", "Bounded", "Eventually"]
 HitField = Literal["text", "value", "metadata", "vector"]
 SearchMode = Literal["dense", "bm25", "hybrid"]
-Fusion = Literal["rrf", "weighted"]
+Fusion = Literal["convex", "rrf", "weighted"]
 Texts = Annotated[list[str], Field(min_length=1)]
 # A collection's name as callers write it; '-' is stored as '_'. index.collection_name
 # checks and maps it (with a clearer message than a failed pattern); the pattern documents it.
@@ -88,6 +88,8 @@ class ModelCard(BaseModel):
     dim: int
     fingerprint: str
     max_tokens: int
+    dense_weight: float = Field(description="The default w of hybrid search's convex fusion "
+                                "for this encoder's vectors.")
 
 
 class ModelList(BaseModel):
@@ -100,10 +102,11 @@ class CollectionCreate(RequestBody):
     name: Annotated[str, Field(min_length=1, max_length=255, description=COLLECTION_NAME_HELP,
                                json_schema_extra={"pattern": COLLECTION_NAME_PATTERN}),
                     AfterValidator(collection_name)]
-    hybrid: bool = Field(False, description="Also index the documents' text with Milvus' "
-                         "BM25 full-text search, for search modes bm25 and hybrid (Milvus "
-                         "Lite or Milvus >= 2.5; 409 on a store without it). Default false: a "
-                         "dense-only collection, as before.")
+    hybrid: bool | None = Field(None, description="Also index the documents' text for BM25 "
+                                "full-text search (English: lower-cased, stop words dropped, "
+                                "stemmed), for search modes bm25 and hybrid. Default: true "
+                                "where the store has BM25 (Milvus Lite, Milvus >= 2.5, FAISS), "
+                                "false on a Milvus server older than 2.5; true there is 409.")
 
 
 class EncoderOut(BaseModel):
@@ -195,11 +198,15 @@ class SearchRequest(RequestBody):
                                     "and a text query, else 'dense'. bm25 and hybrid need "
                                     "`query` (422 with `vector`) and a hybrid collection "
                                     "(409).")
-    fusion: Fusion = Field("rrf", description="How hybrid fuses the two rankings: 'rrf' "
-                           "scores Σ 1/(60 + rank) over the sides that found the hit; "
-                           "'weighted' scores w·(1 + cosine)/2 + (1 − w)·(2/π)·atan(bm25) "
-                           "with w = dense_weight.")
-    dense_weight: float = Field(0.5, ge=0, le=1, description="w of the weighted fusion.")
+    fusion: Fusion = Field("convex", description="How hybrid fuses the two rankings (each "
+                           "searched at least 100 deep): 'convex' (default) scores "
+                           "w·(1 + cos)/(1 + max cos) + (1 − w)·bm25/max bm25, each side "
+                           "normalised by its best hit; 'rrf' scores Σ 1/(60 + rank) over the "
+                           "sides that found the hit; 'weighted' scores "
+                           "w·(1 + cos)/2 + (1 − w)·(2/π)·atan(bm25). w = dense_weight.")
+    dense_weight: float | None = Field(None, ge=0, le=1, description="w of the convex and "
+                                       "weighted fusions. Default: the served encoder's "
+                                       "(GET /v1/models), chosen on public dev sets.")
 
 
 class HitOut(BaseModel):

@@ -19,6 +19,7 @@ from api.errors import conflict, invalid
 from api.metrics import Metrics
 from api.settings import Settings
 from index import Hit, StoreError, StoreUnavailableError
+from index.fusion import DEFAULT_FUSION, model_dense_weight
 from wiring.components import load_components
 
 log = logging.getLogger(__name__)
@@ -49,6 +50,7 @@ class Service:
         self.encoder, self.info, self.store = self.parts.encoder, self.parts.info, self.parts.store
         self.decoders, self.decoder_paths = self.parts.decoders, self.parts.decoder_paths
         self.model_created = int(settings.model.joinpath("model.safetensors").stat().st_mtime)
+        self.dense_weight = model_dense_weight(settings.model)  # hybrid's default w
         self.batcher = DynamicBatcher(
             lambda ids: self.encoder.encode_ids(ids, batch_size=len(ids), normalize=False),
             self.encoder.dim, max_size=settings.batch_max_size,
@@ -101,13 +103,14 @@ class Service:
 
     async def search(self, collection: str, xq: np.ndarray, k: int, filter: Any,
                      with_vectors: bool, consistency: str, query_text: list[str] | None = None,
-                     mode: str | None = None, fusion: str = "rrf", dense_weight: float = 0.5
-                     ) -> list[Hit]:
+                     mode: str | None = None, fusion: str = DEFAULT_FUSION,
+                     dense_weight: float | None = None) -> list[Hit]:
         if k > self.settings.max_top_k:
             raise invalid(f"top_k must be at most {self.settings.max_top_k}, got {k}")
         (hits,) = await self.call(self.store.search, collection, xq[None, :], k, filter,
                                   self.info, with_vectors, consistency, query_text, mode,
-                                  fusion, dense_weight)
+                                  fusion, self.dense_weight if dense_weight is None
+                                  else dense_weight)
         return hits
 
     def decoder_for(self, collection: str) -> Any:

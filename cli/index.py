@@ -52,6 +52,10 @@ def index(
                                 help="Batches encoded at once (default: one per CPU thread, "
                                      "each single-threaded; 1 on a GPU)."),
     progress: bool = typer.Option(True, "--progress/--no-progress"),
+    hybrid: bool | None = typer.Option(
+        None, "--hybrid/--no-hybrid", help="Create the collection with a BM25 index of the "
+        "text beside the vectors (default: yes where the store has BM25; an existing "
+        "collection is kept as it is)."),
 ) -> None:
     """Encode a corpus and upsert it into a collection. Resumable: run it again after a kill."""
     # Encoding overlaps the write of the previous batch: see wiring.runtime.
@@ -74,7 +78,7 @@ def index(
     fields = Fields(id=id_field, text=text_field, value=value_field)
     config = job_config(collection, inputs, store, fields, format, batch_size,
                         (shard_i, n_shards), state_dir, rejects, restart, retries, backoff,
-                        progress)
+                        progress, hybrid)
     try:
         summary = index_files(collection, inputs, config, store, model, token, timeout, device,
                               workers)

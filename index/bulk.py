@@ -27,7 +27,7 @@ import numpy as np
 from tqdm import tqdm
 
 from index.corpus import Fields, Position, detect_format, read_records, shard_of, to_fields
-from index.store import EncoderInfo, Item, StoreUnavailableError, VectorStore
+from index.store import EncoderInfo, Item, StoreUnavailableError, VectorStore, hybrid_default
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -49,6 +49,7 @@ class JobConfig:
     backoff_s: float = 1.0
     max_backoff_s: float = 30.0
     progress_bar: bool = True
+    hybrid: bool | None = None  # None: hybrid where the store has BM25 (an existing one: as is)
 
 
 @dataclass
@@ -236,7 +237,9 @@ class BulkJob:
         if batch.ids:
             if not self._created:
                 dim = self.encoder.dim if self.encoder else vectors.shape[1]
-                self._retry("create", lambda: self.store.create(self.collection, dim, self.encoder))
+                self._retry("create", lambda: self.store.create(
+                    self.collection, dim, self.encoder,
+                    hybrid=hybrid_default(self.store, self.collection, cfg.hybrid)))
                 self._created = True
             items = [Item(i, vectors[r], batch.texts[r], batch.values[r], batch.metadata[r])
                      for r, i in enumerate(batch.ids)]

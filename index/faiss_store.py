@@ -1,12 +1,18 @@
 """``FaissStore``: the key-value memory in process, flat (exact) or HNSW, on disk.
 
 Each collection is a directory under the store's root: ``collection.json`` (dim, encoder,
-index type), a snapshot (``vectors.npy`` + ``items.jsonl``) and a write-ahead log
+index type, hybrid), a snapshot (``vectors.npy`` + ``items.jsonl``) and a write-ahead log
 ``log.jsonl`` that every upsert and delete appends to and fsyncs before returning, so a
 write that returned survives a kill. Opening replays the log; :meth:`FaissStore.compact`
 folds it into the snapshot. The faiss index is rebuilt lazily after writes. A filtered
 search is exact over the matching items. With ``index_type="flat"`` this is the exact
 reference that approximate stores' recall is measured against.
+
+A hybrid collection also has a BM25 index of the items' text (:mod:`index.bm25`, over
+:func:`index.analysis.analyze`'s terms, scored as Milvus' BM25 function scores), built in
+process, lazily after writes like the faiss index; nothing of it is stored but the texts.
+Searches take ``mode`` ``dense``, ``bm25`` or ``hybrid`` as on Milvus: a hybrid search runs
+both sides :func:`index.fusion.candidates` deep and fuses them with :func:`index.fusion.fuse`.
 """
 
 from __future__ import annotations
@@ -16,6 +22,7 @@ import json
 import logging
 import os
 import shutil
+import threading
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -23,7 +30,10 @@ from typing import Any
 import faiss
 import numpy as np
 
+from index.analysis import analyze
+from index.bm25 import BM25Index, term_ids
 from index.filters import Filter, matches
+from index.fusion import DEFAULT_DENSE_WEIGHT, DEFAULT_FUSION, candidates, check_fusion, fuse
 from index.store import (
     CollectionExistsError,
     CollectionInfo,
@@ -31,7 +41,6 @@ from index.store import (
     EncoderInfo,
     Hit,
     Item,
-    UnsupportedError,
     as_matrix,
     check_collection_name,
     check_encoder,
@@ -47,36 +56,63 @@ INDEX_TYPES = ("flat", "hnsw")
 
 
 class _Collection:
-    """One collection in memory: id → item, and a faiss index built on demand."""
+    """One collection in memory: id → item, and a faiss index (and, when hybrid, a BM25
+    index) built on demand."""
 
     def __init__(self, info: CollectionInfo, index_type: str, hnsw_m: int) -> None:
         self.info, self.index_type, self.hnsw_m = info, index_type, hnsw_m
         self.items: dict[str, Item] = {}
         self._index: Any = None
         self._ids: list[str] = []
+        self._bm25: tuple[BM25Index, list[str]] | None = None
+        # each item's analysed text as term ids, kept across rebuilds (the vocabulary grows)
+        self._vocab: dict[str, int] = {}
+        self._terms: dict[str, np.ndarray] = {}
+        self._lock = threading.Lock()  # a write never lands inside a BM25 build
 
     def apply(self, record: dict[str, Any]) -> None:
-        if record["op"] == "upsert":
-            for it in record["items"]:
-                self.items[it.id] = it
-        else:
-            for i in record["ids"]:
-                self.items.pop(i, None)
-        self._index = None
+        with self._lock:
+            if record["op"] == "upsert":
+                for it in record["items"]:
+                    self.items[it.id] = it
+                    self._terms.pop(it.id, None)
+            else:
+                for i in record["ids"]:
+                    self.items.pop(i, None)
+                    self._terms.pop(i, None)
+            self._index = None
+            self._bm25 = None
+
+    def bm25(self) -> tuple[BM25Index, list[str]]:
+        """The BM25 index of the items' text and the ids of its documents, in order."""
+        built = self._bm25
+        if built is None:
+            with self._lock:
+                built = self._bm25
+                if built is None:
+                    ids, terms = list(self.items), self._terms
+                    for i in ids:
+                        if i not in terms:
+                            terms[i] = term_ids(analyze(self.items[i].text), self._vocab)
+                    built = (BM25Index([terms[i] for i in ids], self._vocab), ids)
+                    self._bm25 = built
+        return built
 
     def index(self) -> tuple[Any, list[str]]:
-        if self._index is None:
+        index, ids = self._index, self._ids
+        if index is None:  # built whole before it is published: other threads may search
             d = self.info.dim
-            self._ids = list(self.items)
-            xb = np.stack([self.items[i].vector for i in self._ids]) if self._ids else (
+            ids = list(self.items)
+            xb = np.stack([self.items[i].vector for i in ids]) if ids else (
                 np.zeros((0, d), np.float32))
             if self.index_type == "hnsw":
-                self._index = faiss.IndexHNSWFlat(d, self.hnsw_m, faiss.METRIC_INNER_PRODUCT)
-                self._index.hnsw.efConstruction = 200
+                index = faiss.IndexHNSWFlat(d, self.hnsw_m, faiss.METRIC_INNER_PRODUCT)
+                index.hnsw.efConstruction = 200
             else:
-                self._index = faiss.IndexFlatIP(d)
-            self._index.add(xb)
-        return self._index, self._ids
+                index = faiss.IndexFlatIP(d)
+            index.add(xb)
+            self._ids, self._index = ids, index
+        return index, ids
 
 
 def _encode_item(it: Item) -> dict[str, Any]:
@@ -114,8 +150,8 @@ class FaissStore:
             raise CollectionNotFoundError(f"no collection {name!r} in {self.root}")
         meta = json.loads((path / "collection.json").read_text())
         enc = EncoderInfo.from_dict(meta["encoder"]) if meta["encoder"] else None
-        col = _Collection(CollectionInfo(name, int(meta["dim"]), enc), self.index_type,
-                          self.hnsw_m)
+        info = CollectionInfo(name, int(meta["dim"]), enc, bool(meta.get("hybrid", False)))
+        col = _Collection(info, self.index_type, self.hnsw_m)
         if (path / "items.jsonl").is_file():
             vectors = np.load(path / "vectors.npy")
             with open(path / "items.jsonl", encoding="utf-8") as f:
@@ -185,27 +221,29 @@ class FaissStore:
         exist_ok: bool = True, hybrid: bool = False,
     ) -> CollectionInfo:
         path = self._dir(collection)
-        if hybrid:
-            raise UnsupportedError(
-                "FaissStore has no BM25 index: hybrid collections need Milvus (Lite, or a "
-                "server >= 2.5); create the collection without hybrid")
         if dim < 1:
             raise ValueError(f"dim must be >= 1, got {dim}")
         if encoder is not None and encoder.dim != dim:
             raise ValueError(f"encoder {encoder.name!r} makes dim {encoder.dim}, not {dim}")
         if (path / "collection.json").is_file():
             info = self.describe(collection)
-            if not exist_ok or info.dim != dim or info.encoder != encoder:
+            if (not exist_ok or info.dim != dim or info.encoder != encoder
+                    or info.hybrid != hybrid):
                 raise CollectionExistsError(
-                    f"collection {collection!r} exists with dim {info.dim} and encoder "
-                    f"{info.encoder}; asked for dim {dim} and encoder {encoder}")
+                    f"collection {collection!r} exists with dim {info.dim}, encoder "
+                    f"{info.encoder} and hybrid={info.hybrid}; asked for dim {dim}, encoder "
+                    f"{encoder} and hybrid={hybrid}")
             return info
         path.mkdir(parents=True, exist_ok=True)
         meta = {"dim": dim, "encoder": encoder.to_dict() if encoder else None,
-                "index_type": self.index_type}
+                "index_type": self.index_type, "hybrid": bool(hybrid)}
         (path / "collection.tmp.json").write_text(json.dumps(meta))
         os.replace(path / "collection.tmp.json", path / "collection.json")
         return self.describe(collection)
+
+    def bm25_available(self) -> bool:
+        """Whether hybrid (BM25) collections can be made here: always, in process."""
+        return True
 
     def drop(self, collection: str) -> None:
         self._open.pop(collection, None)
@@ -256,14 +294,27 @@ class FaissStore:
         consistency: str = "Session",
         query_text: Sequence[str] | None = None,
         mode: str | None = None,
-        fusion: str = "rrf",
-        dense_weight: float = 0.5,
+        fusion: str = DEFAULT_FUSION,
+        dense_weight: float = DEFAULT_DENSE_WEIGHT,
     ) -> list[list[Hit]]:
         check_search_args(k, consistency)
+        check_fusion(fusion, dense_weight)
         col = self._load(collection)
         check_encoder(col.info, encoder)
         xq = as_matrix(xq, col.info.dim)
-        resolve_mode(col.info, mode, query_text, len(xq))  # only "dense" passes: no BM25 here
+        mode = resolve_mode(col.info, mode, query_text, len(xq))
+        if mode == "dense":
+            return self._dense(col, xq, k, filter, with_vectors)
+        assert query_text is not None  # resolve_mode checked it
+        if mode == "bm25":
+            return self._bm25(col, query_text, k, filter, with_vectors)
+        depth = candidates(k)
+        dense = self._dense(col, xq, depth, filter, with_vectors)
+        bm25 = self._bm25(col, query_text, depth, filter, with_vectors)
+        return [fuse(d, b, k, fusion, dense_weight) for d, b in zip(dense, bm25, strict=True)]
+
+    def _dense(self, col: _Collection, xq: np.ndarray, k: int, filter: Filter | None,
+               with_vectors: bool) -> list[list[Hit]]:
         if filter is not None:
             ids = [i for i, it in col.items.items() if matches(filter, it.metadata)]
             xb = (np.stack([col.items[i].vector for i in ids]) if ids
@@ -278,16 +329,28 @@ class FaissStore:
                 index.hnsw.efSearch = max(self.ef, k)
             D, idx = index.search(xq, min(k, max(len(ids), 1)))
         return [
-            [self._hit(col, ids[j], float(s), with_vectors)
+            [self._hit(col, ids[j], float(s), with_vectors, "dense")
              for s, j in zip(D[r], idx[r], strict=True) if j >= 0]
             for r in range(len(xq))
         ]
 
+    def _bm25(self, col: _Collection, texts: Sequence[str], k: int, filter: Filter | None,
+              with_vectors: bool) -> list[list[Hit]]:
+        """The BM25 top ``k`` of each query text; only items ``filter`` matches can be hits."""
+        index, ids = col.bm25()
+
+        def kept(j: int) -> bool:
+            return filter is None or matches(filter, col.items[ids[j]].metadata)
+
+        keep = kept if filter is not None else None
+        return [[self._hit(col, ids[j], s, with_vectors, "bm25")
+                 for j, s in index.top(t, k, ids, keep)] for t in texts]
+
     @staticmethod
-    def _hit(col: _Collection, id_: str, score: float, with_vector: bool) -> Hit:
+    def _hit(col: _Collection, id_: str, score: float, with_vector: bool, side: str) -> Hit:
         it = col.items[id_]
         return Hit(id=id_, score=score, text=it.text, value=it.value, metadata=dict(it.metadata),
-                   vector=it.vector.copy() if with_vector else None, sources={"dense": score})
+                   vector=it.vector.copy() if with_vector else None, sources={side: score})
 
     def close(self) -> None:
         self._open.clear()

@@ -7,12 +7,17 @@ key, ``vector`` FLOAT_VECTOR with an inner-product index (HNSW by default), ``te
 collection's properties. Writes are upserts; counts and gets are strong reads; searches
 default to Session consistency (sees this client's writes, fast otherwise).
 
-A hybrid collection adds Milvus' own full-text search: ``text`` gets an analyzer, and a
-BM25 function fills a ``sparse`` SPARSE_FLOAT_VECTOR field from it (inverted index, BM25
-metric), in Milvus Lite 3.x and Milvus ≥ 2.5. A hybrid search runs the dense and the BM25
-search in Milvus and fuses the two rankings with :func:`index.fusion.fuse` (RRF as
-Milvus' ``RRFRanker`` computes it, but order-stable, and keeping each side's score).
-BM25 queries are sent without English stop words (:func:`bm25_query`).
+A hybrid collection adds full-text search: the store fills a hidden ``bm25_text`` field with
+:func:`index.analysis.analyzed` (lower-cased, stop words dropped, Snowball-stemmed: Milvus'
+analyzers do not stem), and Milvus' BM25 function turns it into a ``sparse``
+SPARSE_FLOAT_VECTOR field (inverted index, BM25 metric, k1/b as bm25s), in Milvus Lite 3.x
+and Milvus ≥ 2.5. Queries are analysed the same way, so Milvus' BM25 ranks as bm25s does. A
+hybrid search runs the dense and the BM25 search in Milvus, each ``candidates(k)`` deep, and
+fuses them with :func:`index.fusion.fuse`. (Hybrid collections made before ``bm25_text``
+analyse ``text`` itself and are still searched, without stemming.)
+
+On Milvus Lite the store seals what it writes (:mod:`index.sealing`): Lite searches unsealed
+rows by brute force in Python.
 """
 
 from __future__ import annotations
@@ -26,11 +31,22 @@ from typing import Any, TypeVar
 
 import numpy as np
 
+from index.analysis import analyzed
 from index.filters import Filter, quote, to_milvus_expr
-from index.fusion import DEFAULT_DENSE_WEIGHT, check_fusion, fuse
+from index.fusion import DEFAULT_DENSE_WEIGHT, DEFAULT_FUSION, candidates, check_fusion, fuse
+from index.milvus_schema import (
+    BM25_FIELD,
+    ENCODER_PROPERTY,
+    OUTPUT_FIELDS,
+    SPARSE_FIELD,
+    bm25_query,
+    bm25_text,
+    create_collection,
+    hit,
+    item,
+)
+from index.sealing import Sealer
 from index.store import (
-    MAX_ID_BYTES,
-    MAX_TEXT_BYTES,
     CollectionExistsError,
     CollectionInfo,
     CollectionNotFoundError,
@@ -51,19 +67,8 @@ from index.store import (
 
 log = logging.getLogger(__name__)
 
-ENCODER_PROPERTY = "qkv.encoder"
 INDEX_TYPES = ("HNSW", "FLAT", "AUTOINDEX")
-OUTPUT_FIELDS = ["id", "text", "value", "metadata"]
 UPSERT_CHUNK = 512
-SPARSE_FIELD = "sparse"
-# Lucene's English stop words. BM25 queries go to Milvus without them: they carry almost no
-# idf weight, and Milvus Lite scans every query term's postings in Python, so at 100,000
-# documents a query's BM25 p50 fell from 647 ms to 99 ms once they were left out.
-QUERY_STOP_WORDS = ("a", "an", "and", "are", "as", "at", "be", "but", "by", "for", "if", "in",
-                    "into", "is", "it", "no", "not", "of", "on", "or", "such", "that", "the",
-                    "their", "then", "there", "these", "they", "this", "to", "was", "will",
-                    "with")
-_STOP_RE = re.compile(r"\b(?:" + "|".join(QUERY_STOP_WORDS) + r")\b", re.IGNORECASE)
 BM25_MIN_VERSION = (2, 5)  # the first Milvus server with the BM25 function
 T = TypeVar("T")
 # Milvus/grpc wording for a server that is down or did not answer in time.
@@ -107,6 +112,9 @@ class MilvusStore:
         self._client: Any = None
         self._info: dict[str, CollectionInfo] = {}
         self._loaded: set[str] = set()
+        self._analysed: dict[str, bool] = {}  # hybrid collection -> has BM25_FIELD
+        self._bm25: bool | None = None
+        self._sealer = Sealer(self.flush)  # Lite only
 
     # -- connection -------------------------------------------------------------------
     def _connect(self) -> Any:
@@ -138,6 +146,12 @@ class MilvusStore:
             raise StoreError(f"Milvus {what} failed: {e}") from e
 
     def close(self) -> None:
+        pending = self._sealer.stop()
+        for collection in pending if self._client is not None else []:
+            try:  # seal what waits, so the next start searches it fast
+                self.flush(collection)
+            except StoreError as e:
+                log.warning("could not seal collection %s on close: %s", collection, e)
         if self._client is not None:
             try:
                 self._client.close()
@@ -167,8 +181,10 @@ class MilvusStore:
             return info
         if hybrid:
             self._check_bm25()
-        self._call("create_collection",
-                   lambda c: self._create(c, collection, dim, encoder, hybrid))
+        build = ({"M": self.hnsw_m, "efConstruction": self.ef_construction}
+                 if self.index_type == "HNSW" else {})
+        self._call("create_collection", lambda c: create_collection(
+            c, collection, dim, encoder, hybrid, self.index_type, build, self.timeout))
         self._info.pop(collection, None)
         log.info("created Milvus collection %s (dim %d, %s%s) at %s", collection, dim,
                  self.index_type, ", BM25" if hybrid else "", self.uri)
@@ -177,6 +193,16 @@ class MilvusStore:
     def server_version(self) -> str:
         """The Milvus version string, e.g. ``v2.5.16``."""
         return str(self._call("get_server_version", lambda c: c.get_server_version()))
+
+    def bm25_available(self) -> bool:
+        """Milvus Lite and servers >= 2.5 have BM25 (asked once per store)."""
+        if self._bm25 is None:
+            try:
+                self._check_bm25()
+                self._bm25 = True
+            except UnsupportedError:
+                self._bm25 = False
+        return self._bm25
 
     def _check_bm25(self) -> None:
         """Refuse, naming the version, a server without the BM25 function (Milvus < 2.5)."""
@@ -188,38 +214,12 @@ class MilvusStore:
                 f"Milvus {'.'.join(map(str, BM25_MIN_VERSION))}); create the collection "
                 "without hybrid, or use Milvus Lite or a Milvus >= 2.5 server")
 
-    def _create(self, client: Any, name: str, dim: int, encoder: EncoderInfo | None,
-                hybrid: bool) -> None:
-        from pymilvus import DataType, Function, FunctionType, MilvusClient
-
-        schema = MilvusClient.create_schema(auto_id=False, enable_dynamic_field=False)
-        schema.add_field("id", DataType.VARCHAR, is_primary=True, max_length=MAX_ID_BYTES)
-        schema.add_field("vector", DataType.FLOAT_VECTOR, dim=dim)
-        text_args = {"enable_analyzer": True} if hybrid else {}
-        schema.add_field("text", DataType.VARCHAR, max_length=MAX_TEXT_BYTES, **text_args)
-        schema.add_field("value", DataType.VARCHAR, max_length=MAX_TEXT_BYTES)
-        schema.add_field("metadata", DataType.JSON)
-        params = client.prepare_index_params()
-        build = ({"M": self.hnsw_m, "efConstruction": self.ef_construction}
-                 if self.index_type == "HNSW" else {})
-        params.add_index(field_name="vector", index_type=self.index_type, metric_type="IP",
-                         params=build)
-        if hybrid:
-            schema.add_field(SPARSE_FIELD, DataType.SPARSE_FLOAT_VECTOR)
-            schema.add_function(Function(
-                name="text_bm25", function_type=FunctionType.BM25,
-                input_field_names=["text"], output_field_names=[SPARSE_FIELD]))
-            params.add_index(field_name=SPARSE_FIELD, index_type="SPARSE_INVERTED_INDEX",
-                             metric_type="BM25")
-        props = {ENCODER_PROPERTY: json.dumps(encoder.to_dict() if encoder else None)}
-        client.create_collection(name, schema=schema, index_params=params, properties=props,
-                                 consistency_level="Bounded", timeout=self.timeout)
-
     def drop(self, collection: str) -> None:
         self._call("drop_collection",
                    lambda c: c.drop_collection(collection, timeout=self.timeout))
         self._info.pop(collection, None)
         self._loaded.discard(collection)
+        self._sealer.forget(collection)
 
     def list_collections(self) -> list[str]:
         return sorted(self._call("list_collections", lambda c: c.list_collections()))
@@ -234,6 +234,7 @@ class MilvusStore:
         dim = next(int(f["params"]["dim"]) for f in d["fields"] if f["name"] == "vector")
         raw = json.loads(d.get("properties", {}).get(ENCODER_PROPERTY, "null"))
         hybrid = any(f["name"] == SPARSE_FIELD for f in d["fields"])
+        self._analysed[collection] = any(f["name"] == BM25_FIELD for f in d["fields"])
         info = CollectionInfo(collection, dim, EncoderInfo.from_dict(raw) if raw else None,
                               hybrid)
         self._info[collection] = info
@@ -250,16 +251,16 @@ class MilvusStore:
         return info
 
     def flush(self, collection: str) -> None:
-        """Seal the collection's growing segments so searches use their indexes (Milvus Lite
-        builds them when the collection loads). After a bulk load this matters: Lite's BM25
-        over 1,400 unsealed documents took 130 ms a query, 12 ms once sealed."""
+        """Seal the collection's growing segment now (see the module docstring); Milvus
+        builds the indexes of sealed segments in the background."""
         self._ready(collection)
-        self._call("flush", lambda c: c.flush(collection, timeout=self.timeout))
         if self.is_lite:
-            self._call("release_collection",
-                       lambda c: c.release_collection(collection, timeout=self.timeout))
-            self._loaded.discard(collection)
-            self._ready(collection)
+            self._sealer.forget(collection)
+        self._call("flush", lambda c: c.flush(collection, timeout=self.timeout))
+
+    def _wrote(self, collection: str, rows: int) -> None:
+        if self.is_lite:
+            self._sealer.wrote(collection, rows)
 
     # -- items ------------------------------------------------------------------------
     def upsert(
@@ -274,10 +275,14 @@ class MilvusStore:
         xb = as_matrix(np.stack([it.vector for it in items]), info.dim)
         rows = [{"id": it.id, "vector": xb[i].tolist(), "text": it.text, "value": it.value or "",
                  "metadata": it.metadata} for i, it in enumerate(items)]
+        if self._analysed.get(collection):
+            for row in rows:
+                row[BM25_FIELD] = bm25_text(row["text"])
         for start in range(0, len(rows), UPSERT_CHUNK):
             chunk = rows[start : start + UPSERT_CHUNK]
             self._call("upsert", lambda c, ch=chunk: c.upsert(collection, ch,  # type: ignore[misc]
                                                               timeout=self.timeout))
+            self._wrote(collection, len(chunk))
         return len(rows)
 
     def delete(self, collection: str, ids: Sequence[str]) -> None:
@@ -285,6 +290,7 @@ class MilvusStore:
         if ids:
             expr = "id in [" + ", ".join(quote(i) for i in ids) + "]"
             self._call("delete", lambda c: c.delete(collection, filter=expr, timeout=self.timeout))
+            self._wrote(collection, len(ids))
 
     def get(self, collection: str, ids: Sequence[str]) -> list[Item]:
         self._ready(collection)
@@ -295,7 +301,7 @@ class MilvusStore:
             collection, filter=expr, output_fields=[*OUTPUT_FIELDS, "vector"],
             consistency_level="Strong", timeout=self.timeout))
         by_id = {str(r["id"]): r for r in rows}
-        return [_item(by_id[i]) for i in dict.fromkeys(ids) if i in by_id]
+        return [item(by_id[i]) for i in dict.fromkeys(ids) if i in by_id]
 
     def count(self, collection: str) -> int:
         self._ready(collection)
@@ -315,7 +321,7 @@ class MilvusStore:
         consistency: str = "Session",
         query_text: Sequence[str] | None = None,
         mode: str | None = None,
-        fusion: str = "rrf",
+        fusion: str = DEFAULT_FUSION,
         dense_weight: float = DEFAULT_DENSE_WEIGHT,
     ) -> list[list[Hit]]:
         check_search_args(k, consistency)
@@ -327,49 +333,44 @@ class MilvusStore:
             return []
         fields = [*OUTPUT_FIELDS, "vector"] if with_vectors else OUTPUT_FIELDS
         expr = to_milvus_expr(filter) if filter is not None else ""
+        depth = candidates(k) if mode == "hybrid" else k
         dense: list[list[Hit]] = []
         if mode in ("dense", "hybrid"):
             params: dict[str, Any] = {"metric_type": "IP"}
             if self.index_type == "HNSW":
-                params["params"] = {"ef": max(self.ef, k)}
+                params["params"] = {"ef": max(self.ef, depth)}
             # a hybrid collection has two vector fields, so the search must name its own
             field = {"anns_field": "vector"} if info.hybrid else {}
             res = self._call("search", lambda c: c.search(
-                collection, data=[row.tolist() for row in xq], limit=k, filter=expr,
+                collection, data=[row.tolist() for row in xq], limit=depth, filter=expr,
                 output_fields=fields, search_params=params, consistency_level=consistency,
                 timeout=self.timeout, **field))
-            dense = [[_hit(h, with_vectors, "dense") for h in row] for row in res]
+            dense = [[hit(h, with_vectors, "dense") for h in row] for row in res]
             if mode == "dense":
                 return dense
         assert query_text is not None  # resolve_mode checked it
-        res = self._call("bm25 search", lambda c: c.search(
-            collection, data=[bm25_query(t) for t in query_text], anns_field=SPARSE_FIELD,
-            limit=k, filter=expr, output_fields=fields, search_params={"metric_type": "BM25"},
-            consistency_level=consistency, timeout=self.timeout))
-        bm25 = [[_hit(h, with_vectors, "bm25") for h in row] for row in res]
+        bm25 = self._bm25_search(collection, query_text, depth, expr, fields, consistency,
+                                 with_vectors)
         if mode == "bm25":
             return bm25
         return [fuse(d, b, k, fusion, dense_weight) for d, b in zip(dense, bm25, strict=True)]
 
+    def _bm25_search(self, collection: str, query_text: Sequence[str], k: int, expr: str,
+                     fields: list[str], consistency: str, with_vectors: bool
+                     ) -> list[list[Hit]]:
+        """Each query's BM25 hits; a query with no term left after analysis has none."""
+        queries = ([analyzed(t) for t in query_text] if self._analysed.get(collection)
+                   else [bm25_query(t) for t in query_text])
+        asked = [i for i, q in enumerate(queries) if q.strip()]
+        out: list[list[Hit]] = [[] for _ in queries]
+        if not asked:
+            return out
+        res = self._call("bm25 search", lambda c: c.search(
+            collection, data=[queries[i] for i in asked], anns_field=SPARSE_FIELD, limit=k,
+            filter=expr, output_fields=fields, search_params={"metric_type": "BM25"},
+            consistency_level=consistency, timeout=self.timeout))
+        for i, row in zip(asked, res, strict=True):
+            out[i] = [hit(h, with_vectors, "bm25") for h in row]
+        return out
 
-def bm25_query(text: str) -> str:
-    """The query text without English stop words (all of it when nothing else is left)."""
-    kept = _STOP_RE.sub(" ", text)
-    return kept if kept.strip(" \t\n\r.,;:!?'\"()-") else text
 
-
-def _item(row: dict[str, Any]) -> Item:
-    return Item(id=str(row["id"]), vector=np.asarray(row["vector"], dtype=np.float32),
-                text=row.get("text") or "", value=row.get("value") or None,
-                metadata=dict(row.get("metadata") or {}))
-
-
-def _hit(h: dict[str, Any], with_vector: bool, side: str) -> Hit:
-    e = h.get("entity", {})
-    vec = np.asarray(e["vector"], dtype=np.float32) if with_vector else None
-    score = float(h["distance"])
-    if side == "bm25":
-        score = abs(score)  # BM25 is >= 0; Milvus Lite reports it negated (best = lowest)
-    return Hit(id=str(h["id"]), score=score, text=e.get("text") or "",
-               value=e.get("value") or None, metadata=dict(e.get("metadata") or {}), vector=vec,
-               sources={side: score})

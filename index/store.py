@@ -47,7 +47,7 @@ class EncoderMismatchError(StoreError):
 
 class UnsupportedError(StoreError):
     """The store or the collection lacks a feature asked for: BM25 on a Milvus server older
-    than 2.5 or on FAISS, a ``bm25``/``hybrid`` search of a collection made without it."""
+    than 2.5, a ``bm25``/``hybrid`` search of a collection made without it."""
 
 
 class StoreUnavailableError(StoreError):
@@ -122,6 +122,11 @@ class VectorStore(Protocol):
         the backend has none)."""
         ...
 
+    def bm25_available(self) -> bool:
+        """Whether ``create(..., hybrid=True)`` can work here (a Milvus server older than 2.5
+        has no BM25); collections are hybrid by default where it can."""
+        ...
+
     def drop(self, collection: str) -> None:
         """Delete ``collection`` and everything in it (no error if absent)."""
         ...
@@ -156,7 +161,7 @@ class VectorStore(Protocol):
         consistency: str = "Session",
         query_text: Sequence[str] | None = None,
         mode: str | None = None,
-        fusion: str = "rrf",
+        fusion: str = "convex",
         dense_weight: float = 0.5,
     ) -> list[list[Hit]]:
         """For each query row of ``xq`` (nq, d), up to ``k`` hits, best first. ``mode``
@@ -286,6 +291,17 @@ def collection_name(name: str) -> str:
     stored = name.replace("-", "_")
     check_collection_name(stored)
     return stored
+
+
+def hybrid_default(store: VectorStore, collection: str, hybrid: bool | None) -> bool:
+    """Whether to create ``collection`` hybrid: as asked; when not asked, as it already is,
+    else wherever the store has BM25 (collections are hybrid by default)."""
+    if hybrid is not None:
+        return hybrid
+    try:
+        return store.describe(collection).hybrid
+    except CollectionNotFoundError:
+        return store.bm25_available()
 
 
 def resolve_mode(info: CollectionInfo, mode: str | None, query_text: Sequence[str] | None,

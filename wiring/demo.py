@@ -40,7 +40,8 @@ def read_jsonl(path: Path) -> list[dict[str, Any]]:
 def _state(parts: Components, collection: str, corpus: Path, n: int) -> str:
     """``new``: no collection; ``partial``: fewer documents than the corpus (a first start
     stopped while writing); ``stale``: made by another encoder (e.g. the same model stored
-    at another precision: another fingerprint); ``complete``."""
+    at another precision: another fingerprint) or without the BM25 index the store can
+    have (an older start); ``complete``."""
     try:
         info = parts.store.describe(collection)
     except CollectionNotFoundError:
@@ -51,6 +52,11 @@ def _state(parts: Components, collection: str, corpus: Path, n: int) -> str:
         log.warning("the demo collection %r holds vectors of encoder %s (fingerprint %s), not "
                     "of the served %s (%s): building it again", collection, info.encoder.name,
                     info.encoder.fingerprint, parts.info.name, parts.info.fingerprint)
+        return "stale"
+    if info.hybrid != parts.store.bm25_available():
+        log.warning("the demo collection %r was made %s a BM25 index; building it again "
+                    "(demo collections are hybrid wherever the store can)", collection,
+                    "with" if info.hybrid else "without")
         return "stale"
     have = parts.store.count(collection)
     if have >= n:
@@ -87,7 +93,8 @@ def seed_demo(parts: Components, corpus: Path, collection: str, batch: int = 204
     if state == "stale":
         parts.store.drop(collection)
     if state in ("new", "stale"):
-        parts.store.create(collection, parts.info.dim, parts.info)
+        parts.store.create(collection, parts.info.dim, parts.info,
+                           hybrid=parts.store.bm25_available())
     n = 0
     for start in range(0, len(items), 1000):
         n += parts.store.upsert(collection, items[start : start + 1000], parts.info)

@@ -22,7 +22,7 @@ log = logging.getLogger(__name__)
 def job_config(collection: str, inputs: list[Path], store: str, fields: Fields,
                format: str | None, batch_size: int, shard: tuple[int, int], state_dir: Path,
                rejects: Path | None, restart: bool, retries: int, backoff_s: float,
-               progress: bool) -> JobConfig:
+               progress: bool, hybrid: bool | None = None) -> JobConfig:
     """The job's settings; its progress file ``state_dir/COLLECTION.shardIofN.KEY``, KEY a
     hash of what makes the job the same job (collection, inputs, fields, shard, store), so
     that running the same command again resumes it (``restart``: start over)."""
@@ -38,7 +38,7 @@ def job_config(collection: str, inputs: list[Path], store: str, fields: Fields,
     return JobConfig(
         state_path=state_path, rejects_path=rejects or state_dir / f"{stem}.rejects.jsonl",
         fields=fields, format=format, batch_size=batch_size, shard=shard, retries=retries,
-        backoff_s=backoff_s, progress_bar=progress)
+        backoff_s=backoff_s, progress_bar=progress, hybrid=hybrid)
 
 
 def index_files(collection: str, inputs: list[Path], config: JobConfig, store: str,

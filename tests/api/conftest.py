@@ -45,9 +45,10 @@ def client(make_client: MakeClient) -> TestClient:
 
 @pytest.fixture
 def collection(client: TestClient) -> Iterator[str]:
-    """A fresh collection with the tiny encoder; dropped after the test."""
+    """A fresh dense collection with the tiny encoder (so scores are cosines; the default,
+    hybrid, is tested in test_hybrid_routes); dropped after the test."""
     name = "c_" + uuid.uuid4().hex[:10]
-    r = client.post("/v1/collections", json={"name": name})
+    r = client.post("/v1/collections", json={"name": name, "hybrid": False})
     assert r.status_code == 201, r.text
     yield name
     client.delete(f"/v1/collections/{name}")

@@ -103,10 +103,23 @@ def test_filter_and_vector_query_on_hybrid(app: TestClient, hybrid: str) -> None
     assert "query" in body["error"]
 
 
-def test_modes_refused_on_dense_collections(make_client: MakeClient) -> None:
+def test_collections_are_hybrid_by_default(make_client: MakeClient) -> None:
     client = make_client()
     name = "c_" + uuid.uuid4().hex[:8]
     r = client.post("/v1/collections", json={"name": name})
+    try:
+        assert r.status_code == 201 and r.json()["hybrid"] is True
+        assert client.get(f"/v1/collections/{name}").json()["hybrid"] is True
+        card = client.get("/v1/models").json()["data"][0]
+        assert 0 <= card["dense_weight"] <= 1
+    finally:
+        client.delete(f"/v1/collections/{name}")
+
+
+def test_modes_refused_on_dense_collections(make_client: MakeClient) -> None:
+    client = make_client()
+    name = "c_" + uuid.uuid4().hex[:8]
+    r = client.post("/v1/collections", json={"name": name, "hybrid": False})
     assert r.status_code == 201 and r.json()["hybrid"] is False
     try:
         url = f"/v1/collections/{name}/search"

@@ -1,5 +1,6 @@
-"""Hybrid search: Milvus' own BM25 beside the dense vectors, fused (on Milvus Lite, with the
-shipped encoder so paraphrases mean something); refused where there is no BM25."""
+"""Hybrid search: Milvus' own BM25 (over stemmed text) beside the dense vectors, fused (on
+Milvus Lite, with the shipped encoder so paraphrases mean something); refused where there is
+no BM25; Lite collections sealed without anyone asking."""
 
 from __future__ import annotations
 
@@ -21,7 +22,9 @@ from index import (
     UnsupportedError,
     fuse,
 )
-from index.milvus_store import bm25_query
+from index.analysis import BM25_K1, analyzed
+from index.fusion import DEFAULT_DENSE_WEIGHT, candidates
+from index.milvus_schema import BM25_FIELD, bm25_query
 
 MODEL = Path(__file__).resolve().parents[2] / "models" / "encoder-default"
 DOCS = ["a physician examined the patient in the hospital",
@@ -83,7 +86,7 @@ def test_rare_keyword_found_by_bm25_and_hybrid(hybrid: MilvusStore, embed) -> No
     bm25 = search(hybrid, embed, KEYWORD, mode="bm25")
     assert [h.id for h in bm25] == ["doc-5"]  # the only document with the word
     assert bm25[0].score > 0 and bm25[0].sources == {"bm25": bm25[0].score}
-    for fusion in ("rrf", "weighted"):
+    for fusion in ("convex", "rrf", "weighted"):
         top = search(hybrid, embed, KEYWORD, mode="hybrid", fusion=fusion)[0]
         assert top.id == "doc-5", fusion
         assert set(top.sources or {}) == {"dense", "bm25"}
@@ -96,7 +99,9 @@ def test_paraphrase_found_by_dense_and_hybrid(hybrid: MilvusStore, embed) -> Non
     assert dense[0].id == "doc-6" and dense[0].sources == {"dense": dense[0].score}
     fused = search(hybrid, embed, PARAPHRASE, mode="hybrid")
     assert fused[0].id == "doc-6" and set(fused[0].sources or {}) == {"dense"}
-    assert fused[0].score == pytest.approx(1 / 61)  # RRF, rank 1 on one side
+    assert fused[0].score == pytest.approx(DEFAULT_DENSE_WEIGHT)  # convex: w · 1 + (1 − w) · 0
+    rrf = search(hybrid, embed, PARAPHRASE, mode="hybrid", fusion="rrf")
+    assert rrf[0].id == "doc-6" and rrf[0].score == pytest.approx(1 / 61)  # rank 1 on one side
 
 
 def test_default_mode_is_hybrid_with_text_dense_without(hybrid: MilvusStore, embed) -> None:  # type: ignore[no-untyped-def]
@@ -121,16 +126,78 @@ def test_fusion_is_deterministic_and_agrees_with_milvus_rrf(hybrid: MilvusStore,
 
     encode, _ = embed
     query = "a cat sleeping in the snow on monday"  # both sides find several documents
-    ours = search(hybrid, embed, query, mode="hybrid", k=5)
-    assert all(search(hybrid, embed, query, mode="hybrid", k=5) == ours for _ in range(3))
+    ours = search(hybrid, embed, query, mode="hybrid", k=5, fusion="rrf")
+    assert all(search(hybrid, embed, query, mode="hybrid", k=5, fusion="rrf") == ours
+               for _ in range(3))
     scores = [h.score for h in ours]
     assert scores == sorted(scores, reverse=True)
-    # each side with limit k, as ours
-    reqs = [AnnSearchRequest([encode([query])[0].tolist()], "vector", {"metric_type": "IP"}, 5),
-            AnnSearchRequest([bm25_query(query)], "sparse", {"metric_type": "BM25"}, 5)]
+    # each side searched candidates(k) deep, as ours, with the analysed query
+    deep = candidates(5)
+    reqs = [AnnSearchRequest([encode([query])[0].tolist()], "vector", {"metric_type": "IP"},
+                             deep),
+            AnnSearchRequest([analyzed(query)], "sparse", {"metric_type": "BM25"}, deep)]
     (theirs,) = hybrid._connect().hybrid_search("docs", reqs, RRFRanker(60), limit=5)
     assert {h["id"]: pytest.approx(h["distance"], abs=1e-6) for h in theirs} == {
         h.id: h.score for h in ours}
+
+
+def test_bm25_is_stemmed_and_ranks_as_bm25s(hybrid: MilvusStore, embed) -> None:  # type: ignore[no-untyped-def]
+    """Words meet their stems ("sleeps" finds "sleeping"), stop words alone find nothing, and
+    Milvus' scores are bm25s' (same analysis, k1 and b) on the same documents."""
+    import bm25s
+    import Stemmer
+
+    hits = search(hybrid, embed, "Kittens SLEEPS", mode="bm25")
+    assert [h.id for h in hits] == ["doc-2"]
+    assert search(hybrid, embed, "the of and is", mode="bm25") == []
+    query = "firmware builds failing at startup in the city"
+    ours = {h.id: h.score for h in search(hybrid, embed, query, mode="bm25")}
+    stem = Stemmer.Stemmer("english")
+    ref = bm25s.BM25()
+    ref.index(bm25s.tokenize(DOCS, stopwords="en", stemmer=stem, show_progress=False),
+              show_progress=False)
+    docs, scores = ref.retrieve(bm25s.tokenize([query], stopwords="en", stemmer=stem,
+                                               show_progress=False), k=len(DOCS),
+                                show_progress=False)
+    # bm25s leaves out BM25's constant (k1 + 1) factor; Milvus keeps it: same ranking
+    theirs = {f"doc-{int(d)}": float(s) * (BM25_K1 + 1)
+              for d, s in zip(docs[0], scores[0], strict=True) if s > 0}
+    assert set(ours) == set(theirs) == {"doc-3", "doc-5", "doc-8"}
+    assert ours == {i: pytest.approx(s, rel=1e-3) for i, s in theirs.items()}
+
+
+def test_documents_keep_their_text_and_hide_the_analysed_copy(hybrid: MilvusStore) -> None:
+    (it,) = hybrid.get("docs", ["doc-2"])
+    assert it.text == DOCS[2] and BM25_FIELD not in it.metadata
+    assert analyzed(it.text) == "kitten sleep sofa"
+
+
+def test_lite_seals_what_was_written(tmp_path: Path) -> None:
+    """Past SEAL_ROWS rows the write itself seals; fewer are sealed once writes stop; every
+    row stays searchable through it."""
+    import time
+
+    store = MilvusStore(str(tmp_path / "seal.db"))
+    sealed: list[str] = []
+    flush = store.flush
+    store._sealer._flush = lambda c: (sealed.append(c), flush(c))  # type: ignore[assignment]
+    store._sealer.rows, store._sealer.quiet_s = 8, 0.2
+    try:
+        store.create("s", 4, hybrid=True)
+        eye = np.eye(4, dtype=np.float32)
+        store.upsert("s", [Item(f"a{i}", eye[i % 4], f"word{i} common") for i in range(8)])
+        assert sealed == ["s"] and store._sealer.pending() == []  # 8 rows: sealed at once
+        store.upsert("s", [Item("b", eye[1], "straggler common")])
+        assert sealed == ["s"] and store._sealer.pending() == ["s"]
+        deadline = time.monotonic() + 10
+        while store._sealer.pending() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert sealed == ["s", "s"]  # the quiet period sealed the straggler
+        assert store.count("s") == 9
+        hits = store.search("s", eye[:1], 20, query_text=["common"], mode="bm25")
+        assert len(hits[0]) == 9
+    finally:
+        store.close()
 
 
 def test_bm25_queries_leave_out_stop_words() -> None:
@@ -152,14 +219,14 @@ def fake_hits(side: str, ids: list[str], scores: list[float]) -> list[Hit]:
 def test_fuse_rrf_weighted_and_ties_by_id() -> None:
     dense = fake_hits("dense", ["b", "a", "c"], [0.9, 0.8, 0.1])
     bm25 = fake_hits("bm25", ["a", "d"], [3.0, 1.0])
-    rrf = fuse(dense, bm25, k=4)
+    rrf = fuse(dense, bm25, k=4, fusion="rrf")
     assert [h.id for h in rrf] == ["a", "b", "d", "c"]  # 1/62+1/61, 1/61, 1/62, 1/63
     assert rrf[0].score == pytest.approx(1 / 62 + 1 / 61)
     assert rrf[0].sources == {"dense": 0.8, "bm25": 3.0}
     assert rrf[1].sources == {"dense": 0.9}
     # equal ranks on different sides tie exactly: the id decides
     tie = fuse(fake_hits("dense", ["z", "y"], [0.5, 0.4]),
-               fake_hits("bm25", ["x", "w"], [2.0, 1.0]), k=4)
+               fake_hits("bm25", ["x", "w"], [2.0, 1.0]), k=4, fusion="rrf")
     assert [h.id for h in tie] == ["x", "z", "w", "y"]
     w = fuse(dense, bm25, k=2, fusion="weighted", dense_weight=0.25)
     expected_a = 0.25 * (1 + 0.8) / 2 + 0.75 * 2 / np.pi * np.arctan(3.0)
@@ -167,10 +234,23 @@ def test_fuse_rrf_weighted_and_ties_by_id() -> None:
     assert len(w) == 2
 
 
-def test_no_bm25_on_faiss_or_dense_collections(tmp_path: Path) -> None:
+def test_fuse_convex_normalises_each_side_by_its_best() -> None:
+    dense = fake_hits("dense", ["b", "a", "c"], [0.9, 0.8, -0.2])
+    bm25 = fake_hits("bm25", ["a", "d"], [3.0, 1.5])
+    got = {h.id: h.score for h in fuse(dense, bm25, k=4, dense_weight=0.7)}
+    assert got == pytest.approx({"a": 0.7 * 1.8 / 1.9 + 0.3,
+                                 "b": 0.7,
+                                 "d": 0.3 * 0.5,
+                                 "c": 0.7 * 0.8 / 1.9})
+    assert [h.id for h in fuse(dense, bm25, k=4, dense_weight=0.7)] == ["a", "b", "c", "d"]
+    # w = 1 is the dense ranking, w = 0 the BM25 one (then the dense-only hits, by id)
+    assert [h.id for h in fuse(dense, bm25, k=3, dense_weight=1.0)] == ["b", "a", "c"]
+    assert [h.id for h in fuse(dense, bm25, k=2, dense_weight=0.0)] == ["a", "d"]
+    assert fuse([], [], k=3) == []
+
+
+def test_no_bm25_on_dense_collections(tmp_path: Path) -> None:
     faiss = FaissStore(tmp_path / "faiss")
-    with pytest.raises(UnsupportedError, match="BM25"):
-        faiss.create("c", 4, hybrid=True)
     lite = MilvusStore(str(tmp_path / "lite.db"))
     try:
         for store in (faiss, lite):

@@ -18,6 +18,7 @@ from index import (
     EncoderMismatchError,
     Item,
     Or,
+    UnsupportedError,
     VectorStore,
     matches,
 )
@@ -223,3 +224,43 @@ def test_reopened_store_sees_data_and_encoder(store: VectorStore, collection: st
         assert hits[0].id == "doc-5"
     finally:
         again.close()
+
+
+@pytest.mark.parametrize("mode", ["dense", "bm25", "hybrid"])
+def test_hybrid_collection_keeps_the_contract_in_every_mode(store: VectorStore, collection: str,
+                                                            mode: str) -> None:
+    """Where the backend has BM25 (all but Milvus 2.3.5, which refuses it by name): filters,
+    idempotent upserts, replaced texts, deletes and exact counts behave the same in every
+    search mode of a hybrid collection."""
+    if not store.bm25_available():
+        with pytest.raises(UnsupportedError, match="BM25"):
+            store.create(collection, D, hybrid=True)
+        return
+    assert store.create(collection, D, hybrid=True).hybrid
+    items = make_items(30)
+    for it in items:
+        it.text = f"common words {it.metadata['lang']} number{it.metadata['n']}"
+    store.upsert(collection, items)
+    store.upsert(collection, items)  # idempotent
+    assert store.count(collection) == 30
+    store.delete(collection, ["doc-0", "doc-1", "doc-2"])
+    replaced = Item("doc-3", items[3].vector, "replaced zebra", metadata=items[3].metadata)
+    store.upsert(collection, [replaced])
+    assert store.count(collection) == 27
+    live = items[4:]
+    flt = Condition("lang", "eq", "fr")
+    (hits,) = store.search(collection, items[5].vector, k=30, filter=flt, consistency=STRONG,
+                           query_text=["common words"], mode=mode)
+    expected = {it.id for it in live if it.metadata["lang"] == "fr"}  # doc-3 is "en"
+    assert {h.id for h in hits} == expected
+    assert all(h.metadata["lang"] == "fr" for h in hits)
+    assert not {"doc-0", "doc-1", "doc-2"} & {h.id for h in hits}
+    (zebra,) = store.search(collection, items[5].vector, k=5, consistency=STRONG,
+                            query_text=["zebras"], mode=mode)
+    if mode == "dense":
+        assert zebra[0].id == "doc-5"  # its own vector
+    else:
+        assert zebra[0].id == "doc-3" and zebra[0].text == "replaced zebra"
+    (gone,) = store.search(collection, items[6].vector, k=5, consistency=STRONG,
+                           query_text=["number0"], mode=mode)
+    assert "doc-0" not in {h.id for h in gone}

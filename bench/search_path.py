@@ -1,0 +1,179 @@
+"""Search as a user meets it: ``qkv serve`` on a fresh Milvus Lite file, collections created
+and filled over HTTP, every query searched over HTTP in each mode.
+
+Usage: python bench/search_path.py --data ../shared/data [--sets scifact,cranfield,...]
+       [--big 100000] [--batch 256]
+
+For each BEIR set (its test queries): ``POST /v1/collections`` (the default: hybrid), the
+corpus upserted in requests of ``--batch`` documents (ingest docs/s, next to the encoder
+alone on the same documents in this process), then each query searched one request at a
+time in ``dense``, ``bm25`` and ``hybrid`` mode (top 10, default fields) and embedded by
+``POST /v1/embeddings``. Reported: nDCG@10 per mode next to bm25s (same analysis) on the
+same queries, and p50/p99 latency per mode next to the p50 of embedding the query. With
+``--big N`` the latency columns again on N documents (the ingest benchmark's texts) written
+by ``qkv index`` into the same kind of file. Prints a markdown section and appends it to
+bench/RESULTS.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import shlex
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "bench"))
+
+from api_load import QKV, VAR, Server  # noqa: E402
+
+from index.beir import load_beir, score_run  # noqa: E402
+
+MODES = ("dense", "bm25", "hybrid")
+
+
+def bm25s_run(corpus: dict[str, str], queries: dict[str, str]) -> dict[str, dict[str, float]]:
+    from encoder.evaluate import bm25_run
+
+    return bm25_run(corpus, queries, k=10)
+
+
+def encoder_alone(model: str, texts: list[str]) -> float:
+    """Docs/s of ``TextEncoder.encode`` on these texts (default batches), in this process."""
+    import encoder
+
+    enc = encoder.load(model)
+    enc.encode(texts[:64])
+    t0 = time.perf_counter()
+    enc.encode(texts)
+    return len(texts) / (time.perf_counter() - t0)
+
+
+def timed(client: httpx.Client, url: str, body: dict) -> tuple[float, dict]:  # type: ignore[type-arg]
+    t0 = time.perf_counter()
+    r = client.post(url, json=body)
+    ms = (time.perf_counter() - t0) * 1e3
+    r.raise_for_status()
+    return ms, r.json()
+
+
+def search_all(client: httpx.Client, name: str, queries: dict[str, str]
+               ) -> tuple[dict[str, dict[str, dict[str, float]]], dict[str, list[float]]]:
+    """Per mode the run (query → doc → score) and the latencies; also ``embed``."""
+    runs: dict[str, dict[str, dict[str, float]]] = {m: {} for m in MODES}
+    ms: dict[str, list[float]] = {m: [] for m in (*MODES, "embed")}
+    url = f"/v1/collections/{name}/search"
+    for qid, text in queries.items():
+        t, _ = timed(client, "/v1/embeddings", {"input": text})
+        ms["embed"].append(t)
+        for mode in MODES:
+            t, body = timed(client, url, {"query": text, "mode": mode, "top_k": 10})
+            ms[mode].append(t)
+            hits = body["hits"]
+            runs[mode][qid] = {h["id"]: float(len(hits) - r) for r, h in enumerate(hits)}
+    return runs, ms
+
+
+def pct(xs: list[float], q: float) -> float:
+    return float(np.percentile(xs, q)) if xs else float("nan")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--data", type=Path, required=True)
+    ap.add_argument("--sets", default="scifact,cranfield,multi30k-captions-val")
+    ap.add_argument("--model", default="models/encoder-default")
+    ap.add_argument("--batch", type=int, default=256)
+    ap.add_argument("--big", type=int, default=0, help="Also time searches on N documents.")
+    ap.add_argument("--big-queries", type=int, default=200)
+    ap.add_argument("--results", type=Path, default=ROOT / "bench/RESULTS.md")
+    args = ap.parse_args()
+    db = VAR / "search-path" / "qkv.db"
+    shutil.rmtree(db.parent, ignore_errors=True)
+    db.parent.mkdir(parents=True)
+    rows, lat_rows, all_queries = [], [], {}
+    server = Server(str(db), args.model, {"QKV_STORE_TIMEOUT_S": "60"})
+    try:
+        with httpx.Client(base_url=server.base, timeout=120) as client:
+            for name in args.sets.split(","):
+                corpus, queries, qrels = load_beir(args.data / "beir" / name, "test")
+                all_queries.update(queries)
+                coll = name.replace("-", "_")
+                r = client.post("/v1/collections", json={"name": coll})
+                r.raise_for_status()
+                assert r.json()["hybrid"], r.text
+                docs = [{"id": i, "text": t} for i, t in corpus.items()]
+                t0 = time.perf_counter()
+                for s in range(0, len(docs), args.batch):
+                    client.post(f"/v1/collections/{coll}/documents",
+                                json={"documents": docs[s:s + args.batch]}).raise_for_status()
+                ingest = len(docs) / (time.perf_counter() - t0)
+                time.sleep(1.5)  # what a user does between writing and searching, at least
+                runs, ms = search_all(client, coll, queries)
+                nd = {m: score_run(runs[m], qrels)["ndcg@10"] for m in MODES}
+                nd["bm25s"] = score_run(bm25s_run(corpus, queries), qrels)["ndcg@10"]
+                alone = encoder_alone(args.model, [d["text"] for d in docs])
+                rows.append((name, len(docs), len(queries), nd, ingest, alone))
+                lat_rows.append((name, len(docs), ms))
+                print(name, nd, f"ingest {ingest:.0f}/s, encoder alone {alone:.0f}/s",
+                      {m: round(pct(v, 50), 1) for m, v in ms.items()}, flush=True)
+    finally:
+        server.stop()
+    if args.big:
+        sys.path.insert(0, str(ROOT / "bench"))
+        from ingest import write_docs
+
+        docs_path = write_docs(args.data, args.big)
+        state = VAR / "search-path" / "jobs"
+        t0 = time.perf_counter()
+        subprocess.run([QKV, "index", "--collection", "big", "--input", str(docs_path),
+                        "--store", str(db), "--model", args.model, "--state-dir", str(state),
+                        "--no-progress", "--timeout", "60"], cwd=ROOT, check=True)
+        index_s = time.perf_counter() - t0
+        server = Server(str(db), args.model, {"QKV_STORE_TIMEOUT_S": "60"})
+        try:
+            with httpx.Client(base_url=server.base, timeout=120) as client:
+                qs = dict(list(all_queries.items())[: args.big_queries])
+                _, ms = search_all(client, "big", qs)
+        finally:
+            server.stop()
+        lat_rows.append((f"{args.big:,} docs (qkv index, {index_s:.0f} s)", args.big, ms))
+    argv = shlex.join(["python", "bench/search_path.py", *sys.argv[1:]])
+    lines = [f"\n## Search on the user's path: HTTP, Milvus Lite, hybrid by default "
+             f"({time.strftime('%Y-%m-%d')})", "", f"`{argv}`", "",
+             "nDCG@10 over HTTP (test queries), next to bm25s with the same analysis:", "",
+             "| set | docs | queries | dense | bm25 | hybrid | bm25s | hybrid × bm25s | "
+             "ingest docs/s (API) | encoder alone docs/s | ingest × encoder |",
+             "|---|---|---|---|---|---|---|---|---|---|---|"]
+    for name, n, nq, nd, ingest, alone in rows:
+        lines.append(f"| {name} | {n} | {nq} | {nd['dense']:.3f} | {nd['bm25']:.3f} | "
+                     f"{nd['hybrid']:.3f} | {nd['bm25s']:.3f} | "
+                     f"{nd['hybrid'] / nd['bm25s']:.3f}× | {ingest:.0f} | {alone:.0f} | "
+                     f"{ingest / alone:.2f}× |")
+    if rows:
+        mean = np.mean([r[3]["hybrid"] / r[3]["bm25s"] for r in rows])
+        lines.append(f"| mean | | | | | | | {mean:.3f}× | | | |")
+    lines += ["", "Latency of one request (ms), p50 / p99, and × the p50 of embedding the "
+              "query (`POST /v1/embeddings`):", "",
+              "| collection | embed p50 | dense | bm25 | hybrid | dense × embed | "
+              "hybrid × embed |", "|---|---|---|---|---|---|---|"]
+    for name, _, ms in lat_rows:
+        e = pct(ms["embed"], 50)
+        cells = [f"{pct(ms[m], 50):.1f} / {pct(ms[m], 99):.1f}" for m in MODES]
+        lines.append(f"| {name} | {e:.1f} | " + " | ".join(cells) +
+                     f" | {pct(ms['dense'], 50) / e:.1f}× | {pct(ms['hybrid'], 50) / e:.1f}× |")
+    text = "\n".join(lines) + "\n"
+    print(text)
+    with open(args.results, "a") as f:
+        f.write(text)
+
+
+if __name__ == "__main__":
+    main()
