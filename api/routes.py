@@ -359,7 +359,9 @@ async def generate(name: CollectionName, body: s.GenerateRequest, request: Reque
     t = body.temperature or svc.settings.default_temperature
     hits: list[Hit] = []
     if body.top_k > 0:
-        search_body = s.SearchRequest(query=body.query, top_k=body.top_k, filter=body.filter)
+        # dense neighbours, as the decoder was trained with (wiring.translation)
+        search_body = s.SearchRequest(query=body.query, top_k=body.top_k, filter=body.filter,
+                                      mode="dense")
         nb = await _neighbours(svc, name, search_body, False)
         hits, cosines = nb.hits, nb.cosines()
     else:
