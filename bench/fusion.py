@@ -12,8 +12,9 @@ with the best mean ratio over the sets is the encoder's; leave-one-out (the best
 the other sets, scored on the left-out one) says how well that choice travels. scifact is
 held out: its test queries are scored with the chosen weight, never used to choose. Its
 train queries and corpus are the shipped encoder's training data (dense nDCG@10 0.94 on
-them), so they would push the weight towards the dense side: they are not used at all. ``--write`` stores the
-weight in the model's ``retrieval.json``, which the server reads as hybrid's default.
+them), so they would push the weight towards the dense side: they are not used at all.
+``--write`` stores the weight in the model's ``retrieval.json``, which the server reads as
+hybrid's default.
 Prints a markdown section and appends it to bench/RESULTS.md.
 """
 
