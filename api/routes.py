@@ -23,6 +23,7 @@ from index import (
     Hit,
     Item,
     collection_name,
+    hybrid_default,
     parse_filter,
     resolve_mode,
     softmax,
@@ -175,9 +176,7 @@ async def create_collection(body: s.CollectionCreate, request: Request) -> Respo
     BM25 index of the text beside the vectors) unless ``hybrid`` is false or the store has
     no BM25; ``hybrid: true`` on such a store is 409."""
     svc = service(request)
-    hybrid = body.hybrid
-    if hybrid is None:
-        hybrid = await svc.call(svc.store.bm25_available)
+    hybrid = await svc.call(hybrid_default, svc.store, body.name, body.hybrid)
     info = await svc.call(svc.store.create, body.name, svc.info.dim, svc.info, exist_ok=False,
                           hybrid=hybrid)
     return json_response(_collection_out(svc, info, 0), 201)

@@ -28,6 +28,7 @@ from index.store import (
     UnsupportedError,
     VectorStore,
     collection_name,
+    hybrid_default,
     resolve_mode,
 )
 
@@ -61,6 +62,6 @@ __all__ = [
     "Condition", "EncoderInfo", "EncoderMismatchError", "FaissStore", "Fields", "Filter", "Hit",
     "Item", "JobConfig", "JobSummary", "MilvusStore", "Or", "StoreError",
     "StoreUnavailableError", "VectorStore", "attend", "attend_hits", "bulk_index",
-    "collection_name", "matches", "open_store", "parse_filter", "resolve_mode", "softmax",
-    "to_milvus_expr",
+    "collection_name", "hybrid_default", "matches", "open_store", "parse_filter",
+    "resolve_mode", "softmax", "to_milvus_expr",
 ]
