@@ -9,7 +9,7 @@ STAMP := $(VENV)/.installed
 TORCH := torch==2.13.0
 DATA ?= ../shared/data
 
-.PHONY: venv test lint typecheck run stack stack-down bench clean
+.PHONY: venv browser test lint typecheck run stack stack-down bench clean
 PORT ?= 8000
 MILVUS_PORT ?= 19530
 
@@ -22,7 +22,16 @@ $(STAMP): pyproject.toml
 
 venv: $(STAMP)
 
-test: $(STAMP)
+# The web page's browser tests (tests/api/test_web_ui.py) drive Debian's Chromium through
+# selenium: installed here where apt can (as root); elsewhere those tests skip, saying why.
+browser:
+	@if command -v chromium >/dev/null && command -v chromedriver >/dev/null; then :; \
+	elif [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+	  (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq \
+	    chromium chromium-driver >/dev/null) || echo "chromium not installed: browser tests skip"; \
+	else echo "no chromium and no root apt-get: the browser tests will be skipped"; fi
+
+test: $(STAMP) browser
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/mypy
 	$(PY) -m pytest -q

@@ -16,7 +16,7 @@ from typing import Any
 
 from fastapi import FastAPI
 
-from api import errors, routes
+from api import embedding_routes, errors, routes, web
 from api.errors import ApiError, error_response
 from api.metrics import Metrics, MetricsMiddleware
 from api.settings import Settings
@@ -156,7 +156,9 @@ def create_app(settings: Settings | None = None, banner: str | None = None) -> F
     app.openapi = openapi  # type: ignore[method-assign]
     errors.install(app)
     app.include_router(routes.open_routes)
+    app.include_router(embedding_routes.embedding_v1)
     app.include_router(routes.v1)
+    app.include_router(web.web)
     app.add_middleware(BodyLimitMiddleware, limit=settings.max_body_bytes)
     app.add_middleware(MetricsMiddleware, metrics=metrics)
     return app

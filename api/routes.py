@@ -3,7 +3,6 @@ into the response shapes (vector-heavy ones serialised with orjson, straight fro
 
 from __future__ import annotations
 
-import base64
 import secrets
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -94,70 +93,6 @@ async def ready(request: Request) -> Response:
 async def metrics(request: Request) -> Response:
     m = service(request).metrics
     return Response(m.render(), media_type=m.content_type)
-
-
-# embeddings
-def _texts(inputs: str | list[str], limit: int) -> list[str]:
-    texts = [inputs] if isinstance(inputs, str) else inputs
-    if not texts:
-        raise invalid("input must be a text or a non-empty list of texts")
-    if len(texts) > limit:
-        raise too_large(f"{len(texts)} inputs in one request; at most {limit} (QKV_MAX_INPUTS)")
-    return texts
-
-
-@v1.post("/v1/embeddings", response_model=s.EmbeddingsResponse, tags=["embeddings"])
-async def embeddings(body: s.EmbeddingsRequest, request: Request) -> Response:
-    """OpenAI's embeddings: floats or base64 (little-endian float32), with ``usage``."""
-    svc = service(request)
-    if body.model is not None and body.model != svc.info.name:
-        raise not_found(f"model {body.model!r} not found; this server serves "
-                        f"{svc.info.name!r} (GET /v1/models)")
-    if body.dimensions is not None and body.dimensions != svc.info.dim:
-        raise invalid(f"dimensions must be {svc.info.dim} for {svc.info.name!r}, "
-                      f"got {body.dimensions}")
-    emb = await svc.embed(_texts(body.input, svc.settings.max_inputs), body.truncate)
-    data: list[dict[str, Any]] = []
-    for i, row in enumerate(emb.vectors):
-        vec: Any = (base64.b64encode(row.astype("<f4").tobytes()).decode()
-                    if body.encoding_format == "base64" else row)
-        data.append({"object": "embedding", "index": i, "embedding": vec})
-    n_tokens = sum(emb.tokens)
-    return json_response({"object": "list", "data": data, "model": svc.info.name,
-                          "usage": {"prompt_tokens": n_tokens, "total_tokens": n_tokens},
-                          "truncated": any(emb.truncated)})
-
-
-@v1.post("/embed", response_model=list[list[float]], tags=["embeddings"])
-async def tei_embed(body: s.TeiEmbedRequest, request: Request) -> Response:
-    """Text Embeddings Inference's ``/embed``: an array of vectors, one per input. Whether any
-    input was cut is in the ``X-Truncated`` header (TEI's body has no room for it)."""
-    svc = service(request)
-    emb = await svc.embed(_texts(body.inputs, svc.settings.max_inputs), body.truncate,
-                          normalize=body.normalize)
-    resp = json_response(emb.vectors)
-    resp.headers["X-Truncated"] = "true" if any(emb.truncated) else "false"
-    return resp
-
-
-def _card(svc: Service) -> dict[str, Any]:
-    return {"id": svc.info.name, "object": "model", "created": svc.model_created,
-            "owned_by": "qkv", "dim": svc.info.dim, "fingerprint": svc.info.fingerprint,
-            "max_tokens": svc.encoder.max_tokens, "dense_weight": svc.dense_weight}
-
-
-@v1.get("/v1/models", response_model=s.ModelList, tags=["embeddings"])
-async def list_models(request: Request) -> Response:
-    """OpenAI's model list: the served encoder, with its dim, fingerprint and max tokens."""
-    return json_response({"object": "list", "data": [_card(service(request))]})
-
-
-@v1.get("/v1/models/{model_id}", response_model=s.ModelCard, tags=["embeddings"])
-async def get_model(model_id: str, request: Request) -> Response:
-    svc = service(request)
-    if model_id != svc.info.name:
-        raise not_found(f"model {model_id!r} not found")
-    return json_response(_card(svc))
 
 
 # collections

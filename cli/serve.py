@@ -55,8 +55,9 @@ def curl_examples(settings: Settings, base: str) -> list[str]:
 
 def banner(settings: Settings, base: str) -> str:
     """What ``qkv serve`` prints once ready: where, and the curl lines."""
-    return "\n".join([f"qkv: ready on {base} (OpenAPI: {base}/docs), store {settings.store}, "
-                      f"encoder {settings.model}", *curl_examples(settings, base)])
+    return "\n".join([f"qkv: ready on {base} (web page: {base}/ui, OpenAPI: {base}/docs), "
+                      f"store {settings.store}, encoder {settings.model}",
+                      *curl_examples(settings, base)])
 
 
 def serve(

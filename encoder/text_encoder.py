@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal, overload
 
@@ -27,11 +27,45 @@ PAD_MULTIPLE = 8
 
 @dataclass(frozen=True)
 class TokenWeights:
-    """Pooling weights of one text: the tokens it was cut into and each one's weight."""
+    """Pooling weights of one text: the tokens it was cut into and each one's weight; with
+    the text as the encoder read it (cleaned) and each token's character span in it."""
 
     tokens: list[str]
     weights: list[float]
     truncated: bool
+    text: str = ""
+    offsets: list[tuple[int, int]] = field(default_factory=list)
+
+    def segments(self) -> list[tuple[str, float | None]]:
+        """``text`` cut at token boundaries, each piece with the pooling weight of the token
+        it came from and ``None`` for what no token weighs (the space a word's token starts
+        with, text past the token limit): the pieces join back to ``text``. Tokens of one
+        span (the byte-level pieces of one character) add up; ``<s>``, which spans nothing,
+        is left out."""
+        spans: dict[tuple[int, int], float] = {}
+        for (a, b), w in zip(self.offsets, self.weights, strict=True):
+            if b > a:
+                spans[(a, b)] = spans.get((a, b), 0.0) + w
+        out: list[tuple[str, float | None]] = []
+        pos = 0
+        for (a, b), w in sorted(spans.items()):
+            a = max(a, pos)
+            if a >= b:
+                continue
+            piece = self.text[a:b]
+            word = piece.lstrip()
+            if a > pos:
+                out.append((self.text[pos:a], None))
+            if not word:  # a token of spaces only (as before a symbol) keeps its weight
+                out.append((piece, w))
+            else:
+                if len(word) < len(piece):
+                    out.append((piece[: len(piece) - len(word)], None))
+                out.append((word, w))
+            pos = b
+        if pos < len(self.text):
+            out.append((self.text[pos:], None))
+        return out
 
 
 def _check_texts(texts: Sequence[str]) -> None:
@@ -91,11 +125,15 @@ class TextEncoder(LoadedModel):
         out /= np.maximum(np.linalg.norm(out, axis=1, keepdims=True), 1e-12)
         if not return_weights:
             return out
+        cleaned = [clean_text(t) for t in texts]
+        encs = self.tokenizer.encode_batch(cleaned)
         explained = [
             TokenWeights(
                 tokens=[self.tokenizer.id_to_token(t) or "" for t in ids[i]],
                 weights=[float(x) for x in weights[i]],
                 truncated=truncated[i],
+                text=cleaned[i],
+                offsets=[tuple(o) for o in encs[i].offsets[: len(ids[i])]],  # type: ignore[misc]
             )
             for i in range(len(ids))
         ]

@@ -74,6 +74,26 @@ def test_return_weights_gives_tokens_and_pooling_weights(enc: encoder.TextEncode
     assert len(explained[0].tokens) > len(explained[1].tokens)
 
 
+def test_segments_cut_the_text_at_tokens_and_join_back(enc: encoder.TextEncoder) -> None:
+    texts = [*TEXTS, "Tabs\tand  spaces,\x00control ﬁne", " ".join(["horse"] * 200)]
+    _, explained = enc.encode(texts, return_weights=True)
+    for text, e in zip(texts, explained, strict=True):
+        assert e.text == clean_text(text) and len(e.offsets) == len(e.tokens)
+        segs = e.segments()
+        assert "".join(t for t, _ in segs) == e.text
+        weighed = [(t, w) for t, w in segs if w is not None]
+        # a word's piece without the space before it; a token of spaces only keeps them
+        assert all(t and (t.strip() == t or not t.strip()) for t, _ in weighed)
+        # every token's weight lands on one piece, except <s>, which spans nothing
+        assert sum(w for _, w in weighed) == pytest.approx(sum(e.weights) - e.weights[0],
+                                                           abs=1e-5)
+        for (a, b), tok in zip(e.offsets[1:], e.tokens[1:], strict=True):
+            assert 0 <= a < b <= len(e.text), tok
+    horses = explained[-1]
+    assert horses.truncated and segs[-1][1] is None, "text past the limit weighs nothing"
+    assert horses.segments()[-1][0].strip().startswith("horse")
+
+
 def test_fingerprint_is_stable_and_tracks_weights(
     enc: encoder.TextEncoder, tiny_encoder_dir: Path, tmp_path: Path
 ) -> None:

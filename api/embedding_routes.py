@@ -1,0 +1,98 @@
+"""The embedding routes: OpenAI's ``/v1/embeddings`` and model list, TEI's ``/embed``, and
+``/v1/pooling``, which shows which tokens made each vector (the encoder's attention-pooling
+weights; the web page shades text with them)."""
+
+from __future__ import annotations
+
+import base64
+from typing import Any
+
+from fastapi import APIRouter, Depends, Request, Response
+
+from api import schemas as s
+from api.errors import invalid, not_found, too_large
+from api.routes import ERRORS, json_response, require_key, service
+from api.service import Service
+
+embedding_v1 = APIRouter(dependencies=[Depends(require_key)], responses=ERRORS)
+
+
+# embeddings
+def _texts(inputs: str | list[str], limit: int) -> list[str]:
+    texts = [inputs] if isinstance(inputs, str) else inputs
+    if not texts:
+        raise invalid("input must be a text or a non-empty list of texts")
+    if len(texts) > limit:
+        raise too_large(f"{len(texts)} inputs in one request; at most {limit} (QKV_MAX_INPUTS)")
+    return texts
+
+
+@embedding_v1.post("/v1/embeddings", response_model=s.EmbeddingsResponse, tags=["embeddings"])
+async def embeddings(body: s.EmbeddingsRequest, request: Request) -> Response:
+    """OpenAI's embeddings: floats or base64 (little-endian float32), with ``usage``."""
+    svc = service(request)
+    if body.model is not None and body.model != svc.info.name:
+        raise not_found(f"model {body.model!r} not found; this server serves "
+                        f"{svc.info.name!r} (GET /v1/models)")
+    if body.dimensions is not None and body.dimensions != svc.info.dim:
+        raise invalid(f"dimensions must be {svc.info.dim} for {svc.info.name!r}, "
+                      f"got {body.dimensions}")
+    emb = await svc.embed(_texts(body.input, svc.settings.max_inputs), body.truncate)
+    data: list[dict[str, Any]] = []
+    for i, row in enumerate(emb.vectors):
+        vec: Any = (base64.b64encode(row.astype("<f4").tobytes()).decode()
+                    if body.encoding_format == "base64" else row)
+        data.append({"object": "embedding", "index": i, "embedding": vec})
+    n_tokens = sum(emb.tokens)
+    return json_response({"object": "list", "data": data, "model": svc.info.name,
+                          "usage": {"prompt_tokens": n_tokens, "total_tokens": n_tokens},
+                          "truncated": any(emb.truncated)})
+
+
+@embedding_v1.post("/embed", response_model=list[list[float]], tags=["embeddings"])
+async def tei_embed(body: s.TeiEmbedRequest, request: Request) -> Response:
+    """Text Embeddings Inference's ``/embed``: an array of vectors, one per input. Whether any
+    input was cut is in the ``X-Truncated`` header (TEI's body has no room for it)."""
+    svc = service(request)
+    emb = await svc.embed(_texts(body.inputs, svc.settings.max_inputs), body.truncate,
+                          normalize=body.normalize)
+    resp = json_response(emb.vectors)
+    resp.headers["X-Truncated"] = "true" if any(emb.truncated) else "false"
+    return resp
+
+
+def _card(svc: Service) -> dict[str, Any]:
+    return {"id": svc.info.name, "object": "model", "created": svc.model_created,
+            "owned_by": "qkv", "dim": svc.info.dim, "fingerprint": svc.info.fingerprint,
+            "max_tokens": svc.encoder.max_tokens, "dense_weight": svc.dense_weight}
+
+
+@embedding_v1.get("/v1/models", response_model=s.ModelList, tags=["embeddings"])
+async def list_models(request: Request) -> Response:
+    """OpenAI's model list: the served encoder, with its dim, fingerprint and max tokens."""
+    return json_response({"object": "list", "data": [_card(service(request))]})
+
+
+@embedding_v1.get("/v1/models/{model_id}", response_model=s.ModelCard, tags=["embeddings"])
+async def get_model(model_id: str, request: Request) -> Response:
+    svc = service(request)
+    if model_id != svc.info.name:
+        raise not_found(f"model {model_id!r} not found")
+    return json_response(_card(svc))
+
+
+@embedding_v1.post("/v1/pooling", response_model=s.PoolingResponse, tags=["embeddings"])
+async def pooling(body: s.PoolingRequest, request: Request) -> Response:
+    """Each text's tokens with their attention-pooling weights (they sum to 1 over the
+    tokens, ``<s>`` included): which words made the vector. ``segments`` cut the text as
+    the encoder read it into pieces that join back to ``text``, each with its token's
+    weight (null between words); ``offsets`` are the tokens' character spans in ``text``."""
+    svc = service(request)
+    texts = _texts(body.input, svc.settings.max_inputs)
+    svc.tokenize(texts, body.truncate)  # 422 over the token limit without truncate
+    _, explained = await svc.run(svc.encoder.encode, texts, return_weights=True)
+    data = [{"index": i, "text": tw.text, "tokens": tw.tokens, "weights": tw.weights,
+             "offsets": tw.offsets, "truncated": tw.truncated,
+             "segments": [{"text": t, "weight": w} for t, w in tw.segments()]}
+            for i, tw in enumerate(explained)]
+    return json_response({"model": svc.info.name, "data": data})

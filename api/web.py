@@ -1,0 +1,108 @@
+"""The web page: ``/ui`` (collections), ``/ui/search``, ``/ui/attend`` and ``/ui/generate``,
+rendered here from the templates in ``api/ui/`` with what the server knows (its encoder,
+limits and defaults), and one script and one style sheet served from the package (no CDN,
+no build step). The script calls the same ``/v1`` API as any client, with the API key the
+user types in (kept in the tab's session storage, never in a URL); the pages themselves
+hold no data, so they need no key. ``GET /`` leads here; ``POST /`` stays free for TEI."""
+
+from __future__ import annotations
+
+import hashlib
+import html
+import math
+from functools import cache
+from pathlib import Path
+from string import Template
+from typing import Any
+
+import orjson
+from fastapi import APIRouter, Request, Response
+from fastapi.responses import HTMLResponse, RedirectResponse
+
+from api.errors import not_found
+from api.schemas import COLLECTION_NAME_HELP
+
+UI = Path(__file__).with_name("ui")
+PAGES = {"": ("Collections", "collections.html"), "search": ("Search", "search.html"),
+         "attend": ("Attend", "attend.html"), "generate": ("Generate", "generate.html")}
+STATIC = {"qkv.js": "text/javascript; charset=utf-8", "qkv.css": "text/css; charset=utf-8"}
+UPLOAD_BATCH = 64  # documents per upsert request from the upload form
+
+web = APIRouter(include_in_schema=False)
+
+
+@cache
+def _template(name: str) -> Template:
+    return Template((UI / name).read_text(encoding="utf-8"))
+
+
+@cache
+def _static(name: str) -> bytes:
+    return (UI / "static" / name).read_bytes()
+
+
+@cache
+def static_version() -> str:
+    """A digest of the script and style sheet: their URLs change when they do."""
+    return hashlib.sha256(b"".join(_static(n) for n in sorted(STATIC))).hexdigest()[:12]
+
+
+def _nav(current: str) -> str:
+    links = []
+    for slug, (title, _) in PAGES.items():
+        here = ' aria-current="page"' if slug == current else ""
+        links.append(f'<a href="/ui{"/" + slug if slug else ""}"{here}>{title}</a>')
+    return "".join(links)
+
+
+def page_config(request: Request) -> dict[str, Any]:
+    """What the script needs from the server: its encoder, defaults and limits."""
+    settings = request.app.state.settings
+    svc = request.app.state.service
+    return {"model": svc.info.name, "dim": svc.info.dim, "dense_weight": svc.dense_weight,
+            "temperature": settings.default_temperature, "max_top_k": settings.max_top_k,
+            "max_inputs": settings.max_inputs,
+            "upload_batch": min(UPLOAD_BATCH, settings.max_documents),
+            "key_required": bool(settings.api_key)}
+
+
+def render(request: Request, slug: str) -> str:
+    title, view = PAGES[slug]
+    config = page_config(request)
+    t = config["temperature"]
+    values = {"max_top_k": config["max_top_k"], "temperature": f"{t:g}",
+              "log_temperature": f"{math.log10(t):.2f}", "batch": config["upload_batch"],
+              "name_help": COLLECTION_NAME_HELP}
+    main = _template(view).substitute({k: html.escape(str(v)) for k, v in values.items()})
+    # JSON inside <script>: '<' escaped so no text can close the element
+    data = orjson.dumps(config).decode().replace("<", "\\u003c")
+    model = f"{config['model']} · {config['dim']}-d"
+    return _template("layout.html").substitute(
+        title=html.escape(title), page=slug or "collections", nav=_nav(slug),
+        model=html.escape(model), main=main, config=data, version=static_version(),
+        version_label=html.escape(request.app.version))
+
+
+@web.get("/")
+async def root() -> Response:
+    return RedirectResponse("/ui", status_code=307)
+
+
+@web.get("/ui", response_class=HTMLResponse)
+async def collections_page(request: Request) -> Response:
+    return HTMLResponse(render(request, ""))
+
+
+@web.get("/ui/{slug}", response_class=HTMLResponse)
+async def page(slug: str, request: Request) -> Response:
+    if slug not in PAGES or not slug:
+        raise not_found(f"no page /ui/{slug}; pages: /ui, /ui/search, /ui/attend, /ui/generate")
+    return HTMLResponse(render(request, slug))
+
+
+@web.get("/ui/static/{name}")
+async def static(name: str) -> Response:
+    if name not in STATIC:
+        raise not_found(f"no file /ui/static/{name}")
+    return Response(_static(name), media_type=STATIC[name],
+                    headers={"Cache-Control": "public, max-age=86400"})
