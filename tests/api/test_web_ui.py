@@ -219,6 +219,41 @@ def test_create_upload_and_errors(browser: Any, server: str, api: httpx.Client,
     shot(browser, shots, "collections")
 
 
+def test_an_upload_cut_off_resumes(browser: Any, server: str, api: httpx.Client,
+                                   tmp_path: Path) -> None:
+    """The network fails on the second batch (the page's fetch made to throw once): the page
+    says how far it got and offers Resume, which sends the failed batch again and the rest;
+    nothing is lost and nothing doubled."""
+    n = 150
+    path = tmp_path / "bulk.jsonl"
+    path.write_text("".join(json.dumps({"id": f"b{i}", "text": f"bulk document number {i}",
+                                        "part": i // 50}) + "\n" for i in range(n)))
+    assert api.post("/v1/collections", json={"name": "bulk"}).status_code == 201
+    try:
+        login(browser, server)
+        select(browser, "#upload-form [name=collection]", "bulk")
+        browser.execute_script(
+            "window.realFetch = window.fetch; let calls = 0;"
+            "window.fetch = (url, init) => (init && init.method === 'POST' && ++calls === 2)"
+            " ? Promise.reject(new TypeError('connection reset')) : window.realFetch(url, init);")
+        browser.find_element(By.CSS_SELECTOR, "#upload-form [name=file]").send_keys(str(path))
+        browser.find_element(By.CSS_SELECTOR, "#upload-form button").click()
+        wait(browser, lambda d: visible(d, "#upload-resume"), "the upload to stop")
+        status = browser.find_element(By.ID, "upload-status").text
+        assert status.startswith("Stopped after 64 of 150"), status
+        assert "connection reset" in page_error(browser)
+        assert api.get("/v1/collections/bulk").json()["count"] == 64
+        browser.execute_script("window.fetch = window.realFetch;")
+        browser.find_element(By.ID, "upload-resume").click()
+        wait(browser, lambda d: d.find_element(By.ID, "upload-status").text.startswith(
+            "Uploaded 150"), "the resumed upload")
+        assert api.get("/v1/collections/bulk").json()["count"] == n
+        last = api.get("/v1/collections/bulk/documents/b149").json()
+        assert last["metadata"] == {"part": 2}, "JSON fields stay typed"
+    finally:
+        api.delete("/v1/collections/bulk")
+
+
 def test_search_shades_tokens_and_filters(browser: Any, server: str, api: httpx.Client,
                                           shots: Path) -> None:
     login(browser, server, "/ui/search")

@@ -250,6 +250,7 @@ function toDocument(row, fields) {
   const id = row[fields.id];
   if (id === undefined || id === null || id === "") return `missing id field "${fields.id}"`;
   if (typeof id !== "string" && !Number.isInteger(id)) return "id must be a string or an integer";
+  if (String(id).length > 512) return "id longer than 512 characters";
   const text = row[fields.text];
   if (typeof text !== "string" || !text.trim()) return `missing text field "${fields.text}"`;
   const doc = { id: String(id), text, metadata: {} };
@@ -446,7 +447,7 @@ function initAttend() {
 
 // ---------- Generate ----------
 function heatmap(table, att, neighbours) {
-  const top = Math.max(1e-12, ...att.weights.flat());
+  const top = att.weights.reduce((m, row) => row.reduce((a, w) => Math.max(a, w), m), 1e-12);
   const segLabel = (s) => (s < 0 ? "query" : `neighbour ${s + 1}`
     + (neighbours[s] ? ` (w ${fmt(neighbours[s].weight, 2)})` : ""));
   const groups = [];
