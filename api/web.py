@@ -25,6 +25,7 @@ from api.schemas import COLLECTION_NAME_HELP
 UI = Path(__file__).with_name("ui")
 PAGES = {"": ("Collections", "collections.html"), "search": ("Search", "search.html"),
          "attend": ("Attend", "attend.html"), "generate": ("Generate", "generate.html")}
+TOP_K = {"search": 10, "attend": 8}  # the query form's default top k (query-fields.html)
 STATIC = {"qkv.js": "text/javascript; charset=utf-8", "qkv.css": "text/css; charset=utf-8"}
 UPLOAD_BATCH = 64  # documents per upsert request from the upload form
 
@@ -73,7 +74,10 @@ def render(request: Request, slug: str) -> str:
     values = {"max_top_k": config["max_top_k"], "temperature": f"{t:g}",
               "log_temperature": f"{math.log10(t):.2f}", "batch": config["upload_batch"],
               "name_help": COLLECTION_NAME_HELP}
-    main = _template(view).substitute({k: html.escape(str(v)) for k, v in values.items()})
+    fields = _template("query-fields.html").substitute(max_top_k=config["max_top_k"],
+                                                       top_k=TOP_K.get(slug, 10))
+    main = _template(view).substitute({**{k: html.escape(str(v)) for k, v in values.items()},
+                                       "query_fields": fields})
     # JSON inside <script>: '<' escaped so no text can close the element
     data = orjson.dumps(config).decode().replace("<", "\\u003c")
     model = f"{config['model']} · {config['dim']}-d"
