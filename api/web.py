@@ -1,6 +1,6 @@
 """The web page: ``/ui`` (collections), ``/ui/search``, ``/ui/attend`` and ``/ui/generate``,
 rendered here from the templates in ``api/ui/`` with what the server knows (its encoder,
-limits and defaults), and one script and one style sheet served from the package (no CDN,
+limits and defaults), and three scripts and one style sheet served from the package (no CDN,
 no build step). The script calls the same ``/v1`` API as any client, with the API key the
 user types in (kept in the tab's session storage, never in a URL); the pages themselves
 hold no data, so they need no key. ``GET /`` leads here; ``POST /`` stays free for TEI."""
@@ -26,7 +26,9 @@ UI = Path(__file__).with_name("ui")
 PAGES = {"": ("Collections", "collections.html"), "search": ("Search", "search.html"),
          "attend": ("Attend", "attend.html"), "generate": ("Generate", "generate.html")}
 TOP_K = {"search": 10, "attend": 8}  # the query form's default top k (query-fields.html)
-STATIC = {"qkv.js": "text/javascript; charset=utf-8", "qkv.css": "text/css; charset=utf-8"}
+JS = "text/javascript; charset=utf-8"
+SCRIPTS = ("core.js", "collections.js", "views.js")  # in this order: each uses the ones before
+STATIC = {**dict.fromkeys(SCRIPTS, JS), "qkv.css": "text/css; charset=utf-8"}
 UPLOAD_BATCH = 64  # documents per upsert request from the upload form
 
 web = APIRouter(include_in_schema=False)
@@ -44,7 +46,7 @@ def _static(name: str) -> bytes:
 
 @cache
 def static_version() -> str:
-    """A digest of the script and style sheet: their URLs change when they do."""
+    """A digest of the scripts and style sheet: their URLs change when they do."""
     return hashlib.sha256(b"".join(_static(n) for n in sorted(STATIC))).hexdigest()[:12]
 
 
@@ -81,7 +83,9 @@ def render(request: Request, slug: str) -> str:
     # JSON inside <script>: '<' escaped so no text can close the element
     data = orjson.dumps(config).decode().replace("<", "\\u003c")
     model = f"{config['model']} · {config['dim']}-d"
-    return _template("layout.html").substitute(
+    scripts = "\n".join(f'<script src="/ui/static/{n}?v={static_version()}"></script>'
+                        for n in SCRIPTS)
+    return _template("layout.html").substitute(scripts=scripts,
         title=html.escape(title), page=slug or "collections", nav=_nav(slug),
         model=html.escape(model), main=main, config=data, version=static_version(),
         version_label=html.escape(request.app.version))

@@ -51,9 +51,12 @@ def test_each_page_renders_with_the_servers_settings(make_client: MakeClient, pa
 
 
 def test_static_files_and_unknown_pages(client: TestClient) -> None:
-    js = client.get("/ui/static/qkv.js")
-    assert js.status_code == 200 and "javascript" in js.headers["content-type"]
-    assert "sessionStorage" in js.text and "localStorage" not in js.text
+    scripts = [client.get(f"/ui/static/{n}") for n in ("core.js", "collections.js", "views.js")]
+    assert all(js.status_code == 200 and "javascript" in js.headers["content-type"]
+               for js in scripts)
+    text = "".join(js.text for js in scripts)
+    assert "sessionStorage" in text and "localStorage" not in text
+    assert ".innerHTML" not in text, "server text goes in as text"
     assert client.get("/ui/static/qkv.css").headers["content-type"].startswith("text/css")
     for path in ("/ui/static/../web.py", "/ui/static/layout.html", "/ui/nope"):
         r = client.get(path)

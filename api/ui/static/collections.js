@@ -1,0 +1,174 @@
+// qkv's web page, the collections view: list, create, drop, and the upload of a JSONL or CSV
+// file read in the browser and sent in batches of upserts (core.js loads first).
+"use strict";
+
+// ---------- Collections ----------
+async function loadCollections() {
+  const collections = await fillCollectionSelects();
+  const counts = await Promise.all(collections.map((c) =>
+    api("GET", `/v1/collections/${enc(c.name)}`).then((d) => d.count, () => null)));
+  const rows = collections.map((c, i) => h("tr", { "data-name": c.name },
+    h("td", {}, h("strong", {}, c.name)), h("td", { class: "count" }, counts[i] ?? "–"),
+    h("td", {}, c.encoder ? c.encoder.name : "–"), h("td", {}, c.dim),
+    h("td", {}, c.hybrid ? "yes" : "no"), h("td", {}, c.decoder || "–"),
+    h("td", {}, h("button", { class: "danger drop", type: "button",
+      onclick: (ev) => dropCollection(c.name, ev.target) }, "Drop"))));
+  $("#collections tbody").replaceChildren(...rows);
+  $("#collections-empty").hidden = collections.length > 0;
+}
+
+async function dropCollection(name, button) {
+  if (!window.confirm(`Drop collection "${name}" and all its documents? This cannot be undone.`)) {
+    return;
+  }
+  await busy(button, async () => {
+    await api("DELETE", `/v1/collections/${enc(name)}`);
+    await loadCollections();
+  });
+}
+
+function initCollections() {
+  const create = $("#create-form");
+  create.addEventListener("submit", (ev) => {
+    ev.preventDefault();
+    busy(create.querySelector("button"), async () => {
+      const body = { name: create.name.value };
+      if (create.hybrid.value) body.hybrid = create.hybrid.value === "true";
+      const made = await api("POST", "/v1/collections", body);
+      create.reset();
+      rememberCollection(made.name);
+      await loadCollections();
+    });
+  });
+  initUpload();
+  return loadCollections;
+}
+
+// ---------- Upload: the file read here, sent in batches of upserts ----------
+function parseCsv(text) {
+  const rows = [];
+  let row = [], field = "", quoted = false, i = 0;
+  while (i < text.length) {
+    const ch = text[i];
+    if (quoted) {
+      if (ch === '"' && text[i + 1] === '"') { field += '"'; i += 2; continue; }
+      if (ch === '"') { quoted = false; i += 1; continue; }
+      field += ch; i += 1; continue;
+    }
+    if (ch === '"') { quoted = true; } else if (ch === ",") { row.push(field); field = ""; }
+    else if (ch === "\n" || ch === "\r") {
+      if (ch === "\r" && text[i + 1] === "\n") i += 1;
+      row.push(field); rows.push(row); row = []; field = "";
+    } else { field += ch; }
+    i += 1;
+  }
+  if (quoted) throw new Error("the CSV file ends inside a quoted field");
+  if (field !== "" || row.length) { row.push(field); rows.push(row); }
+  return rows.filter((r) => r.length > 1 || r[0] !== "");
+}
+
+// [{line, row}] or [{line, error}], as qkv index reads JSONL and CSV (header row first)
+function readRecords(name, text) {
+  if (/\.csv$/i.test(name)) {
+    const [header, ...rest] = parseCsv(text.replace(/^\uFEFF/, ""));
+    if (!header) return [];
+    return rest.map((cells, i) => (cells.length !== header.length
+      ? { line: i + 2, error: `${cells.length} fields, the header has ${header.length}` }
+      : { line: i + 2, row: Object.fromEntries(header.map((k, j) => [k, cells[j]])) }));
+  }
+  const out = [];
+  text.split(/\r?\n/).forEach((line, i) => {
+    if (!line.trim()) return;
+    try {
+      const row = JSON.parse(line);
+      if (row && typeof row === "object" && !Array.isArray(row)) out.push({ line: i + 1, row });
+      else out.push({ line: i + 1, error: "not a JSON object" });
+    } catch (e) { out.push({ line: i + 1, error: `not JSON (${e.message})` }); }
+  });
+  return out;
+}
+
+function toDocument(row, fields) {
+  const id = row[fields.id];
+  if (id === undefined || id === null || id === "") return `missing id field "${fields.id}"`;
+  if (typeof id !== "string" && !Number.isInteger(id)) return "id must be a string or an integer";
+  if (String(id).length > 512) return "id longer than 512 characters";
+  const text = row[fields.text];
+  if (typeof text !== "string" || !text.trim()) return `missing text field "${fields.text}"`;
+  const doc = { id: String(id), text, metadata: {} };
+  if (fields.value) {
+    const v = row[fields.value];
+    if (v !== undefined && v !== null && typeof v !== "string") {
+      return `value field "${fields.value}" must be a string`;
+    }
+    if (v) doc.value = v;
+  }
+  for (const [k, v] of Object.entries(row)) {
+    if (k !== fields.id && k !== fields.text && k !== fields.value) doc.metadata[k] = v;
+  }
+  return doc;
+}
+
+const upload = { docs: [], done: 0, collection: null, skipped: [] };
+const rows = (n) => `${n} ${n === 1 ? "row" : "rows"}`;
+
+function uploadProgress(message) {
+  const bar = $("#upload-progress");
+  bar.hidden = false;
+  bar.max = Math.max(1, upload.docs.length);
+  bar.value = upload.done;
+  $("#upload-status").textContent = message
+    || `${upload.done} of ${upload.docs.length} documents uploaded to ${upload.collection}`;
+}
+
+async function sendBatches() {
+  const resume = $("#upload-resume");
+  resume.hidden = true;
+  while (upload.done < upload.docs.length) {
+    const batch = upload.docs.slice(upload.done, upload.done + CONFIG.upload_batch);
+    try {
+      await api("POST", `/v1/collections/${enc(upload.collection)}/documents`,
+        { documents: batch });
+    } catch (e) {
+      uploadProgress(`Stopped after ${upload.done} of ${upload.docs.length} documents: the `
+        + `batch from document ${upload.done + 1} failed. Resume sends it again.`);
+      resume.hidden = false;
+      throw e;
+    }
+    upload.done += batch.length;
+    uploadProgress();
+  }
+  const skipped = upload.skipped.length;
+  uploadProgress(`Uploaded ${upload.done} documents to ${upload.collection}`
+    + (skipped ? `; ${rows(skipped)} skipped (listed below).` : "."));
+  await loadCollections();
+}
+
+function initUpload() {
+  const form = $("#upload-form");
+  form.addEventListener("submit", (ev) => {
+    ev.preventDefault();
+    busy(form.querySelector("button"), async () => {
+      const file = form.file.files[0];
+      const fields = { id: form.id_field.value, text: form.text_field.value,
+        value: form.value_field.value || null };
+      const docs = [], skipped = [];
+      for (const rec of readRecords(file.name, await file.text())) {
+        const doc = rec.error || toDocument(rec.row, fields);
+        if (typeof doc === "string") skipped.push(`line ${rec.line}: ${doc}`);
+        else docs.push(doc);
+      }
+      Object.assign(upload, { docs, done: 0, collection: form.collection.value, skipped });
+      rememberCollection(upload.collection);
+      const list = $("#upload-skipped");
+      list.hidden = skipped.length === 0;
+      $("summary", list).textContent = `${rows(skipped.length)} skipped`;
+      $("ul", list).replaceChildren(...skipped.map((s) => h("li", {}, s)));
+      if (!docs.length) throw new Error(`no documents in ${file.name}`);
+      uploadProgress();
+      await sendBatches();
+    });
+  });
+  $("#upload-resume").addEventListener("click", (ev) => busy(ev.target, sendBatches));
+}
+

@@ -1,0 +1,175 @@
+// qkv's web page, the search, attend and generate views, and the start of whichever page
+// this is (core.js and collections.js load first).
+"use strict";
+
+// ---------- Search ----------
+const OPS = ["eq", "in", "lt", "lte", "gt", "gte"];
+
+function addFilterRow() {
+  const row = h("div", { class: "filter-row" },
+    h("input", { name: "key", placeholder: "metadata key", "aria-label": "key" }),
+    h("select", { name: "op", "aria-label": "operator" }, OPS.map((o) => h("option", {}, o))),
+    h("input", { name: "value", placeholder: "value", "aria-label": "value" }),
+    h("button", { type: "button", class: "quiet", "aria-label": "remove condition",
+      onclick: () => row.remove() }, "×"));
+  $("#filter-editor .filter-rows").append(row);
+}
+
+function filterValue(text) {
+  try { return JSON.parse(text); } catch (e) { return text; }
+}
+
+function readFilter(form) {
+  const conds = [];
+  for (const row of form.querySelectorAll(".filter-row")) {
+    const key = $("[name=key]", row).value.trim();
+    if (!key) continue;
+    const op = $("[name=op]", row).value;
+    const raw = $("[name=value]", row).value.trim();
+    const value = op === "in" ? raw.split(",").map((x) => filterValue(x.trim()))
+      : filterValue(raw);
+    conds.push({ key, op, value });
+  }
+  if (conds.length === 0) return null;
+  return conds.length === 1 ? conds[0] : { [form.filter_join.value]: conds };
+}
+
+async function runSearch(form) {
+  const collection = form.collection.value;
+  rememberCollection(collection);
+  const body = searchBody(form);
+  const filter = readFilter(form);
+  if (filter) body.filter = filter;
+  const res = await api("POST", `/v1/collections/${enc(collection)}/search`, body);
+  const texts = [body.query, ...res.hits.map((hit) => hit.text || hit.id)];
+  let pooled = null;
+  try {
+    pooled = (await api("POST", "/v1/pooling", { input: texts.slice(0, CONFIG.max_inputs) }))
+      .data;
+  } catch (e) {
+    showError(e); // the results still show, unshaded
+  }
+  $("#query-tokens").replaceChildren(...(pooled ? shaded(pooled[0].segments) : [body.query]));
+  $("#search-summary").textContent = `${res.hits.length} hits in ${collection}, mode `
+    + `${res.mode}${res.truncated ? " (query cut to the token limit)" : ""}; weight = `
+    + `softmax(cosine / ${res.temperature}) over these hits.`;
+  $("#hits").replaceChildren(...res.hits.map((hit, i) => h("li", { class: "hit",
+    "data-id": hit.id },
+  h("div", { class: "hit-head" }, h("span", { class: "id" }, hit.id),
+    h("span", {}, `score ${fmt(hit.score)}`), h("span", {}, `weight ${fmt(hit.weight)}`),
+    Object.entries(hit.sources).map(([side, score]) => h("span", { class: `badge ${side}`,
+      title: `found by ${side}` }, `${side} ${fmt(score)}`))),
+  h("p", { class: "text shaded" }, pooled && pooled[i + 1] ? shaded(pooled[i + 1].segments)
+    : hit.text),
+  hit.value ? h("p", { class: "value" }, `value: ${hit.value}`) : null,
+  metadataList(hit.metadata))));
+  $("#search-results").hidden = false;
+}
+
+function initSearch() {
+  const form = $("#search-form");
+  $("#filter-add").addEventListener("click", addFilterRow);
+  form.addEventListener("submit", (ev) => {
+    ev.preventDefault();
+    busy(form.querySelector("button[type=submit]"), () => runSearch(form));
+  });
+  return fillCollectionSelects;
+}
+
+// ---------- Attend ----------
+const temperature = () => Number((10 ** Number($("#temperature").value)).toPrecision(3));
+
+async function runAttend(form) {
+  const collection = form.collection.value;
+  rememberCollection(collection);
+  const t = temperature();
+  const res = await api("POST", `/v1/collections/${enc(collection)}/attend`,
+    searchBody(form, { temperature: t, fields: ["text", "metadata"] }));
+  weightBars($("#weights"), res.neighbours);
+  const w = res.weights;
+  const entropy = -w.reduce((acc, x) => acc + (x > 0 ? x * Math.log(x) : 0), 0);
+  const norm = Math.sqrt(res.output.reduce((acc, x) => acc + x * x, 0));
+  $("#attend-summary").textContent = `T = ${res.temperature} · ${w.length} neighbours (mode `
+    + `${res.mode}) · top weight ${fmt(Math.max(0, ...w))} · entropy ${fmt(entropy, 2)} nats `
+    + `(uniform: ${fmt(Math.log(Math.max(1, w.length)), 2)}) · output Σ wᵢvᵢ: `
+    + `${res.output.length}-d, norm ${fmt(norm)}`;
+  $("#attend-results").hidden = false;
+  $("#attend-results").dataset.temperature = String(res.temperature);
+}
+
+function initAttend() {
+  const form = $("#attend-form");
+  const slider = $("#temperature");
+  let timer = null;
+  const submit = form.querySelector("button[type=submit]");
+  form.addEventListener("submit", (ev) => {
+    ev.preventDefault();
+    busy(submit, () => runAttend(form));
+  });
+  slider.addEventListener("input", () => {
+    $("#temperature-value").textContent = String(temperature());
+    clearTimeout(timer);
+    if (!$("#attend-results").hidden && form.reportValidity()) {
+      timer = setTimeout(() => busy(null, () => runAttend(form)), 120);
+    }
+  });
+  $("#temperature-value").textContent = String(temperature());
+  return fillCollectionSelects;
+}
+
+// ---------- Generate ----------
+function heatmap(table, att, neighbours) {
+  const top = att.weights.reduce((m, row) => row.reduce((a, w) => Math.max(a, w), m), 1e-12);
+  const segLabel = (s) => (s < 0 ? "query" : `neighbour ${s + 1}`
+    + (neighbours[s] ? ` (w ${fmt(neighbours[s].weight, 2)})` : ""));
+  const groups = [];
+  att.memory_segments.forEach((s, j) => {
+    if (!groups.length || groups[groups.length - 1].s !== s) groups.push({ s, n: 0, j });
+    groups[groups.length - 1].n += 1;
+  });
+  const firsts = new Set(groups.map((g) => g.j));
+  table.replaceChildren(
+    h("thead", {},
+      h("tr", {}, h("th", {}), groups.map((g) => h("th", { class: "segment", colspan: g.n,
+        title: segLabel(g.s) }, segLabel(g.s)))),
+      h("tr", {}, h("th", {}), att.memory_tokens.map((t) => h("th", { class: "mem" }, t)))),
+    h("tbody", {}, att.tokens.map((tok, i) => h("tr", {}, h("th", {}, tok),
+      att.weights[i].map((w, j) => h("td", { class: firsts.has(j) ? "first" : null,
+        style: `--w:${(w / top).toFixed(3)}`, "data-weight": w,
+        title: `${tok} ← ${att.memory_tokens[j]} (${segLabel(att.memory_segments[j])}): `
+          + `${w.toFixed(3)}` }))))));
+  $("#heatmap-max").textContent = fmt(top);
+}
+
+async function runGenerate(form) {
+  const collection = form.collection.value;
+  rememberCollection(collection);
+  const res = await api("POST", `/v1/collections/${enc(collection)}/generate`, {
+    query: form.query.value, top_k: Number(form.top_k.value), beam: Number(form.beam.value),
+    temperature: Number(form.temperature.value), return_attention: true });
+  $("#generated").textContent = res.text;
+  weightBars($("#generate-weights"), res.neighbours.map((n) => ({ ...n,
+    text: n.value ? `${n.text} → ${n.value}` : n.text })));
+  if (res.attention) heatmap($("#heatmap"), res.attention, res.neighbours);
+  $("#generate-results").hidden = false;
+}
+
+function initGenerate() {
+  const form = $("#generate-form");
+  form.addEventListener("submit", (ev) => {
+    ev.preventDefault();
+    busy(form.querySelector("button[type=submit]"), () => runGenerate(form));
+  });
+  return async () => {
+    await fillCollectionSelects();
+    $("#generate-none").hidden = form.collection.options.length > 0;
+  };
+}
+
+// ---------- start ----------
+const PAGES = { collections: initCollections, search: initSearch, attend: initAttend,
+  generate: initGenerate };
+const load = PAGES[document.body.dataset.page]();
+const reload = () => busy(null, load);
+initKey(reload);
+if (!CONFIG.key_required || sessionStorage.getItem(KEY)) reload();
