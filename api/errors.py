@@ -1,8 +1,11 @@
-"""One error shape for every failure: ``{"error": message, "error_type": type}``.
+"""Every failure in the shape its clients read: OpenAI's on ``/v1/*``
+(``{"error": {"message", "type", "param", "code"}}``, so OpenAI SDKs show the reason) and
+Text Embeddings Inference's elsewhere (``{"error": message, "error_type": type}``).
 
 Domain errors (the index package's, the batcher's) map to their HTTP status here, in one
-table; routes raise :class:`ApiError` for everything else. Validation errors are 422 with
-the same shape (and the field paths in the message), never FastAPI's default body.
+table; routes raise :class:`ApiError` for everything else. Validation errors are 422 in
+the same shapes (the field paths in the message, the first one as OpenAI's ``param``),
+never FastAPI's default body.
 """
 
 from __future__ import annotations
@@ -35,10 +38,10 @@ class ApiError(Exception):
     """An error with its HTTP status and ``error_type``."""
 
     def __init__(self, status: int, error_type: str, message: str,
-                 headers: dict[str, str] | None = None) -> None:
+                 headers: dict[str, str] | None = None, param: str | None = None) -> None:
         super().__init__(message)
         self.status, self.error_type, self.message = status, error_type, message
-        self.headers = headers or {}
+        self.headers, self.param = headers or {}, param
 
 
 class QueueFullError(ApiError):
@@ -60,8 +63,8 @@ def too_large(message: str) -> ApiError:
     return ApiError(413, "payload_too_large", message)
 
 
-def invalid(message: str) -> ApiError:
-    return ApiError(422, "invalid_request", message)
+def invalid(message: str, param: str | None = None) -> ApiError:
+    return ApiError(422, "invalid_request", message, param=param)
 
 
 def from_exception(e: Exception) -> ApiError:
@@ -82,9 +85,26 @@ def from_exception(e: Exception) -> ApiError:
     return ApiError(500, "internal_error", f"internal error: {type(e).__name__}")
 
 
-def error_response(err: ApiError) -> Response:
-    return Response(orjson.dumps({"error": err.message, "error_type": err.error_type}),
-                    status_code=err.status, headers=err.headers, media_type="application/json")
+def openai_type(status: int) -> str:
+    """OpenAI's error ``type`` for a status (its SDKs pick the exception by the status)."""
+    if status == 401:
+        return "authentication_error"
+    if status == 429:
+        return "rate_limit_error"
+    return "server_error" if status >= 500 else "invalid_request_error"
+
+
+def error_response(err: ApiError, path: str = "") -> Response:
+    """The error in OpenAI's shape under ``/v1/``, else in TEI's; ``code`` is qkv's
+    ``error_type`` (``not_found``, ``conflict``, ...)."""
+    body: dict[str, object]
+    if path.startswith("/v1/"):
+        body = {"error": {"message": err.message, "type": openai_type(err.status),
+                          "param": err.param, "code": err.error_type}}
+    else:
+        body = {"error": err.message, "error_type": err.error_type}
+    return Response(orjson.dumps(body), status_code=err.status, headers=err.headers,
+                    media_type="application/json")
 
 
 _METHODS = ("GET", "HEAD", "POST", "PUT", "PATCH", "DELETE")
@@ -92,13 +112,15 @@ _HTTP_TYPES = {400: "bad_request", 401: "unauthorized", 404: "not_found",
                405: "method_not_allowed", 413: "payload_too_large", 415: "unsupported_media_type"}
 
 
-def _validation_message(errors: list[Any]) -> str:
-    parts = []
-    for e in errors[:10]:
-        loc = ".".join(str(x) for x in e.get("loc", ()) if x != "body")
-        parts.append(f"{loc or 'body'}: {e.get('msg', 'invalid')}")
+def _loc(e: Any) -> str:
+    return ".".join(str(x) for x in e.get("loc", ()) if x != "body")
+
+
+def _validation_error(errors: list[Any]) -> ApiError:
+    parts = [f"{_loc(e) or 'body'}: {e.get('msg', 'invalid')}" for e in errors[:10]]
     more = f" (and {len(errors) - 10} more)" if len(errors) > 10 else ""
-    return "; ".join(parts) + more
+    first = [str(x) for x in errors[0].get("loc", ()) if x != "body"] if errors else []
+    return invalid("; ".join(parts) + more, first[0] if first else None)  # the field
 
 
 def _allowed_methods(request: Request) -> list[str]:
@@ -115,31 +137,32 @@ def install(app: FastAPI) -> None:
     """Register the handlers that turn every failure into the one shape."""
 
     @app.exception_handler(ApiError)
-    async def _api(_: Request, e: ApiError) -> Response:
-        return error_response(e)
+    async def _api(request: Request, e: ApiError) -> Response:
+        return error_response(e, request.url.path)
 
     @app.exception_handler(StoreError)
-    async def _store(_: Request, e: StoreError) -> Response:
-        return error_response(from_exception(e))
+    async def _store(request: Request, e: StoreError) -> Response:
+        return error_response(from_exception(e), request.url.path)
 
     @app.exception_handler(ValueError)
-    async def _value(_: Request, e: ValueError) -> Response:
-        return error_response(from_exception(e))
+    async def _value(request: Request, e: ValueError) -> Response:
+        return error_response(from_exception(e), request.url.path)
 
     @app.exception_handler(RequestValidationError)
-    async def _validation(_: Request, e: RequestValidationError) -> Response:
-        return error_response(invalid(_validation_message(list(e.errors()))))
+    async def _validation(request: Request, e: RequestValidationError) -> Response:
+        return error_response(_validation_error(list(e.errors())), request.url.path)
 
     @app.exception_handler(StarletteHTTPException)
     async def _http(request: Request, e: StarletteHTTPException) -> Response:
         headers = dict(e.headers or {})
         if e.status_code == 400:  # a body FastAPI could not read (not UTF-8): bad input, 422
-            return error_response(invalid(f"unreadable request body: {e.detail}"))
+            return error_response(invalid(f"unreadable request body: {e.detail}"),
+                                  request.url.path)
         if e.status_code == 405:
             headers["Allow"] = ", ".join(_allowed_methods(request))
         return error_response(ApiError(e.status_code, _HTTP_TYPES.get(e.status_code, "error"),
-                                       str(e.detail), headers))
+                                       str(e.detail), headers), request.url.path)
 
     @app.exception_handler(Exception)
-    async def _other(_: Request, e: Exception) -> Response:
-        return error_response(from_exception(e))
+    async def _other(request: Request, e: Exception) -> Response:
+        return error_response(from_exception(e), request.url.path)

@@ -29,14 +29,17 @@ from index import (
 )
 from index import attend as attend_values
 
+_ERROR_TEXTS = ((401, "Missing or wrong API key"), (404, "Unknown collection or item"),
+                (409, "Encoder/dimension mismatch, existing collection, no decoder"),
+                (413, "Body or batch over the limits"),
+                (422, "Invalid request, or text over the token limit without truncate"),
+                (429, "Encoder queue full (see Retry-After)"),
+                (503, "Store unreachable (see Retry-After)"))
+# the error responses of /v1/* (OpenAI's shape) and of the TEI routes (TEI's)
 ERRORS: dict[int | str, dict[str, Any]] = {
-    code: {"model": s.ErrorBody, "description": text}
-    for code, text in ((401, "Missing or wrong API key"), (404, "Unknown collection or item"),
-                       (409, "Encoder/dimension mismatch, existing collection, no decoder"),
-                       (413, "Body or batch over the limits"),
-                       (422, "Invalid request, or text over the token limit without truncate"),
-                       (429, "Encoder queue full (see Retry-After)"),
-                       (503, "Store unreachable (see Retry-After)"))}
+    code: {"model": s.OpenAIErrorBody, "description": text} for code, text in _ERROR_TEXTS}
+TEI_ERRORS: dict[int | str, dict[str, Any]] = {
+    code: {"model": s.ErrorBody, "description": text} for code, text in _ERROR_TEXTS}
 # {name} of every collection route: checked, then mapped to the stored name ('-' -> '_')
 CollectionName = Annotated[str, Path(min_length=1, max_length=255,
                                      description=s.COLLECTION_NAME_HELP,

@@ -34,14 +34,36 @@ class RequestBody(BaseModel):
 
 
 class ErrorBody(BaseModel):
+    """An error outside /v1/, in Text Embeddings Inference's shape."""
+
     error: str
     error_type: str
 
 
+class OpenAIError(BaseModel):
+    message: str
+    type: str = Field(description="invalid_request_error, authentication_error, "
+                      "rate_limit_error or server_error.")
+    param: str | None = Field(description="The request field at fault, where one is.")
+    code: str | None = Field(description="qkv's error type: not_found, conflict, "
+                             "invalid_request, payload_too_large, ...")
+
+
+class OpenAIErrorBody(BaseModel):
+    """An error under /v1/, in OpenAI's shape."""
+
+    error: OpenAIError
+
+
 # embeddings (OpenAI)
+TokenIds = Annotated[list[Annotated[int, Field(ge=0)]], Field(min_length=1)]
+
+
 class EmbeddingsRequest(RequestBody):
-    input: str | Texts = Field(description="A text or a list of texts. Token arrays are "
-                               "not accepted.")
+    input: str | Texts | TokenIds | Annotated[list[TokenIds], Field(min_length=1)] = Field(
+        description="A text, a list of texts, or OpenAI token ids (one list of ints, or a "
+        "list of them), which are decoded with OpenAI's cl100k_base vocabulary and encoded "
+        "with the served encoder's own (usage counts its tokens).")
     model: str | None = Field(None, description="An id from GET /v1/models; missing means the "
                               "served encoder, unknown is 404.")
     encoding_format: Literal["float", "base64"] = "float"

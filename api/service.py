@@ -24,6 +24,7 @@ from wiring.components import load_components
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
+EMBED_CHUNK = 256  # texts of one request in the encoder's queue at a time
 
 
 @dataclass
@@ -68,13 +69,18 @@ class Service:
             first = cut.index(True)
             raise invalid(
                 f"input {first} is longer than the encoder's {self.encoder.max_tokens} tokens; "
-                "send shorter text or set truncate to true")
+                "send shorter text or set truncate to true", "input")
         return ids, cut
 
     async def embed(self, texts: Sequence[str], truncate: bool, normalize: bool = True
                     ) -> Embedded:
+        """Vectors of ``texts``, queued for the encoder ``EMBED_CHUNK`` at a time: a request
+        of thousands of texts holds the queue no longer than its share, and requests that
+        come meanwhile are batched in between."""
         ids, cut = self.tokenize(texts, truncate)
-        x = await self.batcher.embed(ids)
+        parts = [await self.batcher.embed(ids[i:i + EMBED_CHUNK])
+                 for i in range(0, len(ids), EMBED_CHUNK)]
+        x = parts[0] if len(parts) == 1 else np.concatenate(parts)
         if normalize:
             x = x / np.maximum(np.linalg.norm(x, axis=1, keepdims=True), 1e-12)
         return Embedded(np.ascontiguousarray(x, dtype=np.float32), [len(i) for i in ids], cut)

@@ -63,7 +63,8 @@ class Settings(BaseSettings):
 
     # limits
     max_body_bytes: int = Field(8 * 2**20, ge=1024, description="Largest request body (413).")
-    max_inputs: int = Field(256, ge=1, description="Texts per embedding request (413).")
+    max_inputs: int = Field(2048, ge=1, description="Texts per embedding request (413); "
+                            "OpenAI's limit. They are queued for the encoder 256 at a time.")
     max_documents: int = Field(1000, ge=1, description="Documents per upsert request (413).")
     max_top_k: int = Field(100, ge=1, description="Largest top_k (422 above).")
     max_generate_tokens: int = Field(256, ge=1, description="Largest max_tokens of generate.")

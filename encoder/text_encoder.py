@@ -139,6 +139,21 @@ class TextEncoder(LoadedModel):
         ]
         return out, explained
 
+    def token_vectors(self, texts: Sequence[str], batch_size: int = 64) -> list[np.ndarray]:
+        """Each text's token states after the last block (what the pooling weighs), one
+        (tokens, dim) float32 array per text, ``<s>`` first; texts cut at ``max_tokens``."""
+        ids, _ = self.tokenize(texts)
+        if batch_size < 1:
+            raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+        out: list[np.ndarray] = []
+        with torch.inference_mode(), autocast(self.device):
+            for start in range(0, len(ids), batch_size):
+                chunk = ids[start:start + batch_size]
+                h, _ = self.model.token_states(_pad(chunk, self.config.pad_id).to(self.device))
+                h_np = h.float().cpu().numpy()
+                out.extend(h_np[row, : len(x)] for row, x in enumerate(chunk))
+        return out
+
     def encode_ids(
         self, ids: Sequence[Sequence[int]], batch_size: int = 64, normalize: bool = True
     ) -> np.ndarray:

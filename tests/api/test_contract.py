@@ -7,14 +7,13 @@ from __future__ import annotations
 
 from urllib.parse import quote
 
+from api_errors import error_of
 from conftest import MakeClient
 from fastapi.testclient import TestClient
 
 
 def _error_type(r) -> str:  # type: ignore[no-untyped-def]
-    body = r.json()
-    assert set(body) == {"error", "error_type"}, body
-    return str(body["error_type"])
+    return str(error_of(r)["error_type"])
 
 
 def test_openapi_states_auth_only_when_a_key_is_set(make_client: MakeClient) -> None:
@@ -76,7 +75,7 @@ def test_unreadable_body_is_422(client: TestClient) -> None:
 def test_metadata_outside_what_stores_keep_is_422(client: TestClient, collection: str) -> None:
     url = f"/v1/collections/{collection}/documents"
     r = client.post(url, json={"documents": [{"id": "a", "text": "t", "metadata": {"n": 2**64}}]})
-    assert r.status_code == 422 and "64-bit" in r.json()["error"]
+    assert r.status_code == 422 and "64-bit" in error_of(r)["error"]
     raw = b'{"documents": [{"id": "a", "text": "t", "metadata": {"k": "\\udc00"}}]}'
     r = client.post(url, content=raw, headers={"Content-Type": "application/json"})
     assert r.status_code == 422 and _error_type(r) == "invalid_request"

@@ -16,6 +16,7 @@ from pathlib import Path
 
 import httpx
 import pytest
+from api_errors import error_of
 from store_backends import RestartableMilvus
 from uvicorn_server import UvicornServer
 
@@ -66,7 +67,7 @@ def eventually(fn: Callable[[], httpx.Response], ok: Callable[[httpx.Response], 
 
 def assert_unavailable(r: httpx.Response, error_type: str = "store_unavailable") -> None:
     assert r.status_code == 503, r.text
-    assert r.json()["error_type"] == error_type and r.json()["error"], r.text
+    assert error_of(r)["error_type"] == error_type, r.text
     assert r.headers["retry-after"] == "1"
 
 

@@ -12,6 +12,7 @@ import httpx
 import numpy as np
 import openai
 import pytest
+from api_errors import error_of
 from uvicorn_server import UvicornServer
 
 KEY = "test-key-5b1e"
@@ -94,9 +95,10 @@ def test_unknown_model_is_not_found(client: openai.OpenAI) -> None:
     with pytest.raises(openai.NotFoundError) as e:
         client.embeddings.create(input=["hello"], model="text-embedding-3-small")
     assert e.value.status_code == 404
-    # openai hands over body["error"] (our message); the whole body is the one error shape.
-    assert "not found" in str(e.value.body)
-    assert e.value.response.json()["error_type"] == "not_found"
+    # OpenAI's error shape: the SDK hands over body["error"], with our message and code
+    assert isinstance(e.value.body, dict) and "not found" in e.value.body["message"]
+    assert error_of(e.value.response)["error_type"] == "not_found"
+    assert e.value.code == "not_found" and e.value.type == "invalid_request_error"
 
 
 def test_wrong_key_is_refused_right_key_works(server_url: str) -> None:
@@ -107,7 +109,7 @@ def test_wrong_key_is_refused_right_key_works(server_url: str) -> None:
         with pytest.raises(openai.AuthenticationError):
             bad.models.list()
     r = httpx.post(f"{server_url}/v1/embeddings", json={"input": "hello"}, timeout=30)
-    assert r.status_code == 401 and r.json()["error_type"] == "unauthorized"
+    assert r.status_code == 401 and error_of(r)["error_type"] == "unauthorized"
     assert httpx.get(f"{server_url}/health", timeout=10).status_code == 200  # stays open
     with openai.OpenAI(base_url=f"{server_url}/v1", api_key=KEY, max_retries=0) as good:
         assert len(good.embeddings.create(input=["hello"], model="tiny").data) == 1

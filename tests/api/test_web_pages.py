@@ -9,6 +9,7 @@ import re
 
 import numpy as np
 import pytest
+from api_errors import error_of
 from conftest import MakeClient
 from fastapi.testclient import TestClient
 
@@ -60,7 +61,7 @@ def test_static_files_and_unknown_pages(client: TestClient) -> None:
     assert client.get("/ui/static/qkv.css").headers["content-type"].startswith("text/css")
     for path in ("/ui/static/../web.py", "/ui/static/layout.html", "/ui/nope"):
         r = client.get(path)
-        assert r.status_code == 404 and r.json()["error_type"] == "not_found", path
+        assert r.status_code == 404 and error_of(r)["error_type"] == "not_found", path
 
 
 def test_pages_need_no_key_but_the_api_does(make_client: MakeClient) -> None:
@@ -98,7 +99,7 @@ def test_pooling_limits(make_client: MakeClient) -> None:
     cut = client.post("/v1/pooling", json={"input": long}).json()["data"][0]
     assert cut["truncated"] is True and cut["segments"][-1]["weight"] is None
     r = client.post("/v1/pooling", json={"input": long, "truncate": False})
-    assert r.status_code == 422 and "truncate" in r.json()["error"]
+    assert r.status_code == 422 and "truncate" in error_of(r)["error"]
     assert client.post("/v1/pooling", json={"input": ["a"] * 4}).status_code == 413
     assert client.post("/v1/pooling", json={"input": []}).status_code == 422
     assert client.post("/v1/pooling", json={"input": 3}).status_code == 422

@@ -55,11 +55,12 @@ async function api(method, path, body) {
   let data = null;
   try { data = text ? JSON.parse(text) : null; } catch (e) { data = null; }
   if (!resp.ok) {
-    // qkv's {error, error_type}, or OpenAI's {error: {message, type}}
+    // OpenAI's {error: {message, type, code}} under /v1/ (code: qkv's error type), TEI's
+    // {error, error_type} elsewhere
     const err = data && data.error;
-    const message = (err && typeof err === "object" ? err.message : err) || text
-      || resp.statusText;
-    const type = (err && typeof err === "object" ? err.type : data && data.error_type) || "";
+    const nested = err && typeof err === "object";
+    const message = (nested ? err.message : err) || text || resp.statusText;
+    const type = (nested ? err.code || err.type : data && data.error_type) || "";
     let full = String(message);
     const retry = resp.headers.get("Retry-After");
     if (retry) full += ` (retry after ${retry} s)`;

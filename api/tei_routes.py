@@ -1,0 +1,154 @@
+"""Text Embeddings Inference's routes, in TEI's shapes and with TEI's error body
+(``{"error", "error_type"}``), so TEI's clients (huggingface_hub's ``InferenceClient``,
+pymilvus' ``TEIEmbeddingFunction`` and ``TEIRerankFunction``, LangChain's and LlamaIndex's
+TEI classes) work unchanged: ``POST /`` and ``/embed`` (vectors), ``/embed_all`` (token
+vectors), ``/rerank``, ``/similarity``, ``/tokenize``, ``/decode`` and ``GET /info``.
+
+``/rerank`` scores with what the service has, the encoder's cosine ((1 + cos) / 2, or the
+cosine with ``raw_scores``); with the ``hybrid`` extension, the cosine fused with BM25 over
+the given texts, as hybrid search fuses them."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+from fastapi import APIRouter, Depends, Request, Response
+
+from api import schemas as s
+from api import tei_schemas as t
+from api.embedding_routes import texts_of
+from api.errors import invalid
+from api.routes import TEI_ERRORS, json_response, require_key, service
+from encoder.tokenizer import clean_text
+from index import Hit
+from index.bm25 import BM25Index
+from index.fusion import fuse
+
+tei = APIRouter(dependencies=[Depends(require_key)], responses=TEI_ERRORS, tags=["tei"])
+
+
+async def _embed(body: s.TeiEmbedRequest, request: Request) -> Response:
+    svc = service(request)
+    emb = await svc.embed(texts_of(body.inputs, svc.settings.max_inputs), body.truncate,
+                          normalize=body.normalize)
+    resp = json_response(emb.vectors)
+    resp.headers["X-Truncated"] = "true" if any(emb.truncated) else "false"
+    return resp
+
+
+@tei.post("/embed", response_model=list[list[float]])
+async def tei_embed(body: s.TeiEmbedRequest, request: Request) -> Response:
+    """An array of vectors, one per input. Whether any input was cut is in the
+    ``X-Truncated`` header (TEI's body has no room for it)."""
+    return await _embed(body, request)
+
+
+@tei.post("/", response_model=list[list[float]])
+async def tei_root(body: s.TeiEmbedRequest, request: Request) -> Response:
+    """TEI's root route for an embedding model (huggingface_hub's ``feature_extraction``):
+    the same as ``/embed``."""
+    return await _embed(body, request)
+
+
+@tei.post("/embed_all", response_model=list[list[list[float]]])
+async def embed_all(body: t.TeiEmbedAllRequest, request: Request) -> Response:
+    """Each input's token vectors (the encoder's last states, ``<s>`` first): an array of
+    (tokens × dim) arrays."""
+    svc = service(request)
+    texts = texts_of(body.inputs, svc.settings.max_inputs)
+    svc.tokenize(texts, body.truncate)  # 422 over the token limit without truncate
+    return json_response(await svc.run(svc.encoder.token_vectors, texts))
+
+
+@tei.post("/rerank", response_model=list[t.Rank])
+async def rerank(body: t.RerankRequest, request: Request) -> Response:
+    """``texts`` ranked for ``query``, best first: ``[{index, score, text?}]``."""
+    svc = service(request)
+    texts = texts_of(body.texts, svc.settings.max_inputs)
+    emb = await svc.embed([body.query, *texts], body.truncate)
+    cos = (emb.vectors[1:] @ emb.vectors[0]).astype(np.float64)
+    if body.hybrid:
+        w = svc.dense_weight if body.dense_weight is None else body.dense_weight
+        keys = [str(i) for i in range(len(texts))]
+        dense = [Hit(keys[i], float(c), texts[i], None, {}) for i, c in enumerate(cos)]
+        bm25 = [Hit(keys[i], sc, texts[i], None, {}) for i, sc in
+                BM25Index.from_texts(texts).top(body.query, len(texts), keys)]
+        ranked = [(int(h.id), h.score) for h in fuse(dense, bm25, len(texts), "convex", w)]
+    else:
+        scores = cos if body.raw_scores else (1.0 + cos) / 2.0
+        ranked = sorted(((i, float(x)) for i, x in enumerate(scores)), key=lambda r: -r[1])
+    out: list[dict[str, Any]] = []
+    for i, score in ranked:
+        out.append({"index": i, "score": score} | ({"text": texts[i]} if body.return_text
+                                                    else {}))
+    return json_response(out)
+
+
+@tei.post("/similarity", response_model=list[float])
+async def similarity(body: t.SimilarityRequest, request: Request) -> Response:
+    """The cosine of ``source_sentence`` with each of ``sentences``, in their order."""
+    svc = service(request)
+    truncate = (body.parameters or {}).get("truncate", False)
+    if not isinstance(truncate, bool):
+        raise invalid("parameters.truncate must be a boolean", "parameters.truncate")
+    sentences = texts_of(body.inputs.sentences, svc.settings.max_inputs)
+    emb = await svc.embed([body.inputs.source_sentence, *sentences], truncate)
+    return json_response((emb.vectors[1:] @ emb.vectors[0]).astype(np.float32))
+
+
+@tei.post("/tokenize", response_model=list[list[t.SimpleToken]])
+async def tokenize(body: t.TokenizeRequest, request: Request) -> Response:
+    """Each input's tokens, as the encoder cuts them (whole: no token limit here): id, the
+    text it covers, whether it is special, and its byte span in the input."""
+    svc = service(request)
+    texts = texts_of(body.inputs, svc.settings.max_inputs)
+    tok = svc.encoder.tokenizer
+    out = []
+    for text in texts:
+        clean = clean_text(text)
+        enc = tok.encode(clean, add_special_tokens=body.add_special_tokens)
+        tokens = []
+        for i, special, (a, b) in zip(enc.ids, enc.special_tokens_mask, enc.offsets,
+                                      strict=True):
+            if special:
+                tokens.append({"id": i, "text": tok.id_to_token(i), "special": True,
+                               "start": None, "stop": None})
+            else:
+                start = len(clean[:a].encode())
+                tokens.append({"id": i, "text": clean[a:b], "special": False,
+                               "start": start, "stop": start + len(clean[a:b].encode())})
+        out.append(tokens)
+    return json_response(out)
+
+
+@tei.post("/decode", response_model=list[str])
+async def decode(body: t.DecodeRequest, request: Request) -> Response:
+    """Token ids (one list, or a list of lists) back to text, one string per list."""
+    svc = service(request)
+    tok = svc.encoder.tokenizer
+    lists = body.ids if isinstance(body.ids[0], list) else [body.ids]
+    size = tok.get_vocab_size()
+    for ids in lists:
+        assert isinstance(ids, list)
+        bad = next((i for i in ids if i >= size), None)
+        if bad is not None:
+            raise invalid(f"token id {bad} is not in the encoder's vocabulary of {size}", "ids")
+    return json_response([tok.decode(ids, skip_special_tokens=body.skip_special_tokens)
+                          for ids in lists])
+
+
+@tei.get("/info", response_model=t.Info)
+async def info(request: Request) -> Response:
+    """The served encoder and this server's limits, in TEI's shape."""
+    svc = service(request)
+    st = svc.settings
+    dtype = str(next(svc.encoder.model.parameters()).dtype).removeprefix("torch.")
+    return json_response({
+        "model_id": svc.info.name, "model_sha": svc.info.fingerprint, "model_dtype": dtype,
+        "model_type": {"embedding": {"pooling": "attention"}},
+        "max_concurrent_requests": st.queue_max, "max_input_length": svc.encoder.max_tokens,
+        "max_batch_tokens": st.batch_max_tokens, "max_batch_requests": st.batch_max_size,
+        "max_client_batch_size": st.max_inputs, "auto_truncate": False,
+        "tokenization_workers": 1, "version": request.app.version, "sha": None,
+        "docker_label": None})
