@@ -31,7 +31,7 @@ SCRIPTS = ("core.js", "collections.js", "views.js")  # in this order: each uses 
 STATIC = {**dict.fromkeys(SCRIPTS, JS), "qkv.css": "text/css; charset=utf-8"}
 UPLOAD_BATCH = 64  # documents per upsert request from the upload form
 
-web = APIRouter(include_in_schema=False)
+web = APIRouter(tags=["web page"])
 
 
 @cache
@@ -91,24 +91,28 @@ def render(request: Request, slug: str) -> str:
         version_label=html.escape(request.app.version))
 
 
-@web.get("/")
+@web.get("/", status_code=307, response_class=RedirectResponse,
+         responses={307: {"description": "To the web page, /ui"}})
 async def root() -> Response:
+    """The web page (``POST /`` is TEI's embedding route)."""
     return RedirectResponse("/ui", status_code=307)
 
 
-@web.get("/ui", response_class=HTMLResponse)
-async def collections_page(request: Request) -> Response:
-    return HTMLResponse(render(request, ""))
+def _page(slug: str) -> Any:
+    async def view(request: Request) -> Response:
+        return HTMLResponse(render(request, slug))
+
+    view.__doc__ = f"The web page's {PAGES[slug][0].lower()} view (HTML)."
+    view.__name__ = f"{PAGES[slug][0].lower()}_page"
+    return view
 
 
-@web.get("/ui/{slug}", response_class=HTMLResponse)
-async def page(slug: str, request: Request) -> Response:
-    if slug not in PAGES or not slug:
-        raise not_found(f"no page /ui/{slug}; pages: /ui, /ui/search, /ui/attend, /ui/generate")
-    return HTMLResponse(render(request, slug))
+for _slug in PAGES:
+    web.add_api_route(f"/ui/{_slug}".rstrip("/"), _page(_slug), methods=["GET"],
+                      response_class=HTMLResponse)
 
 
-@web.get("/ui/static/{name}")
+@web.get("/ui/static/{name}", include_in_schema=False)
 async def static(name: str) -> Response:
     if name not in STATIC:
         raise not_found(f"no file /ui/static/{name}")
