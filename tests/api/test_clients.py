@@ -88,6 +88,24 @@ def test_langchain_openai_without_token_ids(server: str, model: str) -> None:
     np.testing.assert_allclose(got, reference(server, TEXTS), atol=1e-5)
 
 
+def test_langchain_long_texts_say_why_or_are_cut(server: str, model: str,
+                                                tiktoken_cache: None) -> None:
+    """Over our token limit: the reason reaches the LangChain user (OpenAI's error shape),
+    and ``model_kwargs={"extra_body": {"truncate": True}}`` cuts them instead."""
+    lc = pytest.importorskip("langchain_openai")
+    openai = pytest.importorskip("openai")
+    long = " ".join(["dog"] * 2000)
+    emb = lc.OpenAIEmbeddings(model=model, base_url=f"{server}/v1", api_key=KEY, max_retries=0)
+    with pytest.raises(openai.UnprocessableEntityError) as e:
+        emb.embed_documents([long])
+    assert "truncate" in str(e.value)
+    cut = lc.OpenAIEmbeddings(model=model, base_url=f"{server}/v1", api_key=KEY,
+                              model_kwargs={"extra_body": {"truncate": True}})
+    got = np.array(cut.embed_documents([long, TEXTS[0]]), np.float32)
+    assert got.shape == (2, 256)
+    np.testing.assert_allclose(got[1], reference(server, TEXTS[:1])[0], atol=1e-4)
+
+
 def test_huggingface_hub_feature_extraction(server: str) -> None:
     hub = pytest.importorskip("huggingface_hub")
     client = hub.InferenceClient(base_url=server, api_key=KEY)

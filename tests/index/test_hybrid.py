@@ -180,7 +180,7 @@ def test_lite_seals_what_was_written(tmp_path: Path) -> None:
     store = MilvusStore(str(tmp_path / "seal.db"))
     sealed: list[str] = []
     flush = store.flush
-    store._sealer._flush = lambda c: (sealed.append(c), flush(c))  # type: ignore[assignment]
+    store._sealer._flush = lambda c: (flush(c), sealed.append(c))  # type: ignore[assignment]
     store._sealer.rows, store._sealer.quiet_s = 8, 0.2
     try:
         store.create("s", 4, hybrid=True)
@@ -190,8 +190,9 @@ def test_lite_seals_what_was_written(tmp_path: Path) -> None:
         store.upsert("s", [Item("b", eye[1], "straggler common")])
         assert sealed == ["s"] and store._sealer.pending() == ["s"]
         deadline = time.monotonic() + 10
-        while store._sealer.pending() and time.monotonic() < deadline:
+        while len(sealed) < 2 and time.monotonic() < deadline:  # the flush has ended
             time.sleep(0.05)
+        assert store._sealer.pending() == []
         assert sealed == ["s", "s"]  # the quiet period sealed the straggler
         assert store.count("s") == 9
         hits = store.search("s", eye[:1], 20, query_text=["common"], mode="bm25")
