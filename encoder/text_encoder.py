@@ -6,7 +6,7 @@ import logging
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Literal, overload
+from typing import Any, Literal, overload
 
 import numpy as np
 import torch
@@ -91,13 +91,20 @@ class TextEncoder(LoadedModel):
     def dim(self) -> int:
         return self.config.d_model
 
-    def tokenize(self, texts: Sequence[str]) -> tuple[list[list[int]], list[bool]]:
-        """Token ids per text (starting with ``<s>``), cut at ``max_tokens``; and which were cut."""
+    def _encodings(self, texts: Sequence[str]) -> tuple[list[str], list[Any]]:
+        """The texts cleaned, and the tokenizer's encodings of them (ids and offsets)."""
         _check_texts(texts)
-        encs = self.tokenizer.encode_batch([clean_text(t) for t in texts])
+        cleaned = [clean_text(t) for t in texts]
+        return cleaned, self.tokenizer.encode_batch(cleaned)
+
+    def _cut(self, encs: Sequence[Any]) -> tuple[list[list[int]], list[bool]]:
         ids = [e.ids for e in encs]
         truncated = [len(x) > self.max_tokens for x in ids]
         return [x[: self.max_tokens] for x in ids], truncated
+
+    def tokenize(self, texts: Sequence[str]) -> tuple[list[list[int]], list[bool]]:
+        """Token ids per text (starting with ``<s>``), cut at ``max_tokens``; and which were cut."""
+        return self._cut(self._encodings(texts)[1])
 
     def truncated(self, texts: Sequence[str]) -> list[bool]:
         """Whether each text is longer than ``max_tokens`` and would be cut."""
@@ -120,13 +127,12 @@ class TextEncoder(LoadedModel):
 
         With ``return_weights`` also returns, per text, its tokens and pooling weights.
         """
-        ids, truncated = self.tokenize(texts)
+        cleaned, encs = self._encodings(texts)
+        ids, truncated = self._cut(encs)
         out, weights = self._forward(ids, batch_size, return_weights)
         out /= np.maximum(np.linalg.norm(out, axis=1, keepdims=True), 1e-12)
         if not return_weights:
             return out
-        cleaned = [clean_text(t) for t in texts]
-        encs = self.tokenizer.encode_batch(cleaned)
         explained = [
             TokenWeights(
                 tokens=[self.tokenizer.id_to_token(t) or "" for t in ids[i]],

@@ -28,17 +28,13 @@ async function dropCollection(name, button) {
 }
 
 function initCollections() {
-  const create = $("#create-form");
-  create.addEventListener("submit", (ev) => {
-    ev.preventDefault();
-    busy(create.querySelector("button"), async () => {
-      const body = { name: create.name.value };
-      if (create.hybrid.value) body.hybrid = create.hybrid.value === "true";
-      const made = await api("POST", "/v1/collections", body);
-      create.reset();
-      rememberCollection(made.name);
-      await loadCollections();
-    });
+  onSubmit($("#create-form"), async (create) => {
+    const body = { name: create.name.value };
+    if (create.hybrid.value) body.hybrid = create.hybrid.value === "true";
+    const made = await api("POST", "/v1/collections", body);
+    create.reset();
+    rememberCollection(made.name);
+    await loadCollections();
   });
   initUpload();
   return loadCollections;
@@ -145,29 +141,25 @@ async function sendBatches() {
 }
 
 function initUpload() {
-  const form = $("#upload-form");
-  form.addEventListener("submit", (ev) => {
-    ev.preventDefault();
-    busy(form.querySelector("button"), async () => {
-      const file = form.file.files[0];
-      const fields = { id: form.id_field.value, text: form.text_field.value,
-        value: form.value_field.value || null };
-      const docs = [], skipped = [];
-      for (const rec of readRecords(file.name, await file.text())) {
-        const doc = rec.error || toDocument(rec.row, fields);
-        if (typeof doc === "string") skipped.push(`line ${rec.line}: ${doc}`);
-        else docs.push(doc);
-      }
-      Object.assign(upload, { docs, done: 0, collection: form.collection.value, skipped });
-      rememberCollection(upload.collection);
-      const list = $("#upload-skipped");
-      list.hidden = skipped.length === 0;
-      $("summary", list).textContent = `${rows(skipped.length)} skipped`;
-      $("ul", list).replaceChildren(...skipped.map((s) => h("li", {}, s)));
-      if (!docs.length) throw new Error(`no documents in ${file.name}`);
-      uploadProgress();
-      await sendBatches();
-    });
+  onSubmit($("#upload-form"), async (form) => {
+    const file = form.file.files[0];
+    const fields = { id: form.id_field.value, text: form.text_field.value,
+      value: form.value_field.value || null };
+    const docs = [], skipped = [];
+    for (const rec of readRecords(file.name, await file.text())) {
+      const doc = rec.error || toDocument(rec.row, fields);
+      if (typeof doc === "string") skipped.push(`line ${rec.line}: ${doc}`);
+      else docs.push(doc);
+    }
+    Object.assign(upload, { docs, done: 0, collection: form.collection.value, skipped });
+    rememberCollection(upload.collection);
+    const list = $("#upload-skipped");
+    list.hidden = skipped.length === 0;
+    $("summary", list).textContent = `${rows(skipped.length)} skipped`;
+    $("ul", list).replaceChildren(...skipped.map((s) => h("li", {}, s)));
+    if (!docs.length) throw new Error(`no documents in ${file.name}`);
+    uploadProgress();
+    await sendBatches();
   });
   $("#upload-resume").addEventListener("click", (ev) => busy(ev.target, sendBatches));
 }

@@ -90,6 +90,14 @@ async function busy(button, fn) {
   }
 }
 
+// a form whose submit runs fn(form) with its submit button disabled
+function onSubmit(form, fn) {
+  form.addEventListener("submit", (ev) => {
+    ev.preventDefault();
+    busy(form.querySelector("button[type=submit]"), () => fn(form));
+  });
+}
+
 // ---------- the API key ----------
 function showKeyForm(show) {
   $("#key-form").hidden = !show;

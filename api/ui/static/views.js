@@ -69,10 +69,7 @@ async function runSearch(form) {
 function initSearch() {
   const form = $("#search-form");
   $("#filter-add").addEventListener("click", addFilterRow);
-  form.addEventListener("submit", (ev) => {
-    ev.preventDefault();
-    busy(form.querySelector("button[type=submit]"), () => runSearch(form));
-  });
+  onSubmit(form, runSearch);
   return fillCollectionSelects;
 }
 
@@ -101,11 +98,7 @@ function initAttend() {
   const form = $("#attend-form");
   const slider = $("#temperature");
   let timer = null;
-  const submit = form.querySelector("button[type=submit]");
-  form.addEventListener("submit", (ev) => {
-    ev.preventDefault();
-    busy(submit, () => runAttend(form));
-  });
+  onSubmit(form, runAttend);
   slider.addEventListener("input", () => {
     $("#temperature-value").textContent = String(temperature());
     clearTimeout(timer);
@@ -156,10 +149,7 @@ async function runGenerate(form) {
 
 function initGenerate() {
   const form = $("#generate-form");
-  form.addEventListener("submit", (ev) => {
-    ev.preventDefault();
-    busy(form.querySelector("button[type=submit]"), () => runGenerate(form));
-  });
+  onSubmit(form, runGenerate);
   return async () => {
     await fillCollectionSelects();
     $("#generate-none").hidden = form.collection.options.length > 0;
