@@ -27,6 +27,13 @@ COLLECTION_NAME_HELP = ("Collection name: a letter or '_', then letters, digits,
                         "and responses show the stored name.")
 
 
+FILTER_HELP = (
+    "{'key','op','value'} on a metadata key, or {'and': [...]}, {'or': [...]}. Ops: eq, ne, "
+    "in, nin (a list), lt, lte, gt, gte (a number), exists (true/false: the key is there and "
+    "not null), like (a prefix pattern: 'doc%'; write \\_ \\% \\\\ for a literal _ % \\). "
+    "ne and nin also match documents without the key. Values are typed as JSON: 1 is not '1'.")
+
+
 class RequestBody(BaseModel):
     """A request body: JSON types as declared, nothing coerced."""
 
@@ -235,9 +242,7 @@ class SearchRequest(RequestBody):
     vector: list[float] | None = Field(None, description="A query vector of the "
                                        "collection's dim (instead of `query`).")
     top_k: int = Field(10, ge=1)
-    filter: dict[str, Any] | None = Field(None, description="{'key','op','value'} with op one "
-                                          "of eq, in, lt, lte, gt, gte; or {'and': [...]}, "
-                                          "{'or': [...]}. Keys are metadata keys.")
+    filter: dict[str, Any] | None = Field(None, description=FILTER_HELP)
     fields: list[HitField] = Field(["text", "value", "metadata"], description="Which fields "
                                    "each hit carries besides id, score and weight.")
     temperature: float | None = Field(None, gt=0, description="Softmax temperature of the "
@@ -297,7 +302,7 @@ class AttendResponse(BaseModel):
 class GenerateRequest(RequestBody):
     query: str = Field(min_length=1)
     top_k: int = Field(4, ge=0)
-    filter: dict[str, Any] | None = None
+    filter: dict[str, Any] | None = Field(None, description=FILTER_HELP)
     temperature: float | None = Field(None, gt=0)
     beam: int = Field(4, ge=1, le=16)
     max_tokens: int | None = Field(None, ge=1)

@@ -1,14 +1,22 @@
 """Structured metadata filters and the one function that turns them into Milvus expressions.
 
 A filter is a tree: a :class:`Condition` ``(key, op, value)`` on a metadata key, or
-:class:`And` / :class:`Or` of filters. No caller string reaches Milvus unparsed: keys and
+:class:`And` / :class:`Or` of filters. Ops: ``eq``, ``ne``, ``in``, ``nin``, ``lt``,
+``lte``, ``gt``, ``gte``, ``exists`` (true/false) and ``like`` (a prefix pattern ``"abc%"``). No caller string reaches Milvus unparsed: keys and
 string values are written as JSON string literals (quotes, backslashes and control
 characters escaped), numbers are checked finite and in range, booleans become
 ``true``/``false``. :func:`matches` evaluates the same tree in Python (for
 :class:`index.faiss_store.FaissStore`) with the Milvus server's typing: a boolean never
-equals a number, a number never equals a string, a missing key matches nothing. (Milvus
-Lite alone reads ``true`` as 1 when the stored value is a number; don't mix the two types
-under one key.)
+equals a number, a number never equals a string, a missing key matches nothing but ``ne``,
+``nin`` and ``exists: false`` (which are the negations of ``eq``, ``in`` and ``exists``).
+
+The Milvus parsers differ (probed on Milvus Lite 3.2 and the 2.3.5 server): ``!=`` and
+``not`` are false on a missing key in Lite but true on the server, and ``like`` has no
+escape in either while ``_`` is a wildcard only in Lite. So ``ne``/``nin`` are written
+``not exists or ...``, and ``like`` as the string range ``[prefix, next prefix)``, which
+means the same on both. (Milvus Lite alone reads ``true`` as 1 when the stored value is a
+number; don't mix the two types under one key. A key holding JSON ``null`` counts as
+missing, except to ``exists`` on a 2.3 server, which counts it present.)
 """
 
 from __future__ import annotations
@@ -18,8 +26,8 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 Scalar = str | int | float | bool
-Op = Literal["eq", "in", "lt", "lte", "gt", "gte"]
-OPS: tuple[str, ...] = ("eq", "in", "lt", "lte", "gt", "gte")
+Op = Literal["eq", "ne", "in", "nin", "lt", "lte", "gt", "gte", "exists", "like"]
+OPS: tuple[str, ...] = ("eq", "ne", "in", "nin", "lt", "lte", "gt", "gte", "exists", "like")
 _RANGE_SYMBOL = {"lt": "<", "lte": "<=", "gt": ">", "gte": ">="}
 MAX_IN_VALUES = 1024
 MAX_KEY_CHARS = 256
@@ -28,7 +36,8 @@ _INT64 = 2**63
 
 @dataclass(frozen=True)
 class Condition:
-    """``metadata[key] <op> value``; ``in`` takes a non-empty list, ranges a number."""
+    """``metadata[key] <op> value``: ``in``/``nin`` take a non-empty list, ranges a number,
+    ``exists`` a boolean, ``like`` a prefix pattern (:func:`like_prefix`)."""
 
     key: str
     op: Op
@@ -39,16 +48,21 @@ class Condition:
             raise ValueError(f"filter key must be a string of 1..{MAX_KEY_CHARS} characters")
         if self.op not in OPS:
             raise ValueError(f"filter op must be one of {OPS}, got {self.op!r}")
-        if self.op == "in":
+        if self.op in ("in", "nin"):
             if isinstance(self.value, str | bytes) or not isinstance(self.value, list | tuple):
-                raise ValueError("filter op 'in' takes a list of values")
+                raise ValueError(f"filter op {self.op!r} takes a list of values")
             if not 1 <= len(self.value) <= MAX_IN_VALUES:
-                raise ValueError(f"filter op 'in' takes 1..{MAX_IN_VALUES} values")
+                raise ValueError(f"filter op {self.op!r} takes 1..{MAX_IN_VALUES} values")
             object.__setattr__(self, "value", tuple(self.value))
             for v in self.value:
                 _check_scalar(v)
-        elif self.op == "eq":
+        elif self.op in ("eq", "ne"):
             _check_scalar(self.value)
+        elif self.op == "exists":
+            if not isinstance(self.value, bool):
+                raise ValueError(f"filter op 'exists' takes true or false, got {self.value!r}")
+        elif self.op == "like":
+            like_prefix(self.value)
         else:
             if not _is_number(self.value):
                 raise ValueError(f"filter op {self.op!r} takes a number, got {self.value!r}")
@@ -84,6 +98,43 @@ def _check_clauses(name: str, clauses: Any) -> None:
             raise ValueError(f"filter '{name}' clause is {type(c).__name__}, expected a filter")
 
 
+def like_prefix(pattern: Any) -> str:
+    """The prefix a ``like`` pattern asks for: ``"ab%"`` is every string that starts with
+    ``ab``. Only prefix patterns: one ``%`` at the end; ``\\%``, ``\\_`` and ``\\\\`` are a
+    literal ``%``, ``_`` and backslash; any other ``%`` or ``_`` is refused."""
+    if not isinstance(pattern, str) or not pattern.endswith("%"):
+        raise ValueError("filter op 'like' takes a prefix pattern ending in '%', e.g. "
+                         f"'doc_%' is refused but 'doc\\_%' is fine; got {pattern!r}")
+    out, i, body = [], 0, pattern[:-1]
+    while i < len(body):
+        ch = body[i]
+        if ch == "\\" and i + 1 < len(body) and body[i + 1] in "%_\\":
+            out.append(body[i + 1])
+            i += 2
+            continue
+        if ch in "%_\\":
+            raise ValueError(
+                f"filter op 'like' matches prefixes only: {ch!r} at {i} of {pattern!r} must be "
+                f"written '\\{ch}' to mean itself (no wildcards but the final '%')")
+        out.append(ch)
+        i += 1
+    return "".join(out)
+
+
+def _next_prefix(prefix: str) -> str | None:
+    """The least string above every string that starts with ``prefix`` (code point order,
+    which is UTF-8 byte order); None when there is none (the prefix is all U+10FFFF)."""
+    chars = list(prefix)
+    while chars:
+        c = ord(chars[-1]) + 1
+        c = 0xE000 if 0xD800 <= c <= 0xDFFF else c  # surrogates are not in valid text
+        if c <= 0x10FFFF:
+            chars[-1] = chr(c)
+            return "".join(chars)
+        chars.pop()
+    return None
+
+
 def _is_number(v: Any) -> bool:
     return isinstance(v, int | float) and not isinstance(v, bool)
 
@@ -105,7 +156,8 @@ def _check_scalar(v: Any) -> None:
 def parse_filter(obj: Any) -> Filter:
     """Build a filter from its JSON form.
 
-    ``{"key": "lang", "op": "eq", "value": "en"}``, ``{"and": [...]}``, ``{"or": [...]}``.
+    ``{"key": "lang", "op": "eq", "value": "en"}``, ``{"and": [...]}``, ``{"or": [...]}``;
+    ``{"key": "lang", "op": "exists"}`` means ``"value": true``.
     """
     if not isinstance(obj, dict):
         raise ValueError(f"a filter is a JSON object, got {type(obj).__name__}")
@@ -115,6 +167,8 @@ def parse_filter(obj: Any) -> Filter:
         return Or(tuple(parse_filter(c) for c in _as_list(obj["or"], "or")))
     if set(obj) == {"key", "op", "value"}:
         return Condition(obj["key"], obj["op"], obj["value"])
+    if set(obj) == {"key", "op"} and obj["op"] == "exists":
+        return Condition(obj["key"], "exists", True)
     raise ValueError(
         "a filter is {'key', 'op', 'value'} (op one of " + ", ".join(OPS) + "), "
         f"{{'and': [...]}} or {{'or': [...]}}; got keys {sorted(obj)}"
@@ -153,7 +207,7 @@ def to_milvus_expr(f: Filter, field: str = "metadata") -> str:
     """The Milvus boolean expression for ``f`` over the JSON field ``field``.
 
     ``in`` is written as an ``or`` of equalities because Milvus Lite does not accept
-    ``in`` on a JSON path.
+    ``in`` on a JSON path; ``ne``, ``nin`` and ``like`` as the module docstring says.
     """
     if isinstance(f, And):
         return "(" + " and ".join(to_milvus_expr(c, field) for c in f.clauses) + ")"
@@ -166,6 +220,21 @@ def to_milvus_expr(f: Filter, field: str = "metadata") -> str:
     if f.op == "in":
         assert isinstance(f.value, tuple)
         return "(" + " or ".join(f"{path} == {_literal(v)}" for v in f.value) + ")"
+    if f.op == "ne":
+        assert not isinstance(f.value, tuple)
+        return f"((not (exists {path})) or ({path} != {_literal(f.value)}))"
+    if f.op == "nin":
+        assert isinstance(f.value, tuple)
+        either = " or ".join(f"{path} == {_literal(v)}" for v in f.value)
+        return f"((not (exists {path})) or (not ({either})))"
+    if f.op == "exists":
+        return f"(exists {path})" if f.value else f"(not (exists {path}))"
+    if f.op == "like":
+        prefix = like_prefix(f.value)
+        upper = _next_prefix(prefix)
+        if upper is None:
+            return f"({path} >= {quote(prefix)})"
+        return f"({path} >= {quote(prefix)} and {path} < {quote(upper)})"
     assert not isinstance(f.value, tuple)
     return f"({path} {_RANGE_SYMBOL[f.op]} {_literal(f.value)})"
 
@@ -184,9 +253,17 @@ def matches(f: Filter, metadata: dict[str, Any]) -> bool:
         return all(matches(c, metadata) for c in f.clauses)
     if isinstance(f, Or):
         return any(matches(c, metadata) for c in f.clauses)
+    if f.op in ("ne", "nin", "exists"):
+        present = metadata.get(f.key) is not None
+        if f.op == "exists":
+            return present == f.value
+        return not (present and matches(Condition(f.key, "eq" if f.op == "ne" else "in",
+                                                  f.value), metadata))
     if f.key not in metadata:
         return False
     a = metadata[f.key]
+    if f.op == "like":
+        return isinstance(a, str) and a.startswith(like_prefix(f.value))
     if f.op == "eq":
         assert not isinstance(f.value, tuple)
         return _equal(a, f.value)

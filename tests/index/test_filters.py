@@ -48,7 +48,12 @@ def test_hostile_key_is_quoted_too() -> None:
 @pytest.mark.parametrize(
     ("obj", "message"),
     [
-        ({"key": "a", "op": "like", "value": "x"}, "op must be one of"),
+        ({"key": "a", "op": "regex", "value": "x"}, "op must be one of"),
+        ({"key": "a", "op": "like", "value": "x"}, "prefix pattern ending in '%'"),
+        ({"key": "a", "op": "like", "value": "a_b%"}, "prefixes only"),
+        ({"key": "a", "op": "exists", "value": "yes"}, "true or false"),
+        ({"key": "a", "op": "nin", "value": "abc"}, "list"),
+        ({"key": "a", "op": "ne", "value": [1]}, "string, number or boolean"),
         ({"key": "a", "op": "gt", "value": "x"}, "takes a number"),
         ({"key": "a", "op": "eq", "value": float("nan")}, "finite"),
         ({"key": "a", "op": "eq", "value": 2**64}, "64-bit"),
@@ -71,6 +76,7 @@ def test_parse_filter_builds_the_tree() -> None:
     f = parse_filter({"or": [{"key": "lang", "op": "in", "value": ["en", "fr"]},
                              {"and": [{"key": "n", "op": "gt", "value": 1}]}]})
     assert f == Or((Condition("lang", "in", ("en", "fr")), And((Condition("n", "gt", 1),))))
+    assert parse_filter({"key": "k", "op": "exists"}) == Condition("k", "exists", True)
 
 
 def test_matches_uses_strict_json_typing() -> None:

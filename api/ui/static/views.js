@@ -3,7 +3,7 @@
 "use strict";
 
 // ---------- Search ----------
-const OPS = ["eq", "in", "lt", "lte", "gt", "gte"];
+const OPS = ["eq", "ne", "in", "nin", "lt", "lte", "gt", "gte", "exists", "like"];
 
 function addFilterRow() {
   const row = h("div", { class: "filter-row" },
@@ -26,8 +26,9 @@ function readFilter(form) {
     if (!key) continue;
     const op = $("[name=op]", row).value;
     const raw = $("[name=value]", row).value.trim();
-    const value = op === "in" ? raw.split(",").map((x) => filterValue(x.trim()))
-      : filterValue(raw);
+    // in/nin: a comma list; exists: true unless "false"; like: the prefix pattern as typed
+    const value = op === "in" || op === "nin" ? raw.split(",").map((x) => filterValue(x.trim()))
+      : op === "exists" ? raw !== "false" : op === "like" ? raw : filterValue(raw);
     conds.push({ key, op, value });
   }
   if (conds.length === 0) return null;
