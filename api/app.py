@@ -16,7 +16,7 @@ from typing import Any
 
 from fastapi import FastAPI
 
-from api import embedding_routes, errors, routes, tei_routes, web
+from api import embedding_routes, errors, retrieval_routes, routes, tei_routes, web
 from api.errors import ApiError, error_response
 from api.metrics import Metrics, MetricsMiddleware
 from api.settings import Settings
@@ -76,6 +76,8 @@ _LIMITS = (("EmbeddingsRequest", "input", "max_inputs"),
            ("DocumentsUpsert", "documents", "max_documents"),
            ("DocumentsDelete", "ids", "max_documents"),
            ("SearchRequest", "top_k", "max_top_k"),
+           ("SearchRequest", "offset", "max_offset"),
+           ("SearchBatchRequest", "searches", "max_searches"),
            ("GenerateRequest", "top_k", "max_top_k"),
            ("GenerateRequest", "max_tokens", "max_generate_tokens"))
 
@@ -158,6 +160,7 @@ def create_app(settings: Settings | None = None, banner: str | None = None) -> F
     app.include_router(routes.open_routes)
     app.include_router(embedding_routes.embedding_v1)
     app.include_router(routes.v1)
+    app.include_router(retrieval_routes.retrieval_v1)
     app.include_router(tei_routes.tei)
     app.include_router(web.web)
     app.add_middleware(BodyLimitMiddleware, limit=settings.max_body_bytes)

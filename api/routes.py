@@ -4,30 +4,22 @@ into the response shapes (vector-heavy ones serialised with orjson, straight fro
 from __future__ import annotations
 
 import secrets
-from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import Annotated, Any
 
-import numpy as np
 import orjson
 from fastapi import APIRouter, Depends, Path, Query, Request, Response
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from pydantic import AfterValidator
 
 from api import schemas as s
-from api.errors import ApiError, invalid, not_found, too_large
+from api.errors import ApiError, not_found, too_large
 from api.service import Service
 from index import (
     CollectionInfo,
-    Hit,
     Item,
     collection_name,
     hybrid_default,
-    parse_filter,
-    resolve_mode,
-    softmax,
 )
-from index import attend as attend_values
 
 _ERROR_TEXTS = ((401, "Missing or wrong API key"), (404, "Unknown collection or item"),
                 (409, "Encoder/dimension mismatch, existing collection, no decoder"),
@@ -190,127 +182,3 @@ async def get_document(name: CollectionName, doc_id: str, request: Request,
     return json_response({"id": it.id, "text": it.text, "value": it.value,
                           "metadata": it.metadata,
                           "vector": it.vector if include_vector else None})
-
-
-# search, attend, generate
-@dataclass
-class Neighbours:
-    """One query's hits, the query vector, the mode that ran and whether the text was cut."""
-
-    hits: list[Hit]
-    xq: np.ndarray
-    mode: str
-    truncated: bool
-
-    def cosines(self) -> np.ndarray:
-        """Each hit's dense similarity to the query: its score in dense mode, else q·key
-        (bm25 and hybrid searches fetch the vectors for it)."""
-        if self.mode == "dense":
-            return np.array([h.score for h in self.hits], np.float32)
-        keys = [h.vector for h in self.hits if h.vector is not None]
-        assert len(keys) == len(self.hits), "bm25/hybrid searches fetch the vectors"
-        return (np.stack(keys) @ self.xq if keys else np.zeros(0)).astype(np.float32)
-
-
-async def _neighbours(svc: Service, name: str, body: s.SearchRequest, with_vectors: bool
-                      ) -> Neighbours:
-    if (body.query is None) == (body.vector is None):
-        raise invalid("give exactly one of `query` (text) or `vector`")
-    filt = parse_filter(body.filter) if body.filter is not None else None
-    info = await svc.call(svc.store.describe, name)  # 404 before any encoding
-    if body.mode in ("bm25", "hybrid") and body.query is None:
-        raise invalid(f"mode {body.mode!r} searches the query's words: give `query` (text), "
-                      "or use mode 'dense' with `vector`")
-    texts = [body.query] if body.query is not None else None
-    mode = resolve_mode(info, body.mode, texts, 1)  # 409 on a collection without BM25
-    truncated = False
-    if body.query is not None:
-        emb = await svc.embed([body.query], body.truncate)
-        xq, truncated = emb.vectors[0], emb.truncated[0]
-    else:
-        with np.errstate(over="ignore"):  # beyond float32: inf, refused by the store (422)
-            xq = np.asarray(body.vector, dtype=np.float32)
-    hits = await svc.search(name, xq, body.top_k, filt, with_vectors or mode != "dense",
-                            body.consistency, texts, mode, body.fusion, body.dense_weight)
-    return Neighbours(hits, xq, mode, truncated)
-
-
-def _hits_out(hits: list[Hit], weights: np.ndarray, fields: Sequence[str]) -> list[dict[str, Any]]:
-    out = []
-    for h, w in zip(hits, weights, strict=True):
-        d: dict[str, Any] = {"id": h.id, "score": h.score, "weight": float(w),
-                             "sources": h.sources or {"dense": h.score}}
-        if "text" in fields:
-            d["text"] = h.text
-        if "value" in fields:
-            d["value"] = h.value
-        if "metadata" in fields:
-            d["metadata"] = h.metadata
-        if "vector" in fields and h.vector is not None:
-            d["vector"] = h.vector
-        out.append(d)
-    return out
-
-
-@v1.post("/v1/collections/{name}/search", response_model=s.SearchResponse, tags=["retrieval"])
-async def search(name: CollectionName, body: s.SearchRequest, request: Request) -> Response:
-    """Neighbours of a text or vector by ``mode`` (dense, bm25 or hybrid), each with the
-    sides that found it and its softmax weight over the cosines."""
-    svc = service(request)
-    nb = await _neighbours(svc, name, body, "vector" in body.fields)
-    t = body.temperature or svc.settings.default_temperature
-    weights = softmax(nb.cosines(), t)
-    return json_response({"hits": _hits_out(nb.hits, weights, body.fields), "temperature": t,
-                          "truncated": nb.truncated, "mode": nb.mode})
-
-
-@v1.post("/v1/collections/{name}/attend", response_model=s.AttendResponse, tags=["retrieval"])
-async def attend(name: CollectionName, body: s.SearchRequest, request: Request) -> Response:
-    """The query-key-value view: neighbours (chosen by ``mode``; keys = their vectors),
-    weights softmax(cosine / T) summing to 1, and the output Σ wᵢ vᵢ."""
-    svc = service(request)
-    nb = await _neighbours(svc, name, body, True)
-    t = body.temperature or svc.settings.default_temperature
-    if nb.hits:
-        att = attend_values(nb.cosines(), np.stack([h.vector for h in nb.hits
-                                             if h.vector is not None]), t)
-        weights, output = att.weights, att.output
-    else:
-        weights, output = np.zeros(0, np.float32), np.zeros(svc.info.dim, np.float32)
-    return json_response({"neighbours": _hits_out(nb.hits, weights, body.fields),
-                          "weights": weights, "output": output, "temperature": t,
-                          "truncated": nb.truncated, "mode": nb.mode})
-
-
-@v1.post("/v1/collections/{name}/generate", response_model=s.GenerateResponse,
-         tags=["retrieval"])
-async def generate(name: CollectionName, body: s.GenerateRequest, request: Request
-                   ) -> Response:
-    """Retrieve ``top_k`` neighbours, weight them, and decode with the collection's decoder
-    (each neighbour's value is read with its weight as an attention bias)."""
-    svc = service(request)
-    await svc.call(svc.store.describe, name)  # 404 first
-    dec = svc.decoder_for(name)  # then 409 without a decoder
-    if body.max_tokens is not None and body.max_tokens > svc.settings.max_generate_tokens:
-        raise invalid(f"max_tokens must be at most {svc.settings.max_generate_tokens}")
-    t = body.temperature or svc.settings.default_temperature
-    hits: list[Hit] = []
-    if body.top_k > 0:
-        # dense neighbours, as the decoder was trained with (wiring.translation)
-        search_body = s.SearchRequest(query=body.query, top_k=body.top_k, filter=body.filter,
-                                      mode="dense")
-        nb = await _neighbours(svc, name, search_body, False)
-        hits, cosines = nb.hits, nb.cosines()
-    else:
-        cosines = np.zeros(0, np.float32)
-    weights = softmax(cosines, t)
-    neighbours = [(h.value or h.text, float(w)) for h, w in zip(hits, weights, strict=True)]
-    gen = await svc.run(dec.generate, body.query, neighbours, beam=body.beam,
-                        max_tokens=body.max_tokens, return_attention=body.return_attention)
-    attention = None
-    if body.return_attention and gen.attention is not None:
-        attention = {"tokens": gen.tokens, "memory_tokens": gen.memory_tokens,
-                     "memory_segments": gen.memory_segments, "weights": gen.attention}
-    return json_response({"text": gen.text,
-                          "neighbours": _hits_out(hits, weights, ["text", "value", "metadata"]),
-                          "weights": weights, "attention": attention})

@@ -242,6 +242,11 @@ class SearchRequest(RequestBody):
     vector: list[float] | None = Field(None, description="A query vector of the "
                                        "collection's dim (instead of `query`).")
     top_k: int = Field(10, ge=1)
+    offset: int = Field(0, ge=0, description="Skip this many of the best hits first (pages: "
+                        "offset = page × top_k). Weights are over the returned hits.")
+    score_threshold: float | None = Field(None, description="Return only hits whose `score` "
+                                          "is at least this (a cosine in dense mode, a BM25 "
+                                          "score in bm25 mode, the fused score in hybrid).")
     filter: dict[str, Any] | None = Field(None, description=FILTER_HELP)
     fields: list[HitField] = Field(["text", "value", "metadata"], description="Which fields "
                                    "each hit carries besides id, score and weight.")
@@ -267,6 +272,14 @@ class SearchRequest(RequestBody):
                                        "(GET /v1/models), chosen on public dev sets.")
 
 
+class SearchBatchRequest(RequestBody):
+    searches: list[SearchRequest] = Field(min_length=1, description="Searches of this one "
+                                          "collection, each as POST .../search takes it; "
+                                          "their texts are encoded together, and searches "
+                                          "that differ only in the query go to the store "
+                                          "as one.")
+
+
 class HitOut(BaseModel):
     id: str
     score: float = Field(description="The ranking's score: the cosine in dense mode, the "
@@ -288,6 +301,10 @@ class SearchResponse(BaseModel):
     temperature: float
     truncated: bool
     mode: SearchMode = Field(description="The mode that ran.")
+
+
+class SearchBatchResponse(BaseModel):
+    results: list[SearchResponse] = Field(description="One per search, in order.")
 
 
 class AttendResponse(BaseModel):

@@ -107,17 +107,15 @@ class Service:
             return False, f"store not reachable: {e}"
         return True, "ok"
 
-    async def search(self, collection: str, xq: np.ndarray, k: int, filter: Any,
-                     with_vectors: bool, consistency: str, query_text: list[str] | None = None,
-                     mode: str | None = None, fusion: str = DEFAULT_FUSION,
-                     dense_weight: float | None = None) -> list[Hit]:
-        if k > self.settings.max_top_k:
-            raise invalid(f"top_k must be at most {self.settings.max_top_k}, got {k}")
-        (hits,) = await self.call(self.store.search, collection, xq[None, :], k, filter,
-                                  self.info, with_vectors, consistency, query_text, mode,
-                                  fusion, self.dense_weight if dense_weight is None
-                                  else dense_weight)
-        return hits
+    async def search_many(self, collection: str, xq: np.ndarray, k: int, filter: Any,
+                          with_vectors: bool, consistency: str,
+                          query_text: list[str] | None = None, mode: str | None = None,
+                          fusion: str = DEFAULT_FUSION, dense_weight: float | None = None
+                          ) -> list[list[Hit]]:
+        """The hits of each query row of ``xq`` (nq, d), in one store call."""
+        return await self.call(self.store.search, collection, xq, k, filter, self.info,
+                               with_vectors, consistency, query_text, mode, fusion,
+                               self.dense_weight if dense_weight is None else dense_weight)
 
     def decoder_for(self, collection: str) -> Any:
         dec = self.decoders.get(collection)

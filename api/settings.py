@@ -67,6 +67,8 @@ class Settings(BaseSettings):
                             "OpenAI's limit. They are queued for the encoder 256 at a time.")
     max_documents: int = Field(1000, ge=1, description="Documents per upsert request (413).")
     max_top_k: int = Field(100, ge=1, description="Largest top_k (422 above).")
+    max_offset: int = Field(1000, ge=0, description="Largest search offset (422 above).")
+    max_searches: int = Field(64, ge=1, description="Searches per batch request (413).")
     max_generate_tokens: int = Field(256, ge=1, description="Largest max_tokens of generate.")
     default_temperature: float = Field(0.05, gt=0, description="Softmax temperature of "
                                        "search weights and attend when a request gives none.")

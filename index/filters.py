@@ -2,13 +2,14 @@
 
 A filter is a tree: a :class:`Condition` ``(key, op, value)`` on a metadata key, or
 :class:`And` / :class:`Or` of filters. Ops: ``eq``, ``ne``, ``in``, ``nin``, ``lt``,
-``lte``, ``gt``, ``gte``, ``exists`` (true/false) and ``like`` (a prefix pattern ``"abc%"``). No caller string reaches Milvus unparsed: keys and
-string values are written as JSON string literals (quotes, backslashes and control
-characters escaped), numbers are checked finite and in range, booleans become
-``true``/``false``. :func:`matches` evaluates the same tree in Python (for
-:class:`index.faiss_store.FaissStore`) with the Milvus server's typing: a boolean never
-equals a number, a number never equals a string, a missing key matches nothing but ``ne``,
-``nin`` and ``exists: false`` (which are the negations of ``eq``, ``in`` and ``exists``).
+``lte``, ``gt``, ``gte``, ``exists`` (true/false) and ``like`` (a prefix pattern
+``"abc%"``). No caller string reaches Milvus unparsed: keys and string values are written
+as JSON string literals (quotes, backslashes and control characters escaped), numbers are
+checked finite and in range, booleans become ``true``/``false``. :func:`matches` evaluates
+the same tree in Python (for :class:`index.faiss_store.FaissStore`) with the Milvus
+server's typing: a boolean never equals a number, a number never equals a string, a missing
+key matches nothing but ``ne``, ``nin`` and ``exists: false`` (which are the negations of
+``eq``, ``in`` and ``exists``).
 
 The Milvus parsers differ (probed on Milvus Lite 3.2 and the 2.3.5 server): ``!=`` and
 ``not`` are false on a missing key in Lite but true on the server, and ``like`` has no

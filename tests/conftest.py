@@ -1,7 +1,9 @@
-"""Shared fixtures: a tiny data directory in the shared layout, and a tiny encoder."""
+"""Shared fixtures: a tiny data directory in the shared layout, a tiny encoder, and the
+real Milvus servers (2.3.5 standalone, ``milvus-lite server``) for the whole session."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -10,6 +12,8 @@ from minidata import write_data_dir
 from wiring import runtime
 
 runtime.configure()  # before torch loads: idle OpenMP workers sleep (see wiring/runtime.py)
+
+from store_backends import milvus_lite_server, milvus_standalone  # noqa: E402
 
 import encoder  # noqa: E402
 from encoder.tokenizer import train_tokenizer  # noqa: E402
@@ -50,3 +54,17 @@ def other_tiny_encoder_dir(tmp_path_factory: pytest.TempPathFactory, tiny_encode
     path = tmp_path_factory.mktemp("other-tiny-encoder")
     enc.save(path, {})
     return path
+
+
+@pytest.fixture(scope="session")
+def milvus_server_uri(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """A real Milvus 2.3.5 standalone server for the whole session."""
+    with milvus_standalone(tmp_path_factory.mktemp("milvus-2.3.5")) as uri:
+        yield uri
+
+
+@pytest.fixture(scope="session")
+def lite_server_uri(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """``milvus-lite server`` for the whole session."""
+    with milvus_lite_server(tmp_path_factory.mktemp("lite-server") / "data") as uri:
+        yield uri

@@ -52,3 +52,12 @@ def collection(client: TestClient) -> Iterator[str]:
     assert r.status_code == 201, r.text
     yield name
     client.delete(f"/v1/collections/{name}")
+
+
+@pytest.fixture(params=["lite-file", "milvus-2.3.5"])
+def store_uri(request: pytest.FixtureRequest, lite_path: str) -> str:
+    """The store behind an app, for the tests that run on Milvus Lite and on the Milvus
+    2.3.5 server the session starts (``make_client(store=store_uri)``)."""
+    if request.param == "lite-file":
+        return lite_path
+    return str(request.getfixturevalue("milvus_server_uri"))

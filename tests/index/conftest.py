@@ -7,23 +7,9 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from store_backends import BACKENDS, milvus_lite_server, milvus_standalone, open_backend
+from store_backends import BACKENDS, open_backend
 
 from index import VectorStore
-
-
-@pytest.fixture(scope="session")
-def milvus_server_uri(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    """A real Milvus 2.3.5 standalone server for the whole session."""
-    with milvus_standalone(tmp_path_factory.mktemp("milvus-2.3.5")) as uri:
-        yield uri
-
-
-@pytest.fixture(scope="session")
-def lite_server_uri(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    """``milvus-lite server`` for the whole session."""
-    with milvus_lite_server(tmp_path_factory.mktemp("lite-server") / "data") as uri:
-        yield uri
 
 
 @pytest.fixture(params=BACKENDS)
