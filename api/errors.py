@@ -21,6 +21,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.routing import Match
 
 from index import (
+    AliasError,
     CollectionExistsError,
     CollectionNotFoundError,
     EncoderMismatchError,
@@ -73,7 +74,8 @@ def from_exception(e: Exception) -> ApiError:
         return e
     if isinstance(e, CollectionNotFoundError):
         return not_found(str(e))
-    if isinstance(e, CollectionExistsError | EncoderMismatchError | UnsupportedError):
+    if isinstance(e, CollectionExistsError | EncoderMismatchError | UnsupportedError
+                  | AliasError):
         return conflict(str(e))
     if isinstance(e, StoreUnavailableError):
         return ApiError(503, "store_unavailable", str(e), {"Retry-After": str(RETRY_AFTER_S)})

@@ -80,6 +80,7 @@ async def neighbours(svc: Service, name: str, bodies: Sequence[s.SearchRequest],
                      with_vectors: bool) -> list[Neighbours]:
     """Each request's neighbours (see the module docstring); 404 before any encoding."""
     info = await svc.call(svc.store.describe, name)
+    name = info.name  # an alias's collection, the same one for every search of the request
     many = len(bodies) > 1
     plans = [_plan(svc, info, b, f"searches.{i}: " if many else "")
              for i, b in enumerate(bodies)]
@@ -195,8 +196,8 @@ async def generate(name: CollectionName, body: s.GenerateRequest, request: Reque
     """Retrieve ``top_k`` neighbours, weight them, and decode with the collection's decoder
     (each neighbour's value is read with its weight as an attention bias)."""
     svc = service(request)
-    await svc.call(svc.store.describe, name)  # 404 first
-    dec = svc.decoder_for(name)  # then 409 without a decoder
+    info = await svc.call(svc.store.describe, name)  # 404 first
+    dec = svc.decoder_for(name, info.name)  # then 409 without a decoder
     if body.max_tokens is not None and body.max_tokens > svc.settings.max_generate_tokens:
         raise invalid(f"max_tokens must be at most {svc.settings.max_generate_tokens}")
     t = body.temperature or svc.settings.default_temperature

@@ -91,12 +91,14 @@ async def metrics(request: Request) -> Response:
 
 
 # collections
-def _collection_out(svc: Service, info: CollectionInfo, count: int | None = None
-                    ) -> dict[str, Any]:
-    dec = svc.decoder_paths.get(info.name)
+def _collection_out(svc: Service, info: CollectionInfo, aliases: dict[str, str],
+                    count: int | None = None) -> dict[str, Any]:
+    pointing = sorted(a for a, c in aliases.items() if c == info.name)
+    dec = next((svc.decoder_paths[n] for n in (info.name, *pointing) if n in svc.decoder_paths),
+               None)
     return {"name": info.name, "dim": info.dim,
             "encoder": info.encoder.to_dict() if info.encoder else None, "count": count,
-            "decoder": str(dec) if dec else None, "hybrid": info.hybrid}
+            "decoder": str(dec) if dec else None, "hybrid": info.hybrid, "aliases": pointing}
 
 
 @v1.post("/v1/collections", status_code=201, response_model=s.CollectionOut,
@@ -109,34 +111,81 @@ async def create_collection(body: s.CollectionCreate, request: Request) -> Respo
     hybrid = await svc.call(hybrid_default, svc.store, body.name, body.hybrid)
     info = await svc.call(svc.store.create, body.name, svc.info.dim, svc.info, exist_ok=False,
                           hybrid=hybrid)
-    return json_response(_collection_out(svc, info, 0), 201)
+    return json_response(_collection_out(svc, info, {}, 0), 201)
 
 
 @v1.get("/v1/collections", response_model=s.CollectionList, tags=["collections"])
 async def list_collections(request: Request) -> Response:
     svc = service(request)
     out = []
+    aliases = await svc.call(svc.store.list_aliases)
     for name in await svc.call(svc.store.list_collections):
         info = await svc.call(svc.store.describe, name)
-        out.append(_collection_out(svc, info))
+        out.append(_collection_out(svc, info, aliases))
     return json_response({"collections": out})
 
 
 @v1.get("/v1/collections/{name}", response_model=s.CollectionOut, tags=["collections"])
 async def get_collection(name: CollectionName, request: Request) -> Response:
-    """Dim, encoder, decoder and the exact document count."""
+    """Dim, encoder, decoder, aliases and the exact document count. ``name`` may be an
+    alias: the answer is the collection it points at."""
     svc = service(request)
     info = await svc.call(svc.store.describe, name)
-    count = await svc.call(svc.store.count, name)
-    return json_response(_collection_out(svc, info, count))
+    count = await svc.call(svc.store.count, info.name)
+    aliases = await svc.call(svc.store.list_aliases)
+    return json_response(_collection_out(svc, info, aliases, count))
 
 
 @v1.delete("/v1/collections/{name}", response_model=s.Deleted, tags=["collections"])
 async def delete_collection(name: CollectionName, request: Request) -> Response:
+    """Drop a collection and its documents; an alias, or a collection that aliases point
+    at, is 409."""
     svc = service(request)
     await svc.call(svc.store.describe, name)  # 404 when absent
     await svc.call(svc.store.drop, name)
     return json_response({"deleted": name})
+
+
+# aliases
+AliasName = Annotated[str, Path(min_length=1, max_length=255, description="Alias name (the "
+                                "rules of a collection name).",
+                                json_schema_extra={"pattern": s.COLLECTION_NAME_PATTERN}),
+                      AfterValidator(collection_name)]
+
+
+@v1.get("/v1/aliases", response_model=s.AliasList, tags=["collections"])
+async def list_aliases(request: Request) -> Response:
+    svc = service(request)
+    aliases = await svc.call(svc.store.list_aliases)
+    return json_response({"aliases": [{"alias": a, "collection": c}
+                                      for a, c in aliases.items()]})
+
+
+@v1.get("/v1/aliases/{alias}", response_model=s.AliasOut, tags=["collections"])
+async def get_alias(alias: AliasName, request: Request) -> Response:
+    svc = service(request)
+    aliases = await svc.call(svc.store.list_aliases)
+    if alias not in aliases:
+        raise not_found(f"no alias {alias!r}")
+    return json_response({"alias": alias, "collection": aliases[alias]})
+
+
+@v1.put("/v1/aliases/{alias}", response_model=s.AliasOut, tags=["collections"])
+async def set_alias(alias: AliasName, body: s.AliasSet, request: Request) -> Response:
+    """Point ``alias`` at a collection, creating the alias or moving it in one step: every
+    route takes the alias as a collection name, so clients that use it switch collections
+    without a failed request (a zero-downtime re-index: ``qkv index --alias``). Other
+    servers on the same store see the move within a second."""
+    svc = service(request)
+    before = await svc.call(svc.store.set_alias, alias, body.collection)
+    return json_response({"alias": alias, "collection": body.collection, "previous": before})
+
+
+@v1.delete("/v1/aliases/{alias}", response_model=s.Deleted, tags=["collections"])
+async def delete_alias(alias: AliasName, request: Request) -> Response:
+    svc = service(request)
+    await svc.call(svc.store.drop_alias, alias)
+    return json_response({"deleted": alias})
 
 
 # documents

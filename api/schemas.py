@@ -184,6 +184,25 @@ class CollectionOut(BaseModel):
     decoder: str | None = Field(None, description="The decoder generate uses, if any.")
     hybrid: bool = Field(False, description="Whether the collection has a BM25 index (search "
                          "modes bm25 and hybrid).")
+    aliases: list[str] = Field(default_factory=list, description="The aliases that point at "
+                               "it.")
+
+
+class AliasSet(RequestBody):
+    collection: Annotated[str, Field(min_length=1, max_length=255,
+                                     description="The collection the alias points at."),
+                          AfterValidator(collection_name)]
+
+
+class AliasOut(BaseModel):
+    alias: str
+    collection: str
+    previous: str | None = Field(None, description="On PUT: the collection it pointed at "
+                                 "before (null when the alias is new).")
+
+
+class AliasList(BaseModel):
+    aliases: list[AliasOut]
 
 
 class CollectionList(BaseModel):

@@ -117,8 +117,10 @@ class Service:
                                with_vectors, consistency, query_text, mode, fusion,
                                self.dense_weight if dense_weight is None else dense_weight)
 
-    def decoder_for(self, collection: str) -> Any:
-        dec = self.decoders.get(collection)
+    def decoder_for(self, collection: str, *names: str) -> Any:
+        """The decoder configured for ``collection``, or for another name of it (the
+        alias the request used, or the collection an alias points at)."""
+        dec = next((self.decoders[n] for n in (collection, *names) if n in self.decoders), None)
         if dec is None:
             configured = ", ".join(sorted(self.decoders)) or "none"
             raise conflict(

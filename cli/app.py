@@ -7,7 +7,7 @@ import logging
 
 import typer
 
-from cli import decoder, encoder, index, serve, stack
+from cli import alias, decoder, encoder, index, serve, stack
 
 app = typer.Typer(help="qkv: retrieval-augmented embedding service.", no_args_is_help=True)
 
@@ -25,3 +25,4 @@ index.register(app)
 serve.register(app)
 decoder.register(app)
 stack.register(app)
+alias.register(app)

@@ -20,9 +20,9 @@ DEFAULT_MODEL = Path("models/encoder-default")
 
 
 def index(
-    collection: str = typer.Option(..., "--collection",
-                                   help="Collection name (created on first use; "
-                                        "'-' is stored as '_')."),
+    collection: str | None = typer.Option(
+        None, "--collection", help="Collection name (created on first use; '-' is stored as "
+        "'_'). With --alias, default ALIAS_<hash of the job>, so the same command resumes."),
     input: list[Path] = typer.Option(..., "--input", exists=True, dir_okay=False,
                                      help="Input file(s): --input a.jsonl b.jsonl, or repeat."),
     more_inputs: list[Path] = typer.Argument(None, exists=True, dir_okay=False, hidden=True),
@@ -56,6 +56,13 @@ def index(
         None, "--hybrid/--no-hybrid", help="Create the collection with a BM25 index of the "
         "text beside the vectors (default: yes where the store has BM25; an existing "
         "collection is kept as it is)."),
+    alias: str | None = typer.Option(
+        None, "--alias", help="Zero-downtime re-index: fill a new collection while ALIAS "
+        "answers from the old one, then, once the job is complete, point ALIAS at the new "
+        "one in one step (created if new). Clients search ALIAS throughout."),
+    drop_old: bool = typer.Option(False, "--drop-old", help="With --alias: drop the "
+                                  "collection ALIAS pointed at before, a few seconds after "
+                                  "the move (once no server still reads it)."),
 ) -> None:
     """Encode a corpus and upsert it into a collection. Resumable: run it again after a kill."""
     # Encoding overlaps the write of the previous batch: see wiring.runtime.
@@ -64,18 +71,32 @@ def index(
     runtime.configure()
     from index import Fields, StoreError, StoreUnavailableError, collection_name
     from index.corpus import parse_shard
-    from wiring.indexing import index_files, job_config
+    from wiring.indexing import alias_target, index_files, job_config, move_alias
 
-    try:  # `tm-en-fr` is stored as `tm_en_fr`, as the API stores it
-        collection = collection_name(collection)
-    except ValueError as e:
-        raise typer.BadParameter(str(e), param_hint="--collection") from e
     inputs = [*input, *(more_inputs or [])]
     try:
         shard_i, n_shards = parse_shard(shard)
     except ValueError as e:
         raise typer.BadParameter(str(e), param_hint="--shard") from e
     fields = Fields(id=id_field, text=text_field, value=value_field)
+    if alias is not None:
+        if n_shards != 1:
+            raise typer.BadParameter(
+                "an alias moves when the whole job is done: index the shards into "
+                "--collection NAME, then `qkv alias set ALIAS NAME`", param_hint="--alias")
+        try:
+            alias = collection_name(alias)
+        except ValueError as e:
+            raise typer.BadParameter(str(e), param_hint="--alias") from e
+        collection = collection or alias_target(alias, inputs, store, fields, format)
+    elif drop_old:
+        raise typer.BadParameter("--drop-old goes with --alias", param_hint="--drop-old")
+    if collection is None:
+        raise typer.BadParameter("give --collection (or --alias)", param_hint="--collection")
+    try:  # `tm-en-fr` is stored as `tm_en_fr`, as the API stores it
+        collection = collection_name(collection)
+    except ValueError as e:
+        raise typer.BadParameter(str(e), param_hint="--collection") from e
     config = job_config(collection, inputs, store, fields, format, batch_size,
                         (shard_i, n_shards), state_dir, rejects, restart, retries, backoff,
                         progress, hybrid)
@@ -89,6 +110,14 @@ def index(
         typer.echo(f"error: {e}", err=True)
         raise typer.Exit(1) from e
     typer.echo(summary.line())
+    if alias is not None and summary.complete:
+        try:
+            typer.echo(move_alias(store, token, timeout, alias, collection, drop_old))
+        except StoreError as e:
+            typer.echo(f"error: the job is complete but alias {alias} did not move: {e}",
+                       err=True)
+            raise typer.Exit(EXIT_UNAVAILABLE if isinstance(e, StoreUnavailableError)
+                             else 1) from e
     if summary.total_rejected:
         typer.echo(f"{summary.total_rejected} rows rejected; see {config.rejects_path}", err=True)
         raise typer.Exit(EXIT_REJECTED)

@@ -8,6 +8,7 @@ training run reads BEIR files (``index.beir``) on a machine that has neither.
 
 from typing import TYPE_CHECKING, Any
 
+from index.aliases import ALIAS_TTL_S, DROP_GRACE_S, AliasError
 from index.attend import Attention, attend, attend_hits, softmax
 from index.bulk import JobConfig, JobSummary, bulk_index
 from index.corpus import Fields
@@ -57,7 +58,8 @@ def open_store(uri: str, token: str = "", timeout: float = 10.0) -> VectorStore:
 
 
 __all__ = [
-    "DEFAULT_DENSE_WEIGHT", "FUSIONS", "RRF_K", "SEARCH_MODES", "UnsupportedError", "fuse",
+    "ALIAS_TTL_S", "DROP_GRACE_S", "AliasError", "DEFAULT_DENSE_WEIGHT", "FUSIONS", "RRF_K",
+    "SEARCH_MODES", "UnsupportedError", "fuse",
     "And", "Attention", "CollectionExistsError", "CollectionInfo", "CollectionNotFoundError",
     "Condition", "EncoderInfo", "EncoderMismatchError", "FaissStore", "Fields", "Filter", "Hit",
     "Item", "JobConfig", "JobSummary", "MilvusStore", "Or", "StoreError",

@@ -30,6 +30,7 @@ from typing import Any
 import faiss
 import numpy as np
 
+from index.aliases import AliasCache, AliasError, check_drop, check_set
 from index.analysis import analyze
 from index.bm25 import BM25Index, term_ids
 from index.filters import Filter, matches
@@ -137,12 +138,14 @@ class FaissStore:
         self.root.mkdir(parents=True, exist_ok=True)
         self.index_type, self.hnsw_m, self.ef = index_type, hnsw_m, ef
         self._open: dict[str, _Collection] = {}
+        self._aliases = AliasCache(self._read_aliases)  # aliases.json under the root
 
     def _dir(self, name: str) -> Path:
         check_collection_name(name)
         return self.root / name
 
     def _load(self, name: str) -> _Collection:
+        name = self._aliases.resolve(name)
         if name in self._open:
             return self._open[name]
         path = self._dir(name)
@@ -201,7 +204,8 @@ class FaissStore:
 
     def compact(self, collection: str) -> None:
         """Fold the log into a fresh snapshot (written aside, then renamed into place)."""
-        col, path = self._load(collection), self._dir(collection)
+        col = self._load(collection)
+        path = self._dir(col.info.name)
         ids = list(col.items)
         vectors = (np.stack([col.items[i].vector for i in ids]) if ids
                    else np.zeros((0, col.info.dim), np.float32))
@@ -221,6 +225,8 @@ class FaissStore:
         exist_ok: bool = True, hybrid: bool = False,
     ) -> CollectionInfo:
         path = self._dir(collection)
+        if collection in self._aliases.get():
+            raise AliasError(f"{collection!r} is an alias; a collection cannot take its name")
         if dim < 1:
             raise ValueError(f"dim must be >= 1, got {dim}")
         if encoder is not None and encoder.dim != dim:
@@ -246,6 +252,7 @@ class FaissStore:
         return True
 
     def drop(self, collection: str) -> None:
+        check_drop(self.list_aliases(), collection)
         self._open.pop(collection, None)
         shutil.rmtree(self._dir(collection), ignore_errors=True)
 
@@ -255,10 +262,41 @@ class FaissStore:
     def describe(self, collection: str) -> CollectionInfo:
         return self._load(collection).info
 
+    # -- aliases (index.aliases) -------------------------------------------------------
+    def _read_aliases(self) -> dict[str, str]:
+        path = self.root / "aliases.json"
+        return dict(json.loads(path.read_text())) if path.is_file() else {}
+
+    def _write_aliases(self, aliases: dict[str, str]) -> None:
+        tmp = self.root / "aliases.tmp.json"
+        tmp.write_text(json.dumps(aliases, sort_keys=True))
+        os.replace(tmp, self.root / "aliases.json")
+        self._aliases.invalidate()
+
+    def list_aliases(self) -> dict[str, str]:
+        self._aliases.invalidate()
+        return dict(sorted(self._aliases.get().items()))
+
+    def set_alias(self, alias: str, collection: str) -> str | None:
+        check_collection_name(alias)
+        aliases = self.list_aliases()
+        check_set(aliases, self.list_collections(), alias, collection)
+        self.describe(collection)  # not found: 404
+        before = aliases.get(alias)
+        self._write_aliases({**aliases, alias: collection})
+        return before
+
+    def drop_alias(self, alias: str) -> None:
+        aliases = self.list_aliases()
+        if aliases.pop(alias, None) is None:
+            raise CollectionNotFoundError(f"no alias {alias!r} in {self.root}")
+        self._write_aliases(aliases)
+
     def upsert(
         self, collection: str, items: Sequence[Item], encoder: EncoderInfo | None = None
     ) -> int:
         info = self.describe(collection)
+        collection = info.name  # an alias's collection
         check_encoder(info, encoder)
         items = dedupe_last(items)
         if not items:
@@ -272,7 +310,7 @@ class FaissStore:
         return len(stored)
 
     def delete(self, collection: str, ids: Sequence[str]) -> None:
-        self.describe(collection)
+        collection = self.describe(collection).name
         if ids:
             self._append(collection, {"op": "delete", "ids": list(ids)})
 

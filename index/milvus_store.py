@@ -27,25 +27,24 @@ import logging
 import re
 import threading
 from collections.abc import Callable, Sequence
-from pathlib import Path
 from typing import Any, TypeVar
 
 import numpy as np
 
-from index.analysis import analyzed
+from index.aliases import AliasCache, AliasError, check_drop, check_set
 from index.filters import Filter, quote, to_milvus_expr
 from index.fusion import DEFAULT_DENSE_WEIGHT, DEFAULT_FUSION, candidates, check_fusion, fuse
+from index.milvus_conn import connect, is_missing, is_unavailable
 from index.milvus_schema import (
     BM25_FIELD,
     ENCODER_PROPERTY,
     OUTPUT_FIELDS,
     SPARSE_FIELD,
-    bm25_query,
     bm25_text,
     create_collection,
-    hit,
     item,
 )
+from index.milvus_search import bm25_search, dense_search
 from index.sealing import Sealer
 from index.store import (
     CollectionExistsError,
@@ -72,25 +71,6 @@ INDEX_TYPES = ("HNSW", "FLAT", "AUTOINDEX")
 UPSERT_CHUNK = 512
 BM25_MIN_VERSION = (2, 5)  # the first Milvus server with the BM25 function
 T = TypeVar("T")
-# Milvus/grpc wording for a server that is down or did not answer in time.
-_UNAVAILABLE_MARKERS = ("unavailable", "deadline", "fail connecting", "timeout", "timed out",
-                        "connection refused", "connect failed", "server is not ready")
-
-
-class _LiteNoise(logging.Filter):
-    """Milvus Lite's in-process gRPC server logs a traceback each time pymilvus asks it for a
-    timestamp (``AllocTimestamp``, unimplemented there, harmless); drop just those."""
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        exc = record.exc_info[1] if record.exc_info else None
-        return not isinstance(exc, NotImplementedError)
-
-
-def _is_unavailable(e: Exception) -> bool:
-    text = f"{type(e).__name__} {e}".lower()
-    return any(m in text for m in _UNAVAILABLE_MARKERS)
-
-
 class MilvusStore:
     """:class:`index.store.VectorStore` on Milvus Lite (a file path) or a Milvus server."""
 
@@ -119,21 +99,12 @@ class MilvusStore:
         # Lite's count(*) misses rows while a flush moves them (4 of 30 counts during
         # flushes in a /tmp script; searches did not): count waits for a flush to end
         self._flushing = threading.Lock()
+        self._aliases = AliasCache(self._read_aliases)
 
     # -- connection -------------------------------------------------------------------
     def _connect(self) -> Any:
-        from pymilvus import MilvusClient  # heavy import, paid on first use only
-
         if self._client is None:
-            if self.is_lite:
-                grpc_log = logging.getLogger("grpc._server")
-                if not any(isinstance(f, _LiteNoise) for f in grpc_log.filters):
-                    grpc_log.addFilter(_LiteNoise())
-                Path(self.uri).expanduser().resolve().parent.mkdir(parents=True, exist_ok=True)
-            # A dedicated connection: pymilvus shares one per URI otherwise, and a shared one
-            # that saw the server go away stays broken after close().
-            self._client = MilvusClient(uri=self.uri, token=self.token, timeout=self.timeout,
-                                        dedicated=True)
+            self._client = connect(self.uri, self.token, self.timeout)
         return self._client
 
     def _call(self, what: str, fn: Callable[[Any], T]) -> T:
@@ -143,7 +114,12 @@ class MilvusStore:
         except StoreError:
             raise
         except Exception as e:
-            if _is_unavailable(e):
+            if is_missing(e):  # dropped by another client: what was cached of it is stale
+                self._info.clear()
+                self._loaded.clear()
+                self._aliases.invalidate()
+                raise CollectionNotFoundError(f"Milvus {what}: {e}") from e
+            if is_unavailable(e):
                 self.close()  # reconnect from scratch on the next call
                 raise StoreUnavailableError(
                     f"Milvus at {self.uri} unreachable ({what}): {e}") from e
@@ -174,6 +150,8 @@ class MilvusStore:
             raise ValueError(f"dim must be >= 1, got {dim}")
         if encoder is not None and encoder.dim != dim:
             raise ValueError(f"encoder {encoder.name!r} makes dim {encoder.dim}, not {dim}")
+        if collection in self._aliases.get():
+            raise AliasError(f"{collection!r} is an alias; a collection cannot take its name")
         if self._call("has_collection", lambda c: c.has_collection(collection)):
             info = self.describe(collection)
             if (not exist_ok or info.dim != dim or info.encoder != encoder
@@ -219,6 +197,8 @@ class MilvusStore:
                 "without hybrid, or use Milvus Lite or a Milvus >= 2.5 server")
 
     def drop(self, collection: str) -> None:
+        self._aliases.invalidate()
+        check_drop(self._aliases.get(), collection)
         self._call("drop_collection",
                    lambda c: c.drop_collection(collection, timeout=self.timeout))
         self._info.pop(collection, None)
@@ -228,7 +208,44 @@ class MilvusStore:
     def list_collections(self) -> list[str]:
         return sorted(self._call("list_collections", lambda c: c.list_collections()))
 
+    # -- aliases (index.aliases) -------------------------------------------------------
+    def _read_aliases(self) -> dict[str, str]:
+        def read(c: Any) -> dict[str, str]:
+            out = {}
+            for alias in c.list_aliases().get("aliases", []):
+                try:
+                    out[alias] = str(c.describe_alias(alias)["collection_name"])
+                except Exception as e:  # dropped since it was listed
+                    log.debug("alias %s: %s", alias, e)
+            return out
+
+        return self._call("list_aliases", read)
+
+    def list_aliases(self) -> dict[str, str]:
+        self._aliases.invalidate()
+        return dict(sorted(self._aliases.get().items()))
+
+    def set_alias(self, alias: str, collection: str) -> str | None:
+        check_collection_name(alias)
+        aliases = self.list_aliases()
+        check_set(aliases, self.list_collections(), alias, collection)
+        self.describe(collection)  # not found: 404
+        before = aliases.get(alias)
+        if before is None:
+            self._call("create_alias", lambda c: c.create_alias(collection, alias))
+        elif before != collection:
+            self._call("alter_alias", lambda c: c.alter_alias(collection, alias))
+        self._aliases.invalidate()
+        return before
+
+    def drop_alias(self, alias: str) -> None:
+        if alias not in self.list_aliases():
+            raise CollectionNotFoundError(f"no alias {alias!r} in {self.uri}")
+        self._call("drop_alias", lambda c: c.drop_alias(alias))
+        self._aliases.invalidate()
+
     def describe(self, collection: str) -> CollectionInfo:
+        collection = self._aliases.resolve(collection)
         if collection in self._info:
             return self._info[collection]
         if not self._call("has_collection", lambda c: c.has_collection(collection)):
@@ -257,6 +274,7 @@ class MilvusStore:
     def flush(self, collection: str) -> None:
         """Seal the collection's growing segment now (see the module docstring); Milvus
         builds the indexes of sealed segments in the background."""
+        collection = self._aliases.resolve(collection)
         self._ready(collection)
         if self.is_lite:
             self._sealer.forget(collection)
@@ -271,6 +289,7 @@ class MilvusStore:
     def upsert(
         self, collection: str, items: Sequence[Item], encoder: EncoderInfo | None = None
     ) -> int:
+        collection = self._aliases.resolve(collection)
         info = self._ready(collection, encoder)
         items = dedupe_last(items)
         if not items:
@@ -291,6 +310,7 @@ class MilvusStore:
         return len(rows)
 
     def delete(self, collection: str, ids: Sequence[str]) -> None:
+        collection = self._aliases.resolve(collection)
         self._ready(collection)
         if ids:
             expr = "id in [" + ", ".join(quote(i) for i in ids) + "]"
@@ -298,6 +318,7 @@ class MilvusStore:
             self._wrote(collection, len(ids))
 
     def get(self, collection: str, ids: Sequence[str]) -> list[Item]:
+        collection = self._aliases.resolve(collection)
         self._ready(collection)
         if not ids:
             return []
@@ -309,6 +330,7 @@ class MilvusStore:
         return [item(by_id[i]) for i in dict.fromkeys(ids) if i in by_id]
 
     def count(self, collection: str) -> int:
+        collection = self._aliases.resolve(collection)
         self._ready(collection)
         with self._flushing:
             res = self._call("count", lambda c: c.query(
@@ -332,6 +354,7 @@ class MilvusStore:
     ) -> list[list[Hit]]:
         check_search_args(k, consistency)
         check_fusion(fusion, dense_weight)
+        collection = self._aliases.resolve(collection)
         info = self._ready(collection, encoder)
         xq = as_matrix(xq, info.dim)
         mode = resolve_mode(info, mode, query_text, len(xq))
@@ -342,41 +365,17 @@ class MilvusStore:
         depth = candidates(k) if mode == "hybrid" else k
         dense: list[list[Hit]] = []
         if mode in ("dense", "hybrid"):
-            params: dict[str, Any] = {"metric_type": "IP"}
-            if self.index_type == "HNSW":
-                params["params"] = {"ef": max(self.ef, depth)}
-            # a hybrid collection has two vector fields, so the search must name its own
-            field = {"anns_field": "vector"} if info.hybrid else {}
-            res = self._call("search", lambda c: c.search(
-                collection, data=[row.tolist() for row in xq], limit=depth, filter=expr,
-                output_fields=fields, search_params=params, consistency_level=consistency,
-                timeout=self.timeout, **field))
-            dense = [[hit(h, with_vectors, "dense") for h in row] for row in res]
+            ef = max(self.ef, depth) if self.index_type == "HNSW" else None
+            dense = self._call("search", lambda c: dense_search(
+                c, collection, xq, depth, expr, fields, consistency, self.timeout, ef,
+                info.hybrid, with_vectors))
             if mode == "dense":
                 return dense
         assert query_text is not None  # resolve_mode checked it
-        bm25 = self._bm25_search(collection, query_text, depth, expr, fields, consistency,
-                                 with_vectors)
+        analysed = self._analysed.get(collection, False)
+        bm25 = self._call("bm25 search", lambda c: bm25_search(
+            c, collection, query_text, analysed, depth, expr, fields, consistency, self.timeout,
+            with_vectors))
         if mode == "bm25":
             return bm25
         return [fuse(d, b, k, fusion, dense_weight) for d, b in zip(dense, bm25, strict=True)]
-
-    def _bm25_search(self, collection: str, query_text: Sequence[str], k: int, expr: str,
-                     fields: list[str], consistency: str, with_vectors: bool
-                     ) -> list[list[Hit]]:
-        """Each query's BM25 hits; a query with no term left after analysis has none."""
-        queries = ([analyzed(t) for t in query_text] if self._analysed.get(collection)
-                   else [bm25_query(t) for t in query_text])
-        asked = [i for i, q in enumerate(queries) if q.strip()]
-        out: list[list[Hit]] = [[] for _ in queries]
-        if not asked:
-            return out
-        res = self._call("bm25 search", lambda c: c.search(
-            collection, data=[queries[i] for i in asked], anns_field=SPARSE_FIELD, limit=k,
-            filter=expr, output_fields=fields, search_params={"metric_type": "BM25"},
-            consistency_level=consistency, timeout=self.timeout))
-        for i, row in zip(asked, res, strict=True):
-            out[i] = [hit(h, with_vectors, "bm25") for h in row]
-        return out
-
-

@@ -135,7 +135,23 @@ class VectorStore(Protocol):
         """Names of all collections, sorted."""
         ...
 
-    def describe(self, collection: str) -> CollectionInfo: ...
+    def describe(self, collection: str) -> CollectionInfo:
+        """The collection's info; given an alias, the info of the collection it points at
+        (``name`` is the collection's). Every method below takes an alias too."""
+        ...
+
+    def list_aliases(self) -> dict[str, str]:
+        """Every alias and the collection it points at (see :mod:`index.aliases`)."""
+        ...
+
+    def set_alias(self, alias: str, collection: str) -> str | None:
+        """Point ``alias`` at ``collection``, creating it or moving it in one step; returns
+        the collection it pointed at before (None when new)."""
+        ...
+
+    def drop_alias(self, alias: str) -> None:
+        """Delete the alias (:class:`CollectionNotFoundError` if there is none)."""
+        ...
 
     def upsert(
         self, collection: str, items: Sequence[Item], encoder: EncoderInfo | None = None

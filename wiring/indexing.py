@@ -7,12 +7,13 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import time
 from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
 
-from index import Fields, JobConfig, JobSummary, bulk_index, open_store
+from index import DROP_GRACE_S, Fields, JobConfig, JobSummary, bulk_index, open_store
 from index.bulk import job_identity
 from wiring.components import encoder_info, load_encoder
 
@@ -73,5 +74,40 @@ def index_files(collection: str, inputs: list[Path], config: JobConfig, store: s
     try:
         return bulk_index(vector_store, collection, inputs, embed, config, encoder=info,
                           store_name=store)
+    finally:
+        vector_store.close()
+
+
+def alias_target(alias: str, inputs: list[Path], store: str, fields: Fields,
+                 format: str | None) -> str:
+    """The collection ``qkv index --alias ALIAS`` fills: ``ALIAS_<hash>`` of the job's
+    identity, so that the same command run again resumes the same collection, and a job
+    over other inputs builds another."""
+    base = JobConfig(state_path=Path(), rejects_path=Path(), fields=fields, format=format)
+    key = hashlib.sha256(json.dumps(job_identity(alias, inputs, base, store),
+                                    sort_keys=True).encode()).hexdigest()[:8]
+    return f"{alias}_{key}"
+
+
+def move_alias(store: str, token: str, timeout: float, alias: str, collection: str,
+               drop_old: bool) -> str:
+    """Seal and load ``collection``, point ``alias`` at it, and (``drop_old``) drop the
+    collection it pointed at before once readers have seen the move
+    (``index.DROP_GRACE_S``); returns what was done, in a line."""
+    vector_store = open_store(store, token=token, timeout=timeout)
+    try:
+        flush = getattr(vector_store, "flush", None)
+        if flush is not None:
+            flush(collection)  # searched fast from the first query after the move
+        n = vector_store.count(collection)  # loaded, so the first query does not wait
+        before = vector_store.set_alias(alias, collection)
+        line = f"alias {alias} -> {collection} ({n} documents; before: {before or 'none'})"
+        if drop_old and before and before != collection:
+            time.sleep(DROP_GRACE_S)
+            if before in vector_store.list_aliases().values():
+                return f"{line}; {before} kept: another alias points at it"
+            vector_store.drop(before)
+            line += f"; dropped {before}"
+        return line
     finally:
         vector_store.close()

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import uuid
+from collections.abc import Iterator
 
 import pytest
 from api_errors import error_of
@@ -14,7 +15,7 @@ WORDS = ["dog", "cat", "river", "park", "snow", "horse", "duck", "tree"]
 
 
 @pytest.fixture
-def filled(make_client: MakeClient, store_uri: str) -> tuple[TestClient, str]:
+def filled(make_client: MakeClient, store_uri: str) -> Iterator[tuple[TestClient, str]]:
     client = make_client(store=store_uri, max_searches=4, max_offset=30)
     name = "x_" + uuid.uuid4().hex[:10]
     assert client.post("/v1/collections", json={"name": name}).status_code == 201

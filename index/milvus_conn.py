@@ -1,0 +1,51 @@
+"""The connection to Milvus: a dedicated ``MilvusClient``, Milvus Lite's log noise, and
+which failures mean "unreachable" (retry later) rather than "refused"."""
+
+from __future__ import annotations
+
+import logging
+import re
+from pathlib import Path
+from typing import Any
+
+# Milvus/grpc wording for a server that is down or did not answer in time.
+_UNAVAILABLE_MARKERS = ("unavailable", "deadline", "fail connecting", "timeout", "timed out",
+                        "connection refused", "connect failed", "server is not ready")
+
+
+class LiteNoise(logging.Filter):
+    """Milvus Lite's in-process gRPC server logs a traceback each time pymilvus asks it for a
+    timestamp (``AllocTimestamp``, unimplemented there, harmless); drop just those."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        exc = record.exc_info[1] if record.exc_info else None
+        return not isinstance(exc, NotImplementedError)
+
+
+def is_unavailable(e: Exception) -> bool:
+    text = f"{type(e).__name__} {e}".lower()
+    return any(m in text for m in _UNAVAILABLE_MARKERS)
+
+
+_MISSING = re.compile(r"collection\b.{0,80}?\b(does not exist|not found)|can't find collection",
+                      re.IGNORECASE)
+
+
+def is_missing(e: Exception) -> bool:
+    """Milvus' wording for a collection that is not there (another client dropped it)."""
+    return _MISSING.search(str(e)) is not None
+
+
+def connect(uri: str, token: str, timeout: float) -> Any:
+    """A ``MilvusClient`` of its own for ``uri`` (a path is a Milvus Lite file: its
+    directory is made, its noise filtered)."""
+    from pymilvus import MilvusClient  # heavy import, paid on first use only
+
+    if "://" not in uri:
+        grpc_log = logging.getLogger("grpc._server")
+        if not any(isinstance(f, LiteNoise) for f in grpc_log.filters):
+            grpc_log.addFilter(LiteNoise())
+        Path(uri).expanduser().resolve().parent.mkdir(parents=True, exist_ok=True)
+    # A dedicated connection: pymilvus shares one per URI otherwise, and a shared one that
+    # saw the server go away stays broken after close().
+    return MilvusClient(uri=uri, token=token, timeout=timeout, dedicated=True)
