@@ -17,26 +17,21 @@ both sides :func:`index.fusion.candidates` deep and fuses them with :func:`index
 
 from __future__ import annotations
 
-import base64
 import json
 import logging
 import os
 import shutil
-import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-import faiss
 import numpy as np
 
 from index.aliases import AliasCache, AliasError, check_drop, check_set
-from index.analysis import analyze
-from index.bm25 import BM25Index, term_ids
+from index.faiss_memory import Memory, decode_item, encode_item
 from index.filters import Filter, matches
 from index.fusion import DEFAULT_DENSE_WEIGHT, DEFAULT_FUSION, candidates, check_fusion, fuse
 from index.store import (
-    CollectionExistsError,
     CollectionInfo,
     CollectionNotFoundError,
     EncoderInfo,
@@ -46,85 +41,16 @@ from index.store import (
     check_collection_name,
     check_encoder,
     check_item,
+    check_same,
     check_search_args,
     dedupe_last,
     resolve_mode,
 )
+from index.tenancy import check_tenant, stored_id
 
 log = logging.getLogger(__name__)
 
 INDEX_TYPES = ("flat", "hnsw")
-
-
-class _Collection:
-    """One collection in memory: id → item, and a faiss index (and, when hybrid, a BM25
-    index) built on demand."""
-
-    def __init__(self, info: CollectionInfo, index_type: str, hnsw_m: int) -> None:
-        self.info, self.index_type, self.hnsw_m = info, index_type, hnsw_m
-        self.items: dict[str, Item] = {}
-        self._index: Any = None
-        self._ids: list[str] = []
-        self._bm25: tuple[BM25Index, list[str]] | None = None
-        # each item's analysed text as term ids, kept across rebuilds (the vocabulary grows)
-        self._vocab: dict[str, int] = {}
-        self._terms: dict[str, np.ndarray] = {}
-        self._lock = threading.Lock()  # a write never lands inside a BM25 build
-
-    def apply(self, record: dict[str, Any]) -> None:
-        with self._lock:
-            if record["op"] == "upsert":
-                for it in record["items"]:
-                    self.items[it.id] = it
-                    self._terms.pop(it.id, None)
-            else:
-                for i in record["ids"]:
-                    self.items.pop(i, None)
-                    self._terms.pop(i, None)
-            self._index = None
-            self._bm25 = None
-
-    def bm25(self) -> tuple[BM25Index, list[str]]:
-        """The BM25 index of the items' text and the ids of its documents, in order."""
-        built = self._bm25
-        if built is None:
-            with self._lock:
-                built = self._bm25
-                if built is None:
-                    ids, terms = list(self.items), self._terms
-                    for i in ids:
-                        if i not in terms:
-                            terms[i] = term_ids(analyze(self.items[i].text), self._vocab)
-                    built = (BM25Index([terms[i] for i in ids], self._vocab), ids)
-                    self._bm25 = built
-        return built
-
-    def index(self) -> tuple[Any, list[str]]:
-        index, ids = self._index, self._ids
-        if index is None:  # built whole before it is published: other threads may search
-            d = self.info.dim
-            ids = list(self.items)
-            xb = np.stack([self.items[i].vector for i in ids]) if ids else (
-                np.zeros((0, d), np.float32))
-            if self.index_type == "hnsw":
-                index = faiss.IndexHNSWFlat(d, self.hnsw_m, faiss.METRIC_INNER_PRODUCT)
-                index.hnsw.efConstruction = 200
-            else:
-                index = faiss.IndexFlatIP(d)
-            index.add(xb)
-            self._ids, self._index = ids, index
-        return index, ids
-
-
-def _encode_item(it: Item) -> dict[str, Any]:
-    return {"id": it.id, "v": base64.b64encode(it.vector.tobytes()).decode(), "text": it.text,
-            "value": it.value, "metadata": it.metadata}
-
-
-def _decode_item(d: dict[str, Any]) -> Item:
-    vec = np.frombuffer(base64.b64decode(d["v"]), dtype=np.float32).copy()
-    return Item(id=d["id"], vector=vec, text=d["text"], value=d["value"] or None,
-                metadata=d["metadata"])
 
 
 class FaissStore:
@@ -137,14 +63,14 @@ class FaissStore:
         self.root = Path(root)
         self.root.mkdir(parents=True, exist_ok=True)
         self.index_type, self.hnsw_m, self.ef = index_type, hnsw_m, ef
-        self._open: dict[str, _Collection] = {}
+        self._open: dict[str, Memory] = {}
         self._aliases = AliasCache(self._read_aliases)  # aliases.json under the root
 
     def _dir(self, name: str) -> Path:
         check_collection_name(name)
         return self.root / name
 
-    def _load(self, name: str) -> _Collection:
+    def _load(self, name: str) -> Memory:
         name = self._aliases.resolve(name)
         if name in self._open:
             return self._open[name]
@@ -153,15 +79,17 @@ class FaissStore:
             raise CollectionNotFoundError(f"no collection {name!r} in {self.root}")
         meta = json.loads((path / "collection.json").read_text())
         enc = EncoderInfo.from_dict(meta["encoder"]) if meta["encoder"] else None
-        info = CollectionInfo(name, int(meta["dim"]), enc, bool(meta.get("hybrid", False)))
-        col = _Collection(info, self.index_type, self.hnsw_m)
+        info = CollectionInfo(name, int(meta["dim"]), enc, bool(meta.get("hybrid", False)),
+                              bool(meta.get("multi_tenant", False)))
+        col = Memory(info, self.index_type, self.hnsw_m)
         if (path / "items.jsonl").is_file():
             vectors = np.load(path / "vectors.npy")
             with open(path / "items.jsonl", encoding="utf-8") as f:
                 for row, line in enumerate(f):
                     d = json.loads(line)
-                    col.items[d["id"]] = Item(d["id"], vectors[row], d["text"],
-                                              d["value"] or None, d["metadata"])
+                    it = Item(d["id"], vectors[row], d["text"], d["value"] or None,
+                              d["metadata"], d.get("tenant"))
+                    col.items[stored_id(it.tenant, it.id)] = it
         for record in self._read_log(path / "log.jsonl"):
             col.apply(record)
         self._open[name] = col
@@ -183,7 +111,7 @@ class FaissStore:
                 if not line.endswith(b"\n"):
                     break
                 if d["op"] == "upsert":
-                    d["items"] = [_decode_item(x) for x in d["items"]]
+                    d["items"] = [decode_item(x) for x in d["items"]]
                 records.append(d)
                 good += len(line)
         if good < path.stat().st_size:
@@ -195,7 +123,7 @@ class FaissStore:
     def _append(self, name: str, record: dict[str, Any]) -> None:
         line = dict(record)
         if record["op"] == "upsert":
-            line["items"] = [_encode_item(it) for it in record["items"]]
+            line["items"] = [encode_item(it) for it in record["items"]]
         with open(self._dir(name) / "log.jsonl", "a", encoding="utf-8") as f:
             f.write(json.dumps(line) + "\n")
             f.flush()
@@ -213,8 +141,8 @@ class FaissStore:
         with open(path / "items.tmp.jsonl", "w", encoding="utf-8") as f:
             for i in ids:
                 it = col.items[i]
-                f.write(json.dumps({"id": i, "text": it.text, "value": it.value,
-                                    "metadata": it.metadata}) + "\n")
+                f.write(json.dumps({"id": it.id, "text": it.text, "value": it.value,
+                                    "metadata": it.metadata, "tenant": it.tenant}) + "\n")
         os.replace(path / "vectors.tmp.npy", path / "vectors.npy")
         os.replace(path / "items.tmp.jsonl", path / "items.jsonl")
         (path / "log.jsonl").unlink(missing_ok=True)
@@ -222,7 +150,7 @@ class FaissStore:
     # -- VectorStore ------------------------------------------------------------------
     def create(
         self, collection: str, dim: int, encoder: EncoderInfo | None = None,
-        exist_ok: bool = True, hybrid: bool = False,
+        exist_ok: bool = True, hybrid: bool = False, multi_tenant: bool = False,
     ) -> CollectionInfo:
         path = self._dir(collection)
         if collection in self._aliases.get():
@@ -233,16 +161,12 @@ class FaissStore:
             raise ValueError(f"encoder {encoder.name!r} makes dim {encoder.dim}, not {dim}")
         if (path / "collection.json").is_file():
             info = self.describe(collection)
-            if (not exist_ok or info.dim != dim or info.encoder != encoder
-                    or info.hybrid != hybrid):
-                raise CollectionExistsError(
-                    f"collection {collection!r} exists with dim {info.dim}, encoder "
-                    f"{info.encoder} and hybrid={info.hybrid}; asked for dim {dim}, encoder "
-                    f"{encoder} and hybrid={hybrid}")
+            check_same(info, exist_ok, dim, encoder, hybrid, multi_tenant)
             return info
         path.mkdir(parents=True, exist_ok=True)
         meta = {"dim": dim, "encoder": encoder.to_dict() if encoder else None,
-                "index_type": self.index_type, "hybrid": bool(hybrid)}
+                "index_type": self.index_type, "hybrid": bool(hybrid),
+                "multi_tenant": bool(multi_tenant)}
         (path / "collection.tmp.json").write_text(json.dumps(meta))
         os.replace(path / "collection.tmp.json", path / "collection.json")
         return self.describe(collection)
@@ -303,23 +227,33 @@ class FaissStore:
             return 0
         for it in items:
             check_item(it)
+            check_tenant(info, it.tenant)
         xb = as_matrix(np.stack([it.vector for it in items]), info.dim)
-        stored = [Item(it.id, xb[i].copy(), it.text, it.value or None, dict(it.metadata))
-                  for i, it in enumerate(items)]
+        stored = [Item(it.id, xb[i].copy(), it.text, it.value or None, dict(it.metadata),
+                       it.tenant) for i, it in enumerate(items)]
         self._append(collection, {"op": "upsert", "items": stored})
         return len(stored)
 
-    def delete(self, collection: str, ids: Sequence[str]) -> None:
-        collection = self.describe(collection).name
+    def delete(self, collection: str, ids: Sequence[str], tenant: str | None = None) -> None:
+        info = self.describe(collection)
+        check_tenant(info, tenant)
         if ids:
-            self._append(collection, {"op": "delete", "ids": list(ids)})
+            self._append(info.name, {"op": "delete",
+                                     "ids": [stored_id(tenant, i) for i in ids]})
 
-    def get(self, collection: str, ids: Sequence[str]) -> list[Item]:
+    def get(self, collection: str, ids: Sequence[str], tenant: str | None = None
+            ) -> list[Item]:
         col = self._load(collection)
-        return [col.items[i] for i in dict.fromkeys(ids) if i in col.items]
+        check_tenant(col.info, tenant)
+        keys = [stored_id(tenant, i) for i in dict.fromkeys(ids)]
+        return [col.items[k] for k in keys if k in col.items]
 
-    def count(self, collection: str) -> int:
-        return len(self._load(collection).items)
+    def count(self, collection: str, tenant: str | None = None) -> int:
+        col = self._load(collection)
+        check_tenant(col.info, tenant)
+        if tenant is None:
+            return len(col.items)
+        return sum(it.tenant == tenant for it in list(col.items.values()))
 
     def search(
         self,
@@ -334,27 +268,34 @@ class FaissStore:
         mode: str | None = None,
         fusion: str = DEFAULT_FUSION,
         dense_weight: float = DEFAULT_DENSE_WEIGHT,
+        tenant: str | None = None,
     ) -> list[list[Hit]]:
         check_search_args(k, consistency)
         check_fusion(fusion, dense_weight)
         col = self._load(collection)
         check_encoder(col.info, encoder)
+        check_tenant(col.info, tenant)
         xq = as_matrix(xq, col.info.dim)
         mode = resolve_mode(col.info, mode, query_text, len(xq))
+        keep: Callable[[Item], bool] | None = None
+        if tenant is not None or filter is not None:
+            def keep(it: Item) -> bool:  # the tenant's items that the filter matches
+                return ((tenant is None or it.tenant == tenant)
+                        and (filter is None or matches(filter, it.metadata)))
         if mode == "dense":
-            return self._dense(col, xq, k, filter, with_vectors)
+            return self._dense(col, xq, k, keep, with_vectors)
         assert query_text is not None  # resolve_mode checked it
         if mode == "bm25":
-            return self._bm25(col, query_text, k, filter, with_vectors)
+            return self._bm25(col, query_text, k, keep, with_vectors)
         depth = candidates(k)
-        dense = self._dense(col, xq, depth, filter, with_vectors)
-        bm25 = self._bm25(col, query_text, depth, filter, with_vectors)
+        dense = self._dense(col, xq, depth, keep, with_vectors)
+        bm25 = self._bm25(col, query_text, depth, keep, with_vectors)
         return [fuse(d, b, k, fusion, dense_weight) for d, b in zip(dense, bm25, strict=True)]
 
-    def _dense(self, col: _Collection, xq: np.ndarray, k: int, filter: Filter | None,
+    def _dense(self, col: Memory, xq: np.ndarray, k: int, keep: Callable[[Item], bool] | None,
                with_vectors: bool) -> list[list[Hit]]:
-        if filter is not None:
-            ids = [i for i, it in col.items.items() if matches(filter, it.metadata)]
+        if keep is not None:
+            ids = [i for i, it in col.items.items() if keep(it)]
             xb = (np.stack([col.items[i].vector for i in ids]) if ids
                   else np.zeros((0, col.info.dim), np.float32))
             S = xq @ xb.T  # (nq, n) exact scores over the matching items
@@ -372,22 +313,22 @@ class FaissStore:
             for r in range(len(xq))
         ]
 
-    def _bm25(self, col: _Collection, texts: Sequence[str], k: int, filter: Filter | None,
-              with_vectors: bool) -> list[list[Hit]]:
-        """The BM25 top ``k`` of each query text; only items ``filter`` matches can be hits."""
+    def _bm25(self, col: Memory, texts: Sequence[str], k: int,
+              keep: Callable[[Item], bool] | None, with_vectors: bool) -> list[list[Hit]]:
+        """The BM25 top ``k`` of each query text; only items ``keep`` keeps can be hits."""
         index, ids = col.bm25()
 
         def kept(j: int) -> bool:
-            return filter is None or matches(filter, col.items[ids[j]].metadata)
+            return keep is None or keep(col.items[ids[j]])
 
-        keep = kept if filter is not None else None
         return [[self._hit(col, ids[j], s, with_vectors, "bm25")
-                 for j, s in index.top(t, k, ids, keep)] for t in texts]
+                 for j, s in index.top(t, k, ids, kept if keep is not None else None)]
+                for t in texts]
 
     @staticmethod
-    def _hit(col: _Collection, id_: str, score: float, with_vector: bool, side: str) -> Hit:
-        it = col.items[id_]
-        return Hit(id=id_, score=score, text=it.text, value=it.value, metadata=dict(it.metadata),
+    def _hit(col: Memory, key: str, score: float, with_vector: bool, side: str) -> Hit:
+        it = col.items[key]
+        return Hit(id=it.id, score=score, text=it.text, value=it.value, metadata=dict(it.metadata),
                    vector=it.vector.copy() if with_vector else None, sources={side: score})
 
     def close(self) -> None:

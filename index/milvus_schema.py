@@ -16,6 +16,7 @@ import numpy as np
 
 from index.analysis import BM25_B, BM25_K1, STOP_WORDS, analyzed
 from index.store import MAX_ID_BYTES, MAX_TEXT_BYTES, EncoderInfo, Hit, Item
+from index.tenancy import MAX_TENANT_CHARS, TENANT_FIELD, local_id
 
 ENCODER_PROPERTY = "qkv.encoder"
 OUTPUT_FIELDS = ["id", "text", "value", "metadata"]
@@ -29,12 +30,19 @@ _STOP_RE = re.compile(r"\b(?:" + "|".join(sorted(STOP_WORDS)) + r")\b", re.IGNOR
 
 def create_collection(client: Any, name: str, dim: int, encoder: EncoderInfo | None,
                       hybrid: bool, index_type: str, build: dict[str, Any],
-                      timeout: float) -> None:
-    """Create collection ``name`` with qkv's schema and indexes through ``client``."""
+                      timeout: float, multi_tenant: bool = False,
+                      partition_key: bool = True) -> None:
+    """Create collection ``name`` with qkv's schema and indexes through ``client``; a
+    multi-tenant one has a ``tenant`` field (the partition key where ``partition_key``),
+    and ids ``tenant:id``."""
     from pymilvus import DataType, Function, FunctionType, MilvusClient
 
     schema = MilvusClient.create_schema(auto_id=False, enable_dynamic_field=False)
-    schema.add_field("id", DataType.VARCHAR, is_primary=True, max_length=MAX_ID_BYTES)
+    id_bytes = MAX_ID_BYTES + (MAX_TENANT_CHARS + 1 if multi_tenant else 0)
+    schema.add_field("id", DataType.VARCHAR, is_primary=True, max_length=id_bytes)
+    if multi_tenant:
+        schema.add_field(TENANT_FIELD, DataType.VARCHAR, max_length=MAX_TENANT_CHARS,
+                         is_partition_key=partition_key)
     schema.add_field("vector", DataType.FLOAT_VECTOR, dim=dim)
     schema.add_field("text", DataType.VARCHAR, max_length=MAX_TEXT_BYTES)
     schema.add_field("value", DataType.VARCHAR, max_length=MAX_TEXT_BYTES)
@@ -74,18 +82,19 @@ def bm25_query(text: str) -> str:
     return kept if kept.strip(" \t\n\r.,;:!?'\"()-") else text
 
 
-def item(row: dict[str, Any]) -> Item:
-    return Item(id=str(row["id"]), vector=np.asarray(row["vector"], dtype=np.float32),
+def item(row: dict[str, Any], multi_tenant: bool = False) -> Item:
+    return Item(id=local_id(str(row["id"]), multi_tenant),
+                vector=np.asarray(row["vector"], dtype=np.float32),
                 text=row.get("text") or "", value=row.get("value") or None,
-                metadata=dict(row.get("metadata") or {}))
+                metadata=dict(row.get("metadata") or {}), tenant=row.get(TENANT_FIELD))
 
 
-def hit(h: dict[str, Any], with_vector: bool, side: str) -> Hit:
+def hit(h: dict[str, Any], with_vector: bool, side: str, multi_tenant: bool = False) -> Hit:
     e = h.get("entity", {})
     vec = np.asarray(e["vector"], dtype=np.float32) if with_vector else None
     score = float(h["distance"])
     if side == "bm25":
         score = abs(score)  # BM25 is >= 0; Milvus Lite reports it negated (best = lowest)
-    return Hit(id=str(h["id"]), score=score, text=e.get("text") or "",
+    return Hit(id=local_id(str(h["id"]), multi_tenant), score=score, text=e.get("text") or "",
                value=e.get("value") or None, metadata=dict(e.get("metadata") or {}), vector=vec,
                sources={side: score})

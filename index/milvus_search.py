@@ -15,7 +15,8 @@ from index.store import Hit
 
 def dense_search(client: Any, collection: str, xq: np.ndarray, k: int, expr: str,
                  fields: list[str], consistency: str, timeout: float, ef: int | None,
-                 hybrid: bool, with_vectors: bool) -> list[list[Hit]]:
+                 hybrid: bool, with_vectors: bool, multi_tenant: bool = False
+                 ) -> list[list[Hit]]:
     """The ``k`` nearest of each row of ``xq``; ``ef`` for an HNSW index."""
     params: dict[str, Any] = {"metric_type": "IP"}
     if ef is not None:
@@ -25,12 +26,12 @@ def dense_search(client: Any, collection: str, xq: np.ndarray, k: int, expr: str
     res = client.search(collection, data=[row.tolist() for row in xq], limit=k, filter=expr,
                         output_fields=fields, search_params=params,
                         consistency_level=consistency, timeout=timeout, **field)
-    return [[hit(h, with_vectors, "dense") for h in row] for row in res]
+    return [[hit(h, with_vectors, "dense", multi_tenant) for h in row] for row in res]
 
 
 def bm25_search(client: Any, collection: str, query_text: Sequence[str], analysed: bool,
                 k: int, expr: str, fields: list[str], consistency: str, timeout: float,
-                with_vectors: bool) -> list[list[Hit]]:
+                with_vectors: bool, multi_tenant: bool = False) -> list[list[Hit]]:
     """Each query's BM25 hits; a query with no term left after analysis has none.
     ``analysed``: the collection has the stemmed copy of its text (queries are analysed
     the same way), else its queries only lose their stop words."""
@@ -45,5 +46,5 @@ def bm25_search(client: Any, collection: str, query_text: Sequence[str], analyse
                         search_params={"metric_type": "BM25"}, consistency_level=consistency,
                         timeout=timeout)
     for i, row in zip(asked, res, strict=True):
-        out[i] = [hit(h, with_vectors, "bm25") for h in row]
+        out[i] = [hit(h, with_vectors, "bm25", multi_tenant) for h in row]
     return out

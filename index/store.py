@@ -73,13 +73,14 @@ class EncoderInfo:
 
 @dataclass(frozen=True)
 class CollectionInfo:
-    """A collection's dimension, its encoder when it was created with one, and whether it
-    has a BM25 index of its text (``hybrid``)."""
+    """A collection's dimension, its encoder when it was created with one, whether it has a
+    BM25 index of its text (``hybrid``) and whether each document belongs to a tenant."""
 
     name: str
     dim: int
     encoder: EncoderInfo | None
     hybrid: bool = False
+    multi_tenant: bool = False  # see index.tenancy
 
 
 @dataclass
@@ -91,6 +92,7 @@ class Item:
     text: str = ""
     value: str | None = None
     metadata: dict[str, Any] = field(default_factory=dict)
+    tenant: str | None = None  # in a multi-tenant collection (index.tenancy)
 
 
 @dataclass
@@ -115,11 +117,12 @@ class VectorStore(Protocol):
 
     def create(
         self, collection: str, dim: int, encoder: EncoderInfo | None = None,
-        exist_ok: bool = True, hybrid: bool = False,
+        exist_ok: bool = True, hybrid: bool = False, multi_tenant: bool = False,
     ) -> CollectionInfo:
-        """Create ``collection``; an existing one with the same dim, encoder and ``hybrid``
-        is kept. ``hybrid`` adds a BM25 index of the text (:class:`UnsupportedError` where
-        the backend has none)."""
+        """Create ``collection``; an existing one with the same dim, encoder, ``hybrid`` and
+        ``multi_tenant`` is kept. ``hybrid`` adds a BM25 index of the text
+        (:class:`UnsupportedError` where the backend has none); ``multi_tenant`` makes every
+        item belong to a tenant (:mod:`index.tenancy`): then every method below takes one."""
         ...
 
     def bm25_available(self) -> bool:
@@ -160,9 +163,9 @@ class VectorStore(Protocol):
         Durable and visible to strong reads when it returns."""
         ...
 
-    def delete(self, collection: str, ids: Sequence[str]) -> None: ...
+    def delete(self, collection: str, ids: Sequence[str], tenant: str | None = None) -> None: ...
 
-    def get(self, collection: str, ids: Sequence[str]) -> list[Item]:
+    def get(self, collection: str, ids: Sequence[str], tenant: str | None = None) -> list[Item]:
         """The items with these ids that exist, in the order asked (strong read)."""
         ...
 
@@ -179,14 +182,15 @@ class VectorStore(Protocol):
         mode: str | None = None,
         fusion: str = "convex",
         dense_weight: float = 0.5,
+        tenant: str | None = None,
     ) -> list[list[Hit]]:
         """For each query row of ``xq`` (nq, d), up to ``k`` hits, best first. ``mode``
         defaults to ``hybrid`` on a hybrid collection when ``query_text`` (one per row) is
         given, else ``dense``; ``bm25`` and ``hybrid`` need ``query_text``."""
         ...
 
-    def count(self, collection: str) -> int:
-        """Exact number of items (strong read)."""
+    def count(self, collection: str, tenant: str | None = None) -> int:
+        """Exact number of items (the tenant's, in a multi-tenant collection; strong read)."""
         ...
 
     def close(self) -> None: ...
@@ -269,6 +273,17 @@ def check_encoder(info: CollectionInfo, encoder: EncoderInfo | None) -> None:
             f"(fingerprint {info.encoder.fingerprint}, dim {info.encoder.dim}); got "
             f"{encoder.name!r} (fingerprint {encoder.fingerprint}, dim {encoder.dim})"
         )
+
+
+def check_same(info: CollectionInfo, exist_ok: bool, dim: int, encoder: EncoderInfo | None,
+               hybrid: bool, multi_tenant: bool) -> None:
+    """Refuse to create a collection that exists (``exist_ok`` false) or exists otherwise."""
+    if (not exist_ok or info.dim != dim or info.encoder != encoder or info.hybrid != hybrid
+            or info.multi_tenant != multi_tenant):
+        raise CollectionExistsError(
+            f"collection {info.name!r} exists with dim {info.dim}, encoder {info.encoder}, "
+            f"hybrid={info.hybrid} and multi_tenant={info.multi_tenant}; asked for dim {dim}, "
+            f"encoder {encoder}, hybrid={hybrid} and multi_tenant={multi_tenant}")
 
 
 def check_search_args(k: int, consistency: str) -> None:
