@@ -16,12 +16,21 @@ import orjson
 from fastapi import APIRouter, Depends, Request, Response
 
 from api import schemas as s
-from api.errors import invalid, too_large
-from api.routes import ERRORS, CollectionName, json_response, require_key, service
+from api.errors import ApiError, invalid, too_large
+from api.routes import (
+    ERRORS,
+    CollectionName,
+    TenantHeader,
+    json_response,
+    require_key,
+    service,
+    tenant_of,
+)
 from api.service import Service
 from index import CollectionInfo, Filter, Hit, parse_filter, resolve_mode, softmax
 from index import attend as attend_values
 from index.store import as_matrix  # the store's own checks: 409 wrong dim, 422 not finite
+from index.tenancy import check_tenant
 
 retrieval_v1 = APIRouter(dependencies=[Depends(require_key)], responses=ERRORS)
 
@@ -53,11 +62,15 @@ class _Plan:
     filter: Filter | None
     mode: str
     depth: int
+    tenant: str | None
 
 
-def _plan(svc: Service, info: CollectionInfo, body: s.SearchRequest, where: str) -> _Plan:
+def _plan(svc: Service, info: CollectionInfo, body: s.SearchRequest, where: str,
+          x_tenant: str | None) -> _Plan:
     """Check one request (``where`` names it in a batch) before anything is encoded."""
     try:
+        tenant = tenant_of(x_tenant, body.tenant)
+        check_tenant(info, tenant)
         if (body.query is None) == (body.vector is None):
             raise ValueError("give exactly one of `query` (text) or `vector`")
         if body.top_k > svc.settings.max_top_k:
@@ -71,18 +84,18 @@ def _plan(svc: Service, info: CollectionInfo, body: s.SearchRequest, where: str)
                              "(text), or use mode 'dense' with `vector`")
         texts = [body.query] if body.query is not None else None
         mode = resolve_mode(info, body.mode, texts, 1)  # 409 on a collection without BM25
-    except ValueError as e:
-        raise invalid(f"{where}{e}") from e
-    return _Plan(body, filt, mode, body.offset + body.top_k)
+    except (ValueError, ApiError) as e:
+        raise invalid(f"{where}{getattr(e, 'message', e)}") from e
+    return _Plan(body, filt, mode, body.offset + body.top_k, tenant)
 
 
 async def neighbours(svc: Service, name: str, bodies: Sequence[s.SearchRequest],
-                     with_vectors: bool) -> list[Neighbours]:
+                     with_vectors: bool, x_tenant: str | None = None) -> list[Neighbours]:
     """Each request's neighbours (see the module docstring); 404 before any encoding."""
     info = await svc.call(svc.store.describe, name)
     name = info.name  # an alias's collection, the same one for every search of the request
     many = len(bodies) > 1
-    plans = [_plan(svc, info, b, f"searches.{i}: " if many else "")
+    plans = [_plan(svc, info, b, f"searches.{i}: " if many else "", x_tenant)
              for i, b in enumerate(bodies)]
     xq = np.zeros((len(bodies), info.dim), np.float32)
     cut = [False] * len(bodies)
@@ -100,7 +113,7 @@ async def neighbours(svc: Service, name: str, bodies: Sequence[s.SearchRequest],
     for i, p in enumerate(plans):
         b = p.body
         key = (orjson.dumps(b.filter, option=orjson.OPT_SORT_KEYS), p.depth, p.mode,
-               b.consistency, b.fusion, b.dense_weight)
+               b.consistency, b.fusion, b.dense_weight, p.tenant)
         groups.setdefault(key, []).append(i)
     found: list[list[Hit]] = [[] for _ in bodies]
     for rows in groups.values():
@@ -108,7 +121,8 @@ async def neighbours(svc: Service, name: str, bodies: Sequence[s.SearchRequest],
         texts = [bodies[i].query or "" for i in rows] if p.mode != "dense" else None
         res = await svc.search_many(name, xq[rows], p.depth, p.filter,
                                     with_vectors or p.mode != "dense", p.body.consistency,
-                                    texts, p.mode, p.body.fusion, p.body.dense_weight)
+                                    texts, p.mode, p.body.fusion, p.body.dense_weight,
+                                    p.tenant)
         for i, hits in zip(rows, res, strict=True):
             found[i] = hits
     out = []
@@ -146,18 +160,19 @@ def _search_out(svc: Service, body: s.SearchRequest, nb: Neighbours) -> dict[str
 
 @retrieval_v1.post("/v1/collections/{name}/search", response_model=s.SearchResponse,
                    tags=["retrieval"])
-async def search(name: CollectionName, body: s.SearchRequest, request: Request) -> Response:
+async def search(name: CollectionName, body: s.SearchRequest, request: Request,
+                 x_tenant: TenantHeader = None) -> Response:
     """Neighbours of a text or vector by ``mode`` (dense, bm25 or hybrid), each with the
     sides that found it and its softmax weight over the cosines."""
     svc = service(request)
-    (nb,) = await neighbours(svc, name, [body], "vector" in body.fields)
+    (nb,) = await neighbours(svc, name, [body], "vector" in body.fields, x_tenant)
     return json_response(_search_out(svc, body, nb))
 
 
 @retrieval_v1.post("/v1/collections/{name}/search/batch", response_model=s.SearchBatchResponse,
                    tags=["retrieval"])
-async def search_batch(name: CollectionName, body: s.SearchBatchRequest, request: Request
-                       ) -> Response:
+async def search_batch(name: CollectionName, body: s.SearchBatchRequest, request: Request,
+                       x_tenant: TenantHeader = None) -> Response:
     """Several searches of one collection in one request (at most ``QKV_MAX_SEARCHES``,
     413 above), answered in order; a bad one is a 422 naming it (``searches.N``)."""
     svc = service(request)
@@ -165,18 +180,19 @@ async def search_batch(name: CollectionName, body: s.SearchBatchRequest, request
         raise too_large(f"{len(body.searches)} searches in one request; at most "
                         f"{svc.settings.max_searches} (QKV_MAX_SEARCHES)")
     found = await neighbours(svc, name, body.searches,
-                             any("vector" in b.fields for b in body.searches))
+                             any("vector" in b.fields for b in body.searches), x_tenant)
     return json_response({"results": [_search_out(svc, b, nb)
                                       for b, nb in zip(body.searches, found, strict=True)]})
 
 
 @retrieval_v1.post("/v1/collections/{name}/attend", response_model=s.AttendResponse,
                    tags=["retrieval"])
-async def attend(name: CollectionName, body: s.SearchRequest, request: Request) -> Response:
+async def attend(name: CollectionName, body: s.SearchRequest, request: Request,
+                 x_tenant: TenantHeader = None) -> Response:
     """The query-key-value view: neighbours (chosen by ``mode``; keys = their vectors),
     weights softmax(cosine / T) summing to 1, and the output Σ wᵢ vᵢ."""
     svc = service(request)
-    (nb,) = await neighbours(svc, name, [body], True)
+    (nb,) = await neighbours(svc, name, [body], True, x_tenant)
     t = body.temperature or svc.settings.default_temperature
     if nb.hits:
         att = attend_values(nb.cosines(), np.stack([h.vector for h in nb.hits
@@ -191,8 +207,8 @@ async def attend(name: CollectionName, body: s.SearchRequest, request: Request) 
 
 @retrieval_v1.post("/v1/collections/{name}/generate", response_model=s.GenerateResponse,
                    tags=["retrieval"])
-async def generate(name: CollectionName, body: s.GenerateRequest, request: Request
-                   ) -> Response:
+async def generate(name: CollectionName, body: s.GenerateRequest, request: Request,
+                   x_tenant: TenantHeader = None) -> Response:
     """Retrieve ``top_k`` neighbours, weight them, and decode with the collection's decoder
     (each neighbour's value is read with its weight as an attention bias)."""
     svc = service(request)
@@ -205,8 +221,8 @@ async def generate(name: CollectionName, body: s.GenerateRequest, request: Reque
     if body.top_k > 0:
         # dense neighbours, as the decoder was trained with (wiring.translation)
         search_body = s.SearchRequest(query=body.query, top_k=body.top_k, filter=body.filter,
-                                      mode="dense")
-        (nb,) = await neighbours(svc, name, [search_body], False)
+                                      mode="dense", tenant=body.tenant)
+        (nb,) = await neighbours(svc, name, [search_body], False, x_tenant)
         hits, cosines = nb.hits, nb.cosines()
     else:
         cosines = np.zeros(0, np.float32)

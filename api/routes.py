@@ -7,12 +7,12 @@ import secrets
 from typing import Annotated, Any
 
 import orjson
-from fastapi import APIRouter, Depends, Path, Query, Request, Response
+from fastapi import APIRouter, Depends, Header, Path, Query, Request, Response
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from pydantic import AfterValidator
 
 from api import schemas as s
-from api.errors import ApiError, not_found, too_large
+from api.errors import ApiError, invalid, not_found, too_large
 from api.service import Service
 from index import (
     CollectionInfo,
@@ -57,6 +57,19 @@ def require_key(
                        {"WWW-Authenticate": "Bearer"})
 
 
+TenantHeader = Annotated[str | None, Header(alias="X-Tenant", description="The tenant, in a "
+                                           "multi-tenant collection (or `tenant` in the body).")]
+
+
+def tenant_of(header: str | None, body: str | None) -> str | None:
+    """The request's tenant: the X-Tenant header or the body's ``tenant`` (422 if both are
+    given and differ)."""
+    if header is not None and body is not None and header != body:
+        raise invalid(f"the X-Tenant header ({header!r}) and `tenant` ({body!r}) differ",
+                      "tenant")
+    return body if body is not None else header
+
+
 def json_response(obj: Any, status: int = 200) -> Response:
     return Response(orjson.dumps(obj, option=orjson.OPT_SERIALIZE_NUMPY), status_code=status,
                     media_type="application/json")
@@ -98,7 +111,8 @@ def _collection_out(svc: Service, info: CollectionInfo, aliases: dict[str, str],
                None)
     return {"name": info.name, "dim": info.dim,
             "encoder": info.encoder.to_dict() if info.encoder else None, "count": count,
-            "decoder": str(dec) if dec else None, "hybrid": info.hybrid, "aliases": pointing}
+            "decoder": str(dec) if dec else None, "hybrid": info.hybrid, "aliases": pointing,
+            "multi_tenant": info.multi_tenant}
 
 
 @v1.post("/v1/collections", status_code=201, response_model=s.CollectionOut,
@@ -110,7 +124,7 @@ async def create_collection(body: s.CollectionCreate, request: Request) -> Respo
     svc = service(request)
     hybrid = await svc.call(hybrid_default, svc.store, body.name, body.hybrid)
     info = await svc.call(svc.store.create, body.name, svc.info.dim, svc.info, exist_ok=False,
-                          hybrid=hybrid)
+                          hybrid=hybrid, multi_tenant=body.multi_tenant)
     return json_response(_collection_out(svc, info, {}, 0), 201)
 
 
@@ -126,12 +140,15 @@ async def list_collections(request: Request) -> Response:
 
 
 @v1.get("/v1/collections/{name}", response_model=s.CollectionOut, tags=["collections"])
-async def get_collection(name: CollectionName, request: Request) -> Response:
-    """Dim, encoder, decoder, aliases and the exact document count. ``name`` may be an
-    alias: the answer is the collection it points at."""
+async def get_collection(name: CollectionName, request: Request,
+                         x_tenant: TenantHeader = None) -> Response:
+    """Dim, encoder, decoder, aliases and the exact document count (of the X-Tenant's
+    documents in a multi-tenant collection; null without one). ``name`` may be an alias:
+    the answer is the collection it points at."""
     svc = service(request)
     info = await svc.call(svc.store.describe, name)
-    count = await svc.call(svc.store.count, info.name)
+    count = (await svc.call(svc.store.count, info.name, x_tenant)
+             if x_tenant is not None or not info.multi_tenant else None)
     aliases = await svc.call(svc.store.list_aliases)
     return json_response(_collection_out(svc, info, aliases, count))
 
@@ -190,8 +207,8 @@ async def delete_alias(alias: AliasName, request: Request) -> Response:
 
 # documents
 @v1.post("/v1/collections/{name}/documents", response_model=s.UpsertResult, tags=["documents"])
-async def upsert_documents(name: CollectionName, body: s.DocumentsUpsert, request: Request
-                           ) -> Response:
+async def upsert_documents(name: CollectionName, body: s.DocumentsUpsert, request: Request,
+                           x_tenant: TenantHeader = None) -> Response:
     """Embed and upsert documents (the last of duplicate ids wins). At most
     ``QKV_MAX_DOCUMENTS`` per request (413)."""
     svc = service(request)
@@ -201,7 +218,9 @@ async def upsert_documents(name: CollectionName, body: s.DocumentsUpsert, reques
                         f"{svc.settings.max_documents} (QKV_MAX_DOCUMENTS)")
     await svc.call(svc.store.describe, name)  # 404 before any encoding
     emb = await svc.embed([d.text for d in docs], body.truncate)
-    items = [Item(d.id, emb.vectors[i], d.text, d.value, d.metadata) for i, d in enumerate(docs)]
+    tenant = tenant_of(x_tenant, body.tenant)
+    items = [Item(d.id, emb.vectors[i], d.text, d.value, d.metadata, tenant)
+             for i, d in enumerate(docs)]
     n = await svc.call(svc.store.upsert, name, items, svc.info)
     cut = [d.id for d, t in zip(docs, emb.truncated, strict=True) if t]
     return json_response({"upserted": n, "truncated": cut})
@@ -209,22 +228,23 @@ async def upsert_documents(name: CollectionName, body: s.DocumentsUpsert, reques
 
 @v1.delete("/v1/collections/{name}/documents", response_model=s.DeleteResult,
            tags=["documents"])
-async def delete_documents(name: CollectionName, body: s.DocumentsDelete, request: Request
-                           ) -> Response:
+async def delete_documents(name: CollectionName, body: s.DocumentsDelete, request: Request,
+                           x_tenant: TenantHeader = None) -> Response:
     svc = service(request)
     if len(body.ids) > svc.settings.max_documents:
         raise too_large(f"{len(body.ids)} ids in one request; at most "
                         f"{svc.settings.max_documents} (QKV_MAX_DOCUMENTS)")
-    await svc.call(svc.store.delete, name, body.ids)
+    await svc.call(svc.store.delete, name, body.ids, tenant_of(x_tenant, body.tenant))
     return json_response({"deleted": len(set(body.ids))})
 
 
 @v1.get("/v1/collections/{name}/documents/{doc_id}", response_model=s.DocumentOut,
         tags=["documents"])
 async def get_document(name: CollectionName, doc_id: str, request: Request,
-                       include_vector: Annotated[bool, Query()] = False) -> Response:
+                       include_vector: Annotated[bool, Query()] = False,
+                       x_tenant: TenantHeader = None) -> Response:
     svc = service(request)
-    items = await svc.call(svc.store.get, name, [doc_id])
+    items = await svc.call(svc.store.get, name, [doc_id], x_tenant)
     if not items:
         raise not_found(f"no document {doc_id!r} in collection {name!r}")
     it = items[0]

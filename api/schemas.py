@@ -167,6 +167,9 @@ class CollectionCreate(RequestBody):
                                 "stemmed), for search modes bm25 and hybrid. Default: true "
                                 "where the store has BM25 (Milvus Lite, Milvus >= 2.5, FAISS), "
                                 "false on a Milvus server older than 2.5; true there is 409.")
+    multi_tenant: bool = Field(False, description="Every document belongs to a tenant, and "
+                               "every read and write names one (X-Tenant header or `tenant`); "
+                               "tenants never see each other's documents and may reuse ids.")
 
 
 class EncoderOut(BaseModel):
@@ -186,6 +189,7 @@ class CollectionOut(BaseModel):
                          "modes bm25 and hybrid).")
     aliases: list[str] = Field(default_factory=list, description="The aliases that point at "
                                "it.")
+    multi_tenant: bool = False
 
 
 class AliasSet(RequestBody):
@@ -222,8 +226,13 @@ class Document(RequestBody):
     metadata: dict[str, Any] = Field(default_factory=dict)
 
 
+TENANT_HELP = ("The tenant, in a multi-tenant collection (or send the X-Tenant header); "
+               "refused on other collections.")
+
+
 class DocumentsUpsert(RequestBody):
     documents: list[Document] = Field(min_length=1)
+    tenant: str | None = Field(None, description=TENANT_HELP)
     truncate: bool = Field(True, description="Cut texts over the token limit (listed in "
                            "`truncated`); false answers 422 instead.")
 
@@ -235,6 +244,7 @@ class UpsertResult(BaseModel):
 
 class DocumentsDelete(RequestBody):
     ids: list[str] = Field(min_length=1)
+    tenant: str | None = Field(None, description=TENANT_HELP)
 
 
 class DeleteResult(BaseModel):
@@ -272,6 +282,7 @@ class SearchRequest(RequestBody):
     temperature: float | None = Field(None, gt=0, description="Softmax temperature of the "
                                       "hits' weights (default: the server's).")
     truncate: bool = True
+    tenant: str | None = Field(None, description=TENANT_HELP)
     consistency: Consistency = "Session"
     mode: SearchMode | None = Field(None, description="Which neighbours: 'dense' (nearest "
                                     "vectors), 'bm25' (the query text's keywords, Milvus "
@@ -340,6 +351,7 @@ class GenerateRequest(RequestBody):
     top_k: int = Field(4, ge=0)
     filter: dict[str, Any] | None = Field(None, description=FILTER_HELP)
     temperature: float | None = Field(None, gt=0)
+    tenant: str | None = Field(None, description=TENANT_HELP)
     beam: int = Field(4, ge=1, le=16)
     max_tokens: int | None = Field(None, ge=1)
     return_attention: bool = False

@@ -110,12 +110,13 @@ class Service:
     async def search_many(self, collection: str, xq: np.ndarray, k: int, filter: Any,
                           with_vectors: bool, consistency: str,
                           query_text: list[str] | None = None, mode: str | None = None,
-                          fusion: str = DEFAULT_FUSION, dense_weight: float | None = None
-                          ) -> list[list[Hit]]:
+                          fusion: str = DEFAULT_FUSION, dense_weight: float | None = None,
+                          tenant: str | None = None) -> list[list[Hit]]:
         """The hits of each query row of ``xq`` (nq, d), in one store call."""
         return await self.call(self.store.search, collection, xq, k, filter, self.info,
                                with_vectors, consistency, query_text, mode, fusion,
-                               self.dense_weight if dense_weight is None else dense_weight)
+                               self.dense_weight if dense_weight is None else dense_weight,
+                               tenant)
 
     def decoder_for(self, collection: str, *names: str) -> Any:
         """The decoder configured for ``collection``, or for another name of it (the
