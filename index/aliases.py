@@ -19,8 +19,9 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable
+from typing import Any
 
-from index.store import StoreError
+from index.store import StoreError, check_collection_name
 
 ALIAS_TTL_S = 1.0
 DROP_GRACE_S = 2 * ALIAS_TTL_S + 0.5
@@ -55,6 +56,11 @@ class AliasCache:
     def invalidate(self) -> None:
         self._at = float("-inf")
 
+    def fresh(self) -> dict[str, str]:
+        """The map read now (not from the cache), sorted by alias."""
+        self.invalidate()
+        return dict(sorted(self.get().items()))
+
 
 def check_drop(aliases: dict[str, str], name: str) -> None:
     """Refuse to drop an alias as a collection, or a collection that aliases point at."""
@@ -65,6 +71,16 @@ def check_drop(aliases: dict[str, str], name: str) -> None:
     if pointing:
         raise AliasError(f"collection {name!r} is what alias(es) {', '.join(pointing)} point "
                          "at: move or drop them first")
+
+
+def checked_set(store: Any, alias: str, collection: str) -> dict[str, str]:
+    """Check ``store.set_alias(alias, collection)`` before it changes anything: the name,
+    the rules, and that the collection exists; returns the aliases as they are now."""
+    check_collection_name(alias)
+    aliases: dict[str, str] = store.list_aliases()
+    check_set(aliases, store.list_collections(), alias, collection)
+    store.describe(collection)  # CollectionNotFoundError: 404
+    return aliases
 
 
 def check_set(aliases: dict[str, str], collections: list[str], alias: str,

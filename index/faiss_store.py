@@ -27,7 +27,7 @@ from typing import Any
 
 import numpy as np
 
-from index.aliases import AliasCache, AliasError, check_drop, check_set
+from index.aliases import AliasCache, AliasError, check_drop, checked_set
 from index.faiss_memory import Memory, decode_item, encode_item
 from index.filters import Filter, matches
 from index.fusion import DEFAULT_DENSE_WEIGHT, DEFAULT_FUSION, candidates, check_fusion, fuse
@@ -198,14 +198,10 @@ class FaissStore:
         self._aliases.invalidate()
 
     def list_aliases(self) -> dict[str, str]:
-        self._aliases.invalidate()
-        return dict(sorted(self._aliases.get().items()))
+        return self._aliases.fresh()
 
     def set_alias(self, alias: str, collection: str) -> str | None:
-        check_collection_name(alias)
-        aliases = self.list_aliases()
-        check_set(aliases, self.list_collections(), alias, collection)
-        self.describe(collection)  # not found: 404
+        aliases = checked_set(self, alias, collection)
         before = aliases.get(alias)
         self._write_aliases({**aliases, alias: collection})
         return before

@@ -31,7 +31,7 @@ from typing import Any, TypeVar
 
 import numpy as np
 
-from index.aliases import AliasCache, AliasError, check_drop, check_set
+from index.aliases import AliasCache, AliasError, check_drop, checked_set
 from index.filters import Filter, quote, to_milvus_expr
 from index.fusion import DEFAULT_DENSE_WEIGHT, DEFAULT_FUSION, candidates, check_fusion, fuse
 from index.milvus_conn import connect, is_missing, is_unavailable
@@ -227,15 +227,10 @@ class MilvusStore:
         return self._call("list_aliases", read)
 
     def list_aliases(self) -> dict[str, str]:
-        self._aliases.invalidate()
-        return dict(sorted(self._aliases.get().items()))
+        return self._aliases.fresh()
 
     def set_alias(self, alias: str, collection: str) -> str | None:
-        check_collection_name(alias)
-        aliases = self.list_aliases()
-        check_set(aliases, self.list_collections(), alias, collection)
-        self.describe(collection)  # not found: 404
-        before = aliases.get(alias)
+        before = checked_set(self, alias, collection).get(alias)
         if before is None:
             self._call("create_alias", lambda c: c.create_alias(collection, alias))
         elif before != collection:
