@@ -20,6 +20,7 @@ from index import (
     collection_name,
     hybrid_default,
 )
+from index.tenancy import check_tenant
 
 _ERROR_TEXTS = ((401, "Missing or wrong API key"), (404, "Unknown collection or item"),
                 (409, "Encoder/dimension mismatch, existing collection, no decoder"),
@@ -216,9 +217,10 @@ async def upsert_documents(name: CollectionName, body: s.DocumentsUpsert, reques
     if len(docs) > svc.settings.max_documents:
         raise too_large(f"{len(docs)} documents in one request; at most "
                         f"{svc.settings.max_documents} (QKV_MAX_DOCUMENTS)")
-    await svc.call(svc.store.describe, name)  # 404 before any encoding
-    emb = await svc.embed([d.text for d in docs], body.truncate)
+    info = await svc.call(svc.store.describe, name)  # 404 before any encoding
     tenant = tenant_of(x_tenant, body.tenant)
+    check_tenant(info, tenant)  # and 422 for the tenant
+    emb = await svc.embed([d.text for d in docs], body.truncate)
     items = [Item(d.id, emb.vectors[i], d.text, d.value, d.metadata, tenant)
              for i, d in enumerate(docs)]
     n = await svc.call(svc.store.upsert, name, items, svc.info)
