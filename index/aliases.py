@@ -62,6 +62,12 @@ class AliasCache:
         return dict(sorted(self.get().items()))
 
 
+def check_create(aliases: dict[str, str], name: str) -> None:
+    """Refuse a collection named like an alias."""
+    if name in aliases:
+        raise AliasError(f"{name!r} is an alias; a collection cannot take its name")
+
+
 def check_drop(aliases: dict[str, str], name: str) -> None:
     """Refuse to drop an alias as a collection, or a collection that aliases point at."""
     if name in aliases:

@@ -27,7 +27,7 @@ from typing import Any
 
 import numpy as np
 
-from index.aliases import AliasCache, AliasError, check_drop, checked_set
+from index.aliases import AliasCache, check_create, check_drop, checked_set
 from index.faiss_memory import Memory, decode_item, encode_item
 from index.filters import Filter, matches
 from index.fusion import DEFAULT_DENSE_WEIGHT, DEFAULT_FUSION, candidates, check_fusion, fuse
@@ -153,8 +153,7 @@ class FaissStore:
         exist_ok: bool = True, hybrid: bool = False, multi_tenant: bool = False,
     ) -> CollectionInfo:
         path = self._dir(collection)
-        if collection in self._aliases.get():
-            raise AliasError(f"{collection!r} is an alias; a collection cannot take its name")
+        check_create(self._aliases.get(), collection)
         if dim < 1:
             raise ValueError(f"dim must be >= 1, got {dim}")
         if encoder is not None and encoder.dim != dim:
@@ -315,7 +314,8 @@ class FaissStore:
         index, ids = col.bm25()
 
         def kept(j: int) -> bool:
-            return keep is None or keep(col.items[ids[j]])
+            assert keep is not None
+            return keep(col.items[ids[j]])
 
         return [[self._hit(col, ids[j], s, with_vectors, "bm25")
                  for j, s in index.top(t, k, ids, kept if keep is not None else None)]

@@ -31,7 +31,7 @@ from typing import Any, TypeVar
 
 import numpy as np
 
-from index.aliases import AliasCache, AliasError, check_drop, checked_set
+from index.aliases import AliasCache, check_create, check_drop, checked_set
 from index.filters import Filter, quote, to_milvus_expr
 from index.fusion import DEFAULT_DENSE_WEIGHT, DEFAULT_FUSION, candidates, check_fusion, fuse
 from index.milvus_conn import connect, is_missing, is_unavailable
@@ -154,8 +154,7 @@ class MilvusStore:
             raise ValueError(f"dim must be >= 1, got {dim}")
         if encoder is not None and encoder.dim != dim:
             raise ValueError(f"encoder {encoder.name!r} makes dim {encoder.dim}, not {dim}")
-        if collection in self._aliases.get():
-            raise AliasError(f"{collection!r} is an alias; a collection cannot take its name")
+        check_create(self._aliases.get(), collection)
         if self._call("has_collection", lambda c: c.has_collection(collection)):
             info = self.describe(collection)
             check_same(info, exist_ok, dim, encoder, hybrid, multi_tenant)
@@ -166,7 +165,8 @@ class MilvusStore:
                  if self.index_type == "HNSW" else {})
         self._call("create_collection", lambda c: create_collection(
             c, collection, dim, encoder, hybrid, self.index_type, build, self.timeout,
-            multi_tenant, self._version_at_least(PARTITION_KEY_MIN_VERSION)))
+            multi_tenant,
+            multi_tenant and self._version_at_least(PARTITION_KEY_MIN_VERSION)))
         self._info.pop(collection, None)
         log.info("created Milvus collection %s (dim %d, %s%s) at %s", collection, dim,
                  self.index_type, ", BM25" if hybrid else "", self.uri)

@@ -20,6 +20,12 @@ from wiring.components import encoder_info, load_encoder
 log = logging.getLogger(__name__)
 
 
+def _job_key(collection: str, inputs: list[Path], config: JobConfig, store: str) -> str:
+    """A hash of what makes a job the same job (``index.bulk.job_identity``)."""
+    return hashlib.sha256(json.dumps(job_identity(collection, inputs, config, store),
+                                     sort_keys=True).encode()).hexdigest()
+
+
 def job_config(collection: str, inputs: list[Path], store: str, fields: Fields,
                format: str | None, batch_size: int, shard: tuple[int, int], state_dir: Path,
                rejects: Path | None, restart: bool, retries: int, backoff_s: float,
@@ -29,8 +35,7 @@ def job_config(collection: str, inputs: list[Path], store: str, fields: Fields,
     that running the same command again resumes it (``restart``: start over)."""
     base = JobConfig(state_path=Path(), rejects_path=Path(), fields=fields, format=format,
                      shard=shard)
-    key = hashlib.sha256(json.dumps(job_identity(collection, inputs, base, store),
-                                    sort_keys=True).encode()).hexdigest()[:10]
+    key = _job_key(collection, inputs, base, store)[:10]
     stem = f"{collection}.shard{shard[0]}of{shard[1]}.{key}"
     state_path = state_dir / f"{stem}.progress.json"
     if restart:
@@ -84,8 +89,7 @@ def alias_target(alias: str, inputs: list[Path], store: str, fields: Fields,
     identity, so that the same command run again resumes the same collection, and a job
     over other inputs builds another."""
     base = JobConfig(state_path=Path(), rejects_path=Path(), fields=fields, format=format)
-    key = hashlib.sha256(json.dumps(job_identity(alias, inputs, base, store),
-                                    sort_keys=True).encode()).hexdigest()[:8]
+    key = _job_key(alias, inputs, base, store)[:8]
     return f"{alias}_{key}"
 
 
