@@ -8,6 +8,7 @@ import base64
 from functools import cache
 from typing import Any
 
+import numpy as np
 from fastapi import APIRouter, Depends, Request, Response
 
 from api import schemas as s
@@ -63,12 +64,17 @@ async def embeddings(body: s.EmbeddingsRequest, request: Request) -> Response:
     if body.model is not None and body.model != svc.info.name:
         raise not_found(f"model {body.model!r} not found; this server serves "
                         f"{svc.info.name!r} (GET /v1/models)")
-    if body.dimensions is not None and body.dimensions != svc.info.dim:
-        raise invalid(f"dimensions must be {svc.info.dim} for {svc.info.name!r}, "
+    dims = svc.encoder.dims
+    if body.dimensions is not None and body.dimensions not in dims:
+        raise invalid(f"dimensions must be one of {', '.join(map(str, dims))} for "
+                      f"{svc.info.name!r} (the sizes it was trained to be cut to), "
                       f"got {body.dimensions}")
     emb = await svc.embed(openai_texts(body.input, svc.settings.max_inputs), body.truncate)
+    vectors = emb.vectors
+    if body.dimensions is not None and body.dimensions != svc.info.dim:
+        vectors = cut(vectors, body.dimensions)
     data: list[dict[str, Any]] = []
-    for i, row in enumerate(emb.vectors):
+    for i, row in enumerate(vectors):
         vec: Any = (base64.b64encode(row.astype("<f4").tobytes()).decode()
                     if body.encoding_format == "base64" else row)
         data.append({"object": "embedding", "index": i, "embedding": vec})
@@ -78,9 +84,16 @@ async def embeddings(body: s.EmbeddingsRequest, request: Request) -> Response:
                           "truncated": any(emb.truncated)})
 
 
+def cut(vectors: np.ndarray, dim: int) -> np.ndarray:
+    """Matryoshka: the first ``dim`` coordinates of unit rows, renormalised."""
+    x = np.ascontiguousarray(vectors[:, :dim], dtype=np.float32)
+    return x / np.maximum(np.linalg.norm(x, axis=1, keepdims=True), 1e-12)
+
+
 def _card(svc: Service) -> dict[str, Any]:
     return {"id": svc.info.name, "object": "model", "created": svc.model_created,
-            "owned_by": "qkv", "dim": svc.info.dim, "fingerprint": svc.info.fingerprint,
+            "owned_by": "qkv", "dim": svc.info.dim, "dims": list(svc.encoder.dims),
+            "fingerprint": svc.info.fingerprint,
             "max_tokens": svc.encoder.max_tokens, "dense_weight": svc.dense_weight}
 
 

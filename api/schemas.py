@@ -74,7 +74,9 @@ class EmbeddingsRequest(RequestBody):
     model: str | None = Field(None, description="An id from GET /v1/models; missing means the "
                               "served encoder, unknown is 404.")
     encoding_format: Literal["float", "base64"] = "float"
-    dimensions: int | None = Field(None, ge=1, description="Must equal the encoder's dim.")
+    dimensions: int | None = Field(None, ge=1, description="One of the model's `dims` (GET "
+                                   "/v1/models): its full dim, or a size it was trained to be "
+                                   "cut to (Matryoshka); the vectors are cut and renormalised.")
     user: str | None = None
     truncate: bool = Field(False, description="qkv extension: cut texts over the encoder's "
                            "token limit instead of answering 422.")
@@ -146,6 +148,8 @@ class ModelCard(BaseModel):
     created: int
     owned_by: str = "qkv"
     dim: int
+    dims: list[int] = Field(description="The `dimensions` /v1/embeddings accepts: the sizes "
+                            "the vectors were trained to be cut to (Matryoshka), and `dim`.")
     fingerprint: str
     max_tokens: int
     dense_weight: float = Field(description="The default w of hybrid search's convex fusion "

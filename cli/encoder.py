@@ -12,7 +12,8 @@ log = logging.getLogger(__name__)
 
 
 def train_encoder(
-    data: Path = typer.Option(..., "--data", help="The shared data directory (../shared/data)."),
+    data: Path = typer.Option(..., "--data", help="The shared data directory (../shared/data), "
+                              "or a folder written by qkv build-pairs."),
     out: Path = typer.Option(Path("runs/encoder"), "--out", help="Checkpoint directory."),
     steps: int = typer.Option(3000, min=1),
     batch_size: int = typer.Option(128, min=2),
@@ -21,8 +22,14 @@ def train_encoder(
     temperature: float = typer.Option(0.05, min=1e-4, help="InfoNCE temperature τ (fixed)."),
     max_query_tokens: int = typer.Option(64, min=4),
     max_doc_tokens: int = typer.Option(192, min=4),
-    hard_negatives: bool = typer.Option(True, help="Mine FAISS hard negatives mid-run."),
-    mine_at: float = typer.Option(0.6, min=0.0, max=1.0),
+    hard_negatives: bool = typer.Option(True, help="Fixed and mined hard negatives."),
+    mine_at: float = typer.Option(0.3, min=0.0, max=1.0, help="Mine from this share of the run."),
+    mine_every: int = typer.Option(1000, min=1, help="Mine again every N steps."),
+    mine_pairs: int = typer.Option(20_000, min=100, help="Pairs per source mined at a time."),
+    lexical_share: float | None = typer.Option(
+        None, min=0.0, max=1.0, help="Share of batches from the BM25-imitation sources."),
+    matryoshka: str = typer.Option("32,64,128", help="Prefix sizes trained besides the full "
+                                   "vector (comma-separated; empty for none)."),
     checkpoint_every: int = typer.Option(200, min=1),
     seed: int = typer.Option(0),
     device: str | None = typer.Option(None, help="cpu, cuda, cuda:1 ... (default: auto)."),
@@ -48,12 +55,41 @@ def train_encoder(
         data_dir=str(data), out_dir=str(out), steps=steps, batch_size=batch_size, lr=lr,
         warmup_steps=warmup_steps, temperature=temperature, max_query_tokens=max_query_tokens,
         max_doc_tokens=max_doc_tokens, hard_negatives=hard_negatives, mine_at=mine_at,
+        mine_every=mine_every, mine_pairs=mine_pairs, lexical_share=lexical_share,
+        matryoshka=[int(m) for m in matryoshka.split(",") if m.strip()],
         checkpoint_every=checkpoint_every, seed=seed, device=device, stop_after=stop_after,
         arch=arch,
     )
     path = train(cfg)
     if eval_beir or eval_sts:
         _evaluate(path, eval_beir, "test", eval_sts, path / "eval.json", bm25=True)
+
+
+def build_pairs(
+    data: Path = typer.Option(..., "--data", help="The shared data directory (../shared/data)."),
+    out: Path = typer.Option(Path("runs/pairs"), "--out", help="Folder to write."),
+    seed: int = typer.Option(0),
+    vocab_size: int = typer.Option(16384, min=300, help="BPE vocabulary trained beside."),
+    dev_sets: Path | None = typer.Option(
+        None, help="Also write the dev sets (BEIR layout, split 'dev') under this folder."),
+) -> None:
+    """Build the training pairs once (every source, the BM25-imitation mining included),
+    with a tokenizer trained on them: ``train-encoder --data OUT`` reads the folder, which
+    is small enough to carry to a GPU machine."""
+    from encoder.dataset import Bundle
+    from encoder.pairs import build_sources
+    from encoder.train import bundle_tokenizer
+
+    bundle = Bundle.from_sources(build_sources(data, seed))
+    bundle.save(out)
+    bundle_tokenizer(out, bundle.texts, vocab_size)
+    typer.echo(f"{out}: {len(bundle.texts)} texts, "
+               + ", ".join(f"{s.name} {len(s)}" for s in bundle.sources))
+    if dev_sets is not None:
+        from encoder.devsets import write_dev_sets
+
+        for folder in write_dev_sets(data, dev_sets):
+            typer.echo(f"dev set {folder}")
 
 
 def _evaluate(model: Path, beir: list[Path], split: str, sts: Path | None, report: Path | None,
@@ -101,4 +137,5 @@ def eval_encoder(
 
 def register(app: typer.Typer) -> None:
     app.command("train-encoder")(train_encoder)
+    app.command("build-pairs")(build_pairs)
     app.command("eval-encoder")(eval_encoder)

@@ -20,6 +20,8 @@ class EncoderConfig:
     pooling: str = "dot"
     pad_id: int = 0
     name: str = "qkv-encoder"
+    # prefix sizes the vectors were trained to be cut to (Matryoshka), besides d_model
+    matryoshka: tuple[int, ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -27,4 +29,7 @@ class EncoderConfig:
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> EncoderConfig:
         known = {f.name for f in fields(cls)}
-        return cls(**{k: v for k, v in d.items() if k in known})
+        kw = {k: v for k, v in d.items() if k in known}
+        if "matryoshka" in kw:
+            kw["matryoshka"] = tuple(kw["matryoshka"])
+        return cls(**kw)

@@ -1,4 +1,6 @@
-"""Hard negatives mined with FAISS from the current model (ANCE-style, one-shot)."""
+"""Hard negatives mined from the current model (ANCE-style): once over text pairs
+(:func:`mine_hard_negatives`), or repeatedly during training on the device
+(:func:`mine_rows`)."""
 
 from __future__ import annotations
 
@@ -6,6 +8,7 @@ import logging
 from typing import Protocol
 
 import numpy as np
+import torch
 
 log = logging.getLogger(__name__)
 
@@ -53,4 +56,34 @@ def mine_hard_negatives(
         if cands:
             out[i] = docs[int(rng.choice(cands))]
     log.info("mined %d hard negatives over %d documents", len(out), len(docs))
+    return out
+
+
+def mine_rows(
+    q: torch.Tensor, d: torch.Tensor, d_rows: np.ndarray, pos: np.ndarray, rng: np.random.Generator,
+    k: int = 20, margin: float = 0.95, chunk: int = 4096,
+) -> np.ndarray:
+    """In-training mining on the device (repeated through the run, not once): for each
+    query ``q[i]`` (unit rows, (n, dim)), one of its ``k`` nearest documents of ``d``
+    ((m, dim), whose text rows are ``d_rows``) that is neither its positive (text row
+    ``pos[i]``) nor scores ≥ ``margin`` × the positive's score: the positive-aware
+    false-negative filter of NV-Retriever (Moreira et al. 2024). Returns (n,) text rows,
+    -1 where no candidate passed."""
+    out = np.full(len(q), -1, dtype=np.int32)
+    where = {int(r): j for j, r in enumerate(d_rows)}
+    pos_j = torch.tensor([where.get(int(p), -1) for p in pos], device=q.device)
+    k = min(k, len(d_rows))
+    for start in range(0, len(q), chunk):
+        qc = q[start:start + chunk]
+        scores = (qc @ d.T).float()  # (c, m)
+        pj = pos_j[start:start + chunk]
+        pos_score = scores.gather(1, pj.clamp(min=0).unsqueeze(1)).squeeze(1)  # (c,)
+        top_s, top_j = scores.topk(k, dim=1)  # (c, k)
+        ok = (top_j != pj.unsqueeze(1)) & (top_s < margin * pos_score.unsqueeze(1))
+        ok &= (pj >= 0).unsqueeze(1)
+        ok_np, top_np = ok.cpu().numpy(), top_j.cpu().numpy()
+        for i in range(len(qc)):
+            cands = top_np[i][ok_np[i]]
+            if len(cands):
+                out[start + i] = d_rows[int(rng.choice(cands))]
     return out

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import csv
 import gzip
+import hashlib
 import html
 import json
 import logging
@@ -33,6 +34,7 @@ class PairSource:
     pairs: list[Pair]
     weight: float
     retrieval: bool = False  # asymmetric query → document; hard negatives are mined here
+    negatives: list[str] | None = None  # a fixed hard negative per pair ("" = none)
 
 
 def _gz_lines(path: Path) -> list[str]:
@@ -105,13 +107,98 @@ def wordnet_glosses(data: Path) -> list[Pair]:
     return pairs
 
 
+def nli_triples(data: Path) -> list[tuple[str, str, str]]:
+    """(premise, entailed hypothesis, contradicting hypothesis): supervised SimCSE's
+    triples, the contradiction a hard negative."""
+    with gzip.open(data / "nli/triples.csv.gz", "rt", encoding="utf-8") as f:
+        return [(r["anchor"], r["entailment"], r["contradiction"]) for r in csv.DictReader(f)]
+
+
+def in_dev(key: str, share: float = 0.1) -> bool:
+    """Whether ``key`` falls in the dev split carved from a training source: a stable hash,
+    the same on every machine and run."""
+    return int(hashlib.sha256(key.encode()).hexdigest()[:8], 16) < share * 2**32
+
+
+def medquad_pairs(data: Path, dev: bool = False) -> list[Pair]:
+    """MedQuAD question → answer passage; questions whose focus is :func:`in_dev` are the
+    dev split (a focus's questions all on one side, so dev asks about unseen topics)."""
+    out = []
+    with gzip.open(data / "qa/medquad/pairs.jsonl.gz", "rt", encoding="utf-8") as f:
+        for row in map(json.loads, f):
+            if in_dev(row.get("focus") or row["question"]) == dev:
+                out.append((row["question"], " ".join(row["passage"].split())))
+    return out
+
+
+_B64 = {c: i for i, c in enumerate(
+    "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/")}
+_GCIDE_DROP = re.compile(r"^\s*\[[^\]]*\]\s*$|^\s*Syn\.|^\s*Note:", re.M)
+
+
+def _b64(s: str) -> int:
+    n = 0
+    for c in s:
+        n = n * 64 + _B64[c]
+    return n
+
+
+def _gcide_senses(entry: str) -> list[str]:
+    """The definitions of one GCIDE (dictd) entry: numbered senses, else the first
+    paragraph after the headword, pronunciation, part of speech and etymology."""
+    text = _GCIDE_DROP.sub("", entry)
+    paras = [p for p in re.split(r"\n\s*\n", text) if p.strip()]
+    if not paras:
+        return []
+    head = paras[0]
+    cut = head.rfind("]", 0, 400) if "[" in head[:200] else -1
+    if cut < 0:
+        m = re.search(r"\b(?:n|v|a|adv|v\. t|v\. i|prep|conj|interj|pron)\.(?:\s|$)", head)
+        cut = m.end() - 1 if m else -1
+    first = head[cut + 1:] if cut >= 0 else ""
+    senses = re.split(r"\n\s*\d+\.\s", "\n" + first) + [
+        re.sub(r"^\s*\d+\.\s", "", p) for p in paras[1:] if re.match(r"^\s*\d+\.\s", p)]
+    out = []
+    for s in senses:
+        s = re.sub(r"\(Zo[^)]*\)|\([A-Z][a-z]+\.\)|\{|\}|--\s*[A-Z][a-z]+\.?", "", s)
+        s = re.sub(r"\[[^\]]*\]|\\\\[^\\\\]*\\\\", "", s)
+        s = " ".join(s.split()).strip(" ;:,")
+        if len(s.split()) >= 4 and not s.startswith(("See", "Same as", "Obs", '"')):
+            out.append(s)
+    return out
+
+
+def gcide_definitions(data: Path, per_word: int = 2) -> list[Pair]:
+    """Headword → definition from the GCIDE dictionary (up to ``per_word`` senses)."""
+    folder = data / "text/gcide"
+    with gzip.open(folder / "gcide.dict.dz", "rb") as f:
+        raw = f.read()
+    pairs, seen, offsets = [], set(), set()
+    with open(folder / "gcide.index", encoding="utf-8", errors="replace") as f:
+        for line in f:  # a phrase's line points at its head word's entry: first line only
+            parts = line.rstrip("\n").split("\t")
+            if len(parts) != 3 or parts[0].startswith("00") or not parts[0][:1].isalpha():
+                continue
+            start, length = _b64(parts[1]), _b64(parts[2])
+            if start in offsets:
+                continue
+            offsets.add(start)
+            entry = raw[start:start + length].decode("utf-8", errors="replace")
+            for sense in _gcide_senses(entry)[:per_word]:
+                if (parts[0].lower(), sense) not in seen:
+                    seen.add((parts[0].lower(), sense))
+                    pairs.append((parts[0], sense))
+    return pairs
+
+
 def _beir_corpus(folder: Path) -> dict[str, dict[str, str]]:
     with open(folder / "corpus.jsonl", encoding="utf-8") as f:
         return {d["_id"]: d for d in map(json.loads, f)}
 
 
-def scifact_train_qrels(data: Path) -> list[Pair]:
-    """SciFact claim → the abstract it cites (train qrels only)."""
+def scifact_train_qrels(data: Path, dev: bool = False) -> list[Pair]:
+    """SciFact claim → the abstract it cites (train qrels only); claims whose id is
+    :func:`in_dev` are the dev split, the rest train."""
     folder = data / "beir/scifact"
     corpus = _beir_corpus(folder)
     with open(folder / "queries.jsonl", encoding="utf-8") as f:
@@ -119,7 +206,8 @@ def scifact_train_qrels(data: Path) -> list[Pair]:
     pairs = []
     with open(folder / "qrels/train.tsv", encoding="utf-8") as f:
         for row in csv.DictReader(f, delimiter="\t"):
-            if int(row["score"]) > 0 and row["corpus-id"] in corpus:
+            if (int(row["score"]) > 0 and row["corpus-id"] in corpus
+                    and in_dev(row["query-id"], 0.2) == dev):
                 pairs.append((queries[row["query-id"]], doc_text(corpus[row["corpus-id"]])))
     return pairs
 
@@ -191,26 +279,14 @@ def python_doc_sections(data: Path) -> list[tuple[str, str]]:
     return out
 
 
-def build_sources(data: str | Path, seed: int = 0) -> list[PairSource]:
-    """Every pair source with its batch share; missing folders are skipped with a warning."""
+def build_sources(data: str | Path, seed: int = 0, lexical: bool = True) -> list[PairSource]:
+    """Every pair source with its batch share; missing folders are skipped with a warning.
+    With ``lexical``, the BM25-imitation sources (:mod:`encoder.lexical`) too."""
     data = Path(data)
     rng = random.Random(seed)
     reuters: list[tuple[str, str]] = []
     scifact_docs: list[tuple[str, str]] = []
-    builders: list[tuple[str, float, bool, Callable[[], list[Pair]]]] = [
-        ("multi30k-paraphrase", 0.16, False, lambda: multi30k_paraphrases(data, rng)),
-        ("sts-b", 0.04, False, lambda: sts_pairs(data)),
-        ("sick-entailment", 0.04, False, lambda: sick_entailment_pairs(data)),
-        ("msrp", 0.04, False, lambda: msrp_positives(data)),
-        ("wordnet-gloss", 0.10, True, lambda: wordnet_glosses(data)),
-        ("scifact-train", 0.12, True, lambda: scifact_train_qrels(data)),
-        ("reuters-title-body", 0.14, True, lambda: title_body_pairs(iter(reuters))),
-        ("reuters-spans", 0.06, True, lambda: span_pairs([b for _, b in reuters], rng)),
-        ("scifact-title-abstract", 0.12, True, lambda: title_body_pairs(iter(scifact_docs))),
-        ("scifact-spans", 0.10, True, lambda: span_pairs([b for _, b in scifact_docs], rng, 2)),
-        ("python-docs-sections", 0.04, True, lambda: title_body_pairs(
-            iter(python_doc_sections(data)), min_words=12)),
-    ]
+    pydocs: list[tuple[str, str]] = []
     try:
         reuters = reuters_articles(data)
     except OSError as e:
@@ -220,8 +296,28 @@ def build_sources(data: str | Path, seed: int = 0) -> list[PairSource]:
         scifact_docs = [(d.get("title", ""), d.get("text", "")) for d in corpus.values()]
     except OSError as e:
         log.warning("no SciFact corpus: %s", e)
+    try:
+        pydocs = python_doc_sections(data)
+    except OSError as e:
+        log.warning("no Python docs: %s", e)
+    semantic: list[tuple[str, float, bool, Callable[[], list[Pair]]]] = [
+        ("multi30k-paraphrase", 0.08, False, lambda: multi30k_paraphrases(data, rng)),
+        ("sts-b", 0.02, False, lambda: sts_pairs(data)),
+        ("sick-entailment", 0.02, False, lambda: sick_entailment_pairs(data)),
+        ("msrp", 0.02, False, lambda: msrp_positives(data)),
+        ("wordnet-gloss", 0.04, True, lambda: wordnet_glosses(data)),
+        ("gcide-definitions", 0.04, True, lambda: gcide_definitions(data)),
+        ("scifact-train", 0.04, True, lambda: scifact_train_qrels(data)),
+        ("medquad", 0.06, True, lambda: medquad_pairs(data)),
+        ("reuters-title-body", 0.06, True, lambda: title_body_pairs(iter(reuters))),
+        ("reuters-spans", 0.03, True, lambda: span_pairs([b for _, b in reuters], rng, 3)),
+        ("scifact-title-abstract", 0.04, True, lambda: title_body_pairs(iter(scifact_docs))),
+        ("scifact-spans", 0.04, True, lambda: span_pairs([b for _, b in scifact_docs], rng, 4)),
+        ("python-docs-sections", 0.02, True, lambda: title_body_pairs(iter(pydocs),
+                                                                        min_words=12)),
+    ]
     sources = []
-    for name, weight, retrieval, build in builders:
+    for name, weight, retrieval, build in semantic:
         try:
             pairs = [(q, d) for q, d in build() if q.strip() and d.strip()]
         except OSError as e:
@@ -229,10 +325,46 @@ def build_sources(data: str | Path, seed: int = 0) -> list[PairSource]:
             continue
         if pairs:
             sources.append(PairSource(name, pairs, weight, retrieval))
-            log.info("pair source %-24s %7d pairs, weight %.2f", name, len(pairs), weight)
+    try:
+        triples = nli_triples(data)
+        sources.append(PairSource("nli-triples", [(a, e) for a, e, _ in triples], 0.04,
+                                  False, [c for _, _, c in triples]))
+    except OSError as e:
+        log.warning("skipping pair source nli-triples: %s", e)
+    if lexical:
+        sources += _lexical_sources(sources, reuters, scifact_docs, pydocs, seed)
+    for s in sources:
+        log.info("pair source %-24s %7d pairs, weight %.2f", s.name, len(s.pairs), s.weight)
     if not sources:
         raise FileNotFoundError(f"no training pairs found under {data}")
     return sources
+
+
+def _lexical_sources(
+    semantic: list[PairSource], reuters: list[tuple[str, str]],
+    scifact_docs: list[tuple[str, str]], pydocs: list[tuple[str, str]], seed: int,
+) -> list[PairSource]:
+    """The BM25-imitation sources, one a collection (batches stay within a domain)."""
+    from encoder.lexical import bm25_triples, chunks
+
+    by_name = {s.name: s for s in semantic}
+    defs = [d for name in ("wordnet-gloss", "gcide-definitions") if name in by_name
+            for _, d in by_name[name].pairs]
+    medquad = [d for _, d in by_name["medquad"].pairs] if "medquad" in by_name else []
+    pools = [  # name, passages, pseudo-queries, batch share
+        ("lex-reuters", chunks(b for _, b in reuters), 80_000, 0.10),
+        ("lex-python-docs", chunks(f"{t}. {b}" for t, b in pydocs), 30_000, 0.07),
+        ("lex-scifact", [f"{t}. {b}" for t, b in scifact_docs], 20_000, 0.08),
+        ("lex-medquad", chunks(medquad, max_words=150), 40_000, 0.08),
+        ("lex-definitions", [d for d in defs if len(d.split()) >= 4], 80_000, 0.12),
+    ]
+    out = []
+    for i, (name, passages, n, weight) in enumerate(pools):
+        triples = bm25_triples(passages, n, seed=seed + i) if passages else []
+        if triples:
+            out.append(PairSource(name, [(q, p) for q, p, _ in triples], weight, True,
+                                  [neg for _, _, neg in triples]))
+    return out
 
 
 def tokenizer_corpus(sources: list[PairSource], limit_chars: int = 40_000_000) -> Iterator[str]:

@@ -91,6 +91,11 @@ class TextEncoder(LoadedModel):
     def dim(self) -> int:
         return self.config.d_model
 
+    @property
+    def dims(self) -> tuple[int, ...]:
+        """The sizes the vectors may be cut to (trained Matryoshka prefixes), and ``dim``."""
+        return tuple(sorted({*self.config.matryoshka, self.dim}))
+
     def _encodings(self, texts: Sequence[str]) -> tuple[list[str], list[Any]]:
         """The texts cleaned, and the tokenizer's encodings of them (ids and offsets)."""
         _check_texts(texts)

@@ -1,16 +1,22 @@
 """Contrastive training of the encoder (``qkv train-encoder``); reads top to bottom.
 
 Single process on CPU or one GPU; several GPUs with ``torchrun`` (DDP, each rank draws its
-own batches, in-batch negatives are per rank). Seeded; resumable from ``<out>/last``;
-writes a self-describing checkpoint to ``<out>`` and its evaluation report.
+own batches, in-batch negatives are per rank). The pairs come from a :class:`Bundle`
+(built from the data directory, or read from ``qkv build-pairs``' folder), tokenised once
+before the first step; a loader thread cuts the next batches while the device works. Hard
+negatives: each pair's fixed one (BM25's, NLI's contradiction) or, from ``mine_at`` of the
+run on, one mined by the current model every ``mine_every`` steps (false negatives
+filtered). Seeded; resumable from ``<out>/last``; writes a self-describing checkpoint to
+``<out>`` with where and how fast it trained.
 """
 
 from __future__ import annotations
 
-import json
 import logging
 import math
 import os
+import queue
+import threading
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -24,13 +30,13 @@ from tqdm import tqdm
 
 from encoder.checkpoint import load_training_state, save_checkpoint, save_training_state
 from encoder.config import EncoderConfig
+from encoder.dataset import META, Bundle, Source, TokenTable
 from encoder.device import autocast, pick_device
-from encoder.losses import InfoNCE
-from encoder.mining import mine_hard_negatives
+from encoder.losses import InfoNCE, Matryoshka, duplicates
+from encoder.mining import mine_rows
 from encoder.model import TransformerEncoder
-from encoder.pairs import PairSource, build_sources, tokenizer_corpus
-from encoder.text_encoder import TextEncoder, _pad
-from encoder.tokenizer import clean_text, load_tokenizer, train_tokenizer
+from encoder.pairs import build_sources
+from encoder.tokenizer import load_tokenizer, train_tokenizer
 
 log = logging.getLogger(__name__)
 
@@ -39,7 +45,7 @@ log = logging.getLogger(__name__)
 class TrainConfig:
     """One training run (saved in config.json under ``training``)."""
 
-    data_dir: str
+    data_dir: str  # the shared data directory, or a folder written by ``qkv build-pairs``
     out_dir: str
     steps: int = 3000
     batch_size: int = 128
@@ -50,7 +56,11 @@ class TrainConfig:
     max_query_tokens: int = 64
     max_doc_tokens: int = 192
     hard_negatives: bool = True
-    mine_at: float = 0.6  # fraction of the run after which hard negatives are mined
+    mine_at: float = 0.3  # fraction of the run after which the model mines negatives
+    mine_every: int = 1000  # and again every this many steps
+    mine_pairs: int = 20_000  # pairs of each retrieval source mined at a time (a sample)
+    matryoshka: list[int] = field(default_factory=lambda: [32, 64, 128])
+    lexical_share: float | None = None  # the BM25-imitation sources' share of the batches
     checkpoint_every: int = 200
     seed: int = 0
     device: str | None = None
@@ -87,32 +97,154 @@ def lr_at(step: int, cfg: TrainConfig) -> float:
     return cfg.lr * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * min(1.0, progress))))
 
 
-def draw_batch(
-    sources: list[PairSource], step: int, cfg: TrainConfig, rank: int
-) -> tuple[PairSource, np.ndarray]:
-    """The batch of ``step`` is a pure function of (seed, step, rank): resuming replays it."""
+def draw_batch(sources: list[Source], step: int, cfg: TrainConfig, rank: int
+               ) -> tuple[int, np.ndarray]:
+    """The batch of ``step`` is a pure function of (seed, step, rank): resuming replays it.
+    Returns (source index, pair indices)."""
     rng = np.random.default_rng([cfg.seed, step, rank])
     p = np.array([s.weight for s in sources])
-    src = sources[rng.choice(len(sources), p=p / p.sum())]
-    n = min(cfg.batch_size, len(src.pairs))
-    return src, rng.choice(len(src.pairs), size=n, replace=False)
+    k = int(rng.choice(len(sources), p=p / p.sum()))
+    n = min(cfg.batch_size, len(sources[k]))
+    return k, rng.choice(len(sources[k]), size=n, replace=False)
 
 
-def _ids(tok: Tokenizer, texts: list[str], max_len: int) -> torch.Tensor:
-    encs = tok.encode_batch([clean_text(t) for t in texts])
-    return _pad([e.ids[:max_len] for e in encs], 0)
+def load_bundle(cfg: TrainConfig) -> Bundle:
+    """``cfg.data_dir``'s bundle: read when it is a ``qkv build-pairs`` folder, else built
+    from the data directory (BM25 mining included: minutes). With ``lexical_share``, the
+    BM25-imitation sources' weights are scaled to sum to it, the others to the rest."""
+    if (Path(cfg.data_dir) / META).is_file():
+        bundle = Bundle.load(cfg.data_dir)
+    else:
+        bundle = Bundle.from_sources(build_sources(cfg.data_dir, cfg.seed))
+    share = cfg.lexical_share
+    lex = [s for s in bundle.sources if s.name.startswith("lex-")]
+    rest = [s for s in bundle.sources if not s.name.startswith("lex-")]
+    if share is not None and lex and rest:
+        for group, target in ((lex, share), (rest, 1 - share)):
+            total = sum(s.weight for s in group)
+            for s in group:
+                s.weight = s.weight * target / total
+    return bundle
 
 
-def _tokenizer(out: Path, sources: list[PairSource], vocab_size: int) -> Tokenizer:
+def bundle_tokenizer(out: Path, texts: list[str], vocab_size: int,
+                     data_dir: str | Path | None = None) -> Tokenizer:
+    """The run's tokenizer: ``out``'s (a resumed run), else the bundle folder's (``qkv
+    build-pairs`` trains one), else a byte-level BPE trained on the texts, saved in ``out``."""
     path = out / "tokenizer.json"
     if path.is_file():
         return load_tokenizer(path)
     t0 = time.time()
-    tok = train_tokenizer(tokenizer_corpus(sources), vocab_size)
+    shipped = Path(data_dir) / "tokenizer.json" if data_dir else None
+    if shipped is not None and shipped.is_file():
+        tok = load_tokenizer(shipped)
+    else:
+        tok = train_tokenizer(_corpus(texts), vocab_size)
     out.mkdir(parents=True, exist_ok=True)
     tok.save(str(path))
     log.info("trained BPE tokenizer (%d tokens) in %.0fs", tok.get_vocab_size(), time.time() - t0)
     return tok
+
+
+def _corpus(texts: list[str], limit_chars: int = 60_000_000) -> list[str]:
+    """Texts to train the BPE on: an even sample of the table up to ``limit_chars``."""
+    total = sum(map(len, texts))
+    step = max(1, math.ceil(total / limit_chars))
+    return texts[::step]
+
+
+class Loader:
+    """Cuts the padded id tensors of steps ``start``, ``start + 1`` ... on a thread, a few
+    ahead of the training loop (pinned, for an asynchronous copy to a GPU)."""
+
+    def __init__(self, table: TokenTable, sources: list[Source], cfg: TrainConfig, rank: int,
+                 start: int, end: int, pin: bool, ahead: int = 6) -> None:
+        self.q: queue.Queue[tuple[int, np.ndarray, torch.Tensor, torch.Tensor]] = queue.Queue(ahead)
+        self.args = (table, sources, cfg, rank, start, end, pin)
+        self.thread = threading.Thread(target=self._run, daemon=True)
+        self.thread.start()
+
+    def _run(self) -> None:
+        table, sources, cfg, rank, start, end, pin = self.args
+        for step in range(start, end):
+            k, idx = draw_batch(sources, step, cfg, rank)
+            src = sources[k]
+            q = table.batch(src.q[idx], cfg.max_query_tokens)
+            d = table.batch(src.d[idx], cfg.max_doc_tokens)
+            if pin:
+                q, d = q.pin_memory(), d.pin_memory()
+            self.q.put((k, idx, q, d))
+
+    def get(self) -> tuple[int, np.ndarray, torch.Tensor, torch.Tensor]:
+        return self.q.get()
+
+
+@torch.no_grad()
+def embed_rows(model: TransformerEncoder, table: TokenTable, rows: np.ndarray, max_len: int,
+               device: torch.device, batch: int) -> torch.Tensor:
+    """Unit vectors (n, d) on ``device`` of the texts at ``rows``, longest first."""
+    model.eval()
+    order = np.argsort(-table.lengths(rows), kind="stable")
+    out = torch.empty(len(rows), model.config.d_model, device=device)
+    for i in range(0, len(rows), batch):
+        part = order[i:i + batch]
+        with autocast(device):
+            v, _ = model(table.batch(rows[part], max_len).to(device))
+        out[torch.from_numpy(part).to(device)] = v.float()
+    model.train()
+    return out
+
+
+def mine(model: TransformerEncoder, table: TokenTable, sources: list[Source], cfg: TrainConfig,
+         device: torch.device, step: int) -> dict[int, np.ndarray]:
+    """Per retrieval source, a fresh hard negative for a random ``mine_pairs`` of its pairs
+    (the rest keep none): the current model's neighbours among those pairs' documents."""
+    t0 = time.time()
+    rng = np.random.default_rng([cfg.seed, step, 7])
+    batch = 1024 if device.type == "cuda" else 128
+    out: dict[int, np.ndarray] = {}
+    for k, src in enumerate(sources):
+        if not src.retrieval:
+            continue
+        idx = rng.choice(len(src), size=min(cfg.mine_pairs, len(src)), replace=False)
+        d_rows = np.unique(src.d[idx])
+        xd = embed_rows(model, table, d_rows, cfg.max_doc_tokens, device, batch)
+        xq = embed_rows(model, table, src.q[idx], cfg.max_query_tokens, device, batch)
+        rows = np.full(len(src), -1, dtype=np.int32)
+        rows[idx] = mine_rows(xq, xd, d_rows, src.d[idx], rng)
+        out[k] = rows
+    log.info("step %d: mined hard negatives for %d sources in %.0fs", step, len(out),
+             time.time() - t0)
+    return out
+
+
+def _save_mined(out: Path, step: int, mined: dict[int, np.ndarray], last: int | None) -> None:
+    """The mined negatives beside the training state of ``step`` (``last/mined-STEP.npz``),
+    so that a resumed run goes on with them, exactly as an uninterrupted one."""
+    folder = out / "last"
+    folder.mkdir(parents=True, exist_ok=True)
+    arrays = {str(k): v for k, v in mined.items()}
+    arrays["last"] = np.array(-1 if last is None else last)
+    np.savez(folder / f"mined-{step}.npz", **arrays)  # type: ignore[arg-type]
+    for old in folder.glob("mined-*.npz"):
+        if old.name != f"mined-{step}.npz":
+            old.unlink()
+
+
+def _load_mined(out: Path, step: int) -> tuple[dict[int, np.ndarray], int | None]:
+    path = out / "last" / f"mined-{step}.npz"
+    if step == 0 or not path.is_file():
+        return {}, None
+    with np.load(path) as z:
+        last = int(z["last"])
+        return {int(k): z[k] for k in z.files if k != "last"}, (None if last < 0 else last)
+
+
+def _gpu_busy() -> float | None:
+    try:
+        return float(torch.cuda.utilization())
+    except Exception:  # no pynvml, or no GPU: not measured
+        return None
 
 
 def train(cfg: TrainConfig) -> Path:
@@ -126,109 +258,95 @@ def train(cfg: TrainConfig) -> Path:
             torch.cuda.set_device(device)
     torch.manual_seed(cfg.seed)
     out = Path(cfg.out_dir)
-    sources = build_sources(cfg.data_dir, cfg.seed)
+    t_setup = time.time()
+    bundle = load_bundle(cfg)
     arch = EncoderConfig(**cfg.arch)
-    tok = _tokenizer(out, sources, arch.vocab_size) if rank == 0 else None
+    dims = tuple(sorted({m for m in cfg.matryoshka if 0 < m < arch.d_model}))
+    arch = EncoderConfig(**{**arch.to_dict(), "matryoshka": dims})
+    tok = bundle_tokenizer(out, bundle.texts, arch.vocab_size, cfg.data_dir) \
+        if rank == 0 else None
     if world > 1:
         dist.barrier()
         tok = load_tokenizer(out / "tokenizer.json")
     assert tok is not None
     arch = EncoderConfig(**{**arch.to_dict(), "vocab_size": tok.get_vocab_size()})
-    max_q, max_d = (
-        min(cfg.max_query_tokens, arch.max_tokens),
-        min(cfg.max_doc_tokens, arch.max_tokens),
-    )
+    cfg.max_query_tokens = min(cfg.max_query_tokens, arch.max_tokens)
+    cfg.max_doc_tokens = min(cfg.max_doc_tokens, arch.max_tokens)
+    table = TokenTable(tok, bundle.texts, max(cfg.max_query_tokens, cfg.max_doc_tokens))
+    sources = bundle.sources
     model = TransformerEncoder(arch).to(device)
     opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
     start = load_training_state(out, model, opt)
     pairs: torch.nn.Module = PairForward(model)
     if world > 1:  # one forward call per step, as DDP expects
         pairs = torch.nn.parallel.DistributedDataParallel(pairs)
-    loss_fn = InfoNCE(cfg.temperature)
-    hard: dict[str, dict[int, str]] = _load_hard(out)
-    mine_step = int(cfg.mine_at * cfg.steps) if cfg.hard_negatives else cfg.steps + 1
-    bar = tqdm(
-        range(start, cfg.steps),
-        initial=start,
-        total=cfg.steps,
-        disable=rank != 0,
-        desc="train-encoder",
-        mininterval=5,
-    )
-    ema_loss = ema_acc = None
-    t0 = time.time()
+    loss_fn = Matryoshka(InfoNCE(cfg.temperature), arch.matryoshka)
+    mine_from = int(cfg.mine_at * cfg.steps) if cfg.hard_negatives else cfg.steps + 1
+    mined, last_mine = _load_mined(out, start)
     end = cfg.steps if cfg.stop_after is None else min(cfg.steps, start + cfg.stop_after)
+    setup_s = time.time() - t_setup
+    loader = Loader(table, sources, cfg, rank, start, end, device.type == "cuda")
+    bar = tqdm(range(start, end), initial=start, total=cfg.steps, disable=rank != 0,
+               desc="train-encoder", mininterval=10)
+    ema_loss = ema_acc = None
+    t0, wait_s, mine_s, busy = time.time(), 0.0, 0.0, []
     for step in bar:
-        if step >= end:
-            break
-        if step == mine_step and not hard:
-            hard = _mine(model, tok, sources, device, out, cfg, rank)
-        src, idx = draw_batch(sources, step, cfg, rank)
-        queries = [src.pairs[i][0] for i in idx]
-        docs = [src.pairs[i][1] for i in idx]
-        negs = [hard[src.name][i] for i in idx if i in hard.get(src.name, {})]
+        if step >= mine_from and (last_mine is None or step - last_mine >= cfg.mine_every):
+            t_mine, last_mine = time.time(), step
+            mined = mine(model, table, sources, cfg, device, step)
+            mine_s += time.time() - t_mine
+        t_wait = time.time()
+        k, idx, q_ids, d_ids = loader.get()
+        wait_s += time.time() - t_wait
+        src = sources[k]
+        neg = src.neg[idx] if cfg.hard_negatives else np.full(len(idx), -1, dtype=np.int32)
+        if k in mined:
+            neg = np.where(neg >= 0, neg, mined[k][idx])
+        neg = neg[(neg >= 0) & (neg != src.d[idx]) & (neg != src.q[idx])]
+        h_ids = table.batch(neg, cfg.max_doc_tokens).to(device, non_blocking=True) \
+            if len(neg) else None
+        cols = torch.from_numpy(np.concatenate([src.d[idx], neg])).to(device)
+        same = duplicates(cols[:len(idx)], cols, torch.from_numpy(src.q[idx]).to(device))
         for group in opt.param_groups:
             group["lr"] = lr_at(step, cfg)
         model.train()
         with autocast(device):
-            q, d, h = pairs(
-                _ids(tok, queries, max_q).to(device),
-                _ids(tok, docs, max_d).to(device),
-                _ids(tok, negs, max_d).to(device) if negs else None,
-            )
-        loss, acc = loss_fn(q, d, h)
+            q, d, h = pairs(q_ids.to(device, non_blocking=True),
+                            d_ids.to(device, non_blocking=True), h_ids)
+        loss, acc = loss_fn(q, d, h, same)
         opt.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
-        ema_loss = loss.item() if ema_loss is None else 0.95 * ema_loss + 0.05 * loss.item()
-        ema_acc = acc.item() if ema_acc is None else 0.95 * ema_acc + 0.05 * acc.item()
-        bar.set_postfix(loss=f"{ema_loss:.3f}", acc=f"{ema_acc:.3f}", src=src.name[:12])
+        if step % 20 == 0 or step + 1 == end:
+            li, ai = loss.item(), acc.item()
+            ema_loss = li if ema_loss is None else 0.8 * ema_loss + 0.2 * li
+            ema_acc = ai if ema_acc is None else 0.8 * ema_acc + 0.2 * ai
+            bar.set_postfix(loss=f"{ema_loss:.3f}", acc=f"{ema_acc:.3f}", src=src.name[:12])
+            if device.type == "cuda" and step % 100 == 0 and (b := _gpu_busy()) is not None:
+                busy.append(b)
         if rank == 0 and ((step + 1) % cfg.checkpoint_every == 0 or step + 1 == cfg.steps):
+            _save_mined(out, step + 1, mined, last_mine)
             save_training_state(out, model, tok, opt, step + 1, asdict(cfg))
     bar.close()
-    minutes = (time.time() - t0) / 60
+    seconds = time.time() - t0
     if rank == 0 and end == cfg.steps:
-        extra = {
-            "training": {
-                **asdict(cfg),
-                "train_minutes_this_session": round(minutes, 1),
-                "final_loss_ema": ema_loss,
-                "final_acc_ema": ema_acc,
-                "sources": {s.name: len(s.pairs) for s in sources},
-            }
-        }
+        done = end - start
+        where = torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"
+        extra = {"training": {
+            **asdict(cfg),
+            "device_name": where,
+            "train_minutes_this_session": round(seconds / 60, 1),
+            "setup_seconds": round(setup_s, 1),
+            "steps_per_second": round(done / max(seconds, 1e-9), 2),
+            "loader_wait_share": round(wait_s / max(seconds, 1e-9), 3),
+            "mining_share": round(mine_s / max(seconds, 1e-9), 3),
+            "gpu_busy_percent_mean": round(float(np.mean(busy)), 1) if busy else None,
+            "final_loss_ema": ema_loss,
+            "final_acc_ema": ema_acc,
+            "sources": {s.name: len(s) for s in sources},
+        }}
         save_checkpoint(out, model, tok, extra)
     if world > 1:
         dist.destroy_process_group()
     return out
-
-
-def _load_hard(out: Path) -> dict[str, dict[int, str]]:
-    path = out / "hard_negatives.json"
-    if not path.is_file():
-        return {}
-    raw = json.loads(path.read_text())
-    return {name: {int(i): t for i, t in negs.items()} for name, negs in raw.items()}
-
-
-def _mine(
-    model: TransformerEncoder,
-    tok: Tokenizer,
-    sources: list[PairSource],
-    device: torch.device,
-    out: Path,
-    cfg: TrainConfig,
-    rank: int,
-) -> dict[str, dict[int, str]]:
-    """Mine one hard negative per pair of each retrieval source with the current model."""
-    enc = TextEncoder(model, tok, device=device)
-    hard = {
-        s.name: mine_hard_negatives(enc, s.pairs, seed=cfg.seed)
-        for s in sources
-        if s.retrieval and len(s.pairs) <= 20_000
-    }
-    model.train()
-    if rank == 0:
-        (out / "hard_negatives.json").write_text(json.dumps(hard))
-    return hard

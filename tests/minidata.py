@@ -67,7 +67,56 @@ def write_data_dir(root: Path, seed: int = 0) -> Path:
     (docs / "animals.rst.txt").write_text("".join(
         f"The {a} module\n{'=' * 20}\n\n{' '.join(_caption(rng, a, p) for _ in range(4))}\n\n"
         for a, p in groups[:10]))
+    nli = root / "nli"
+    nli.mkdir(parents=True)
+    with gzip.open(nli / "triples.csv.gz", "wt") as f:
+        f.write("anchor,entailment,contradiction,source\n")
+        f.writelines(f"The {a} {act} {p}.,An animal is {p}.,No {a} is anywhere {p}.,snli-dev\n"
+                     for (a, p), act in zip(groups[:12], ACTIONS * 2, strict=False))
+    mq = root / "qa/medquad"
+    mq.mkdir(parents=True)
+    with gzip.open(mq / "pairs.jsonl.gz", "wt") as f:
+        for a, p in groups[:30]:
+            f.write(json.dumps({"question": f"What is {a} fever {p}?", "focus": f"{a} fever",
+                                "passage": f"{a.title()} fever is an illness caught {p}. "
+                                + " ".join(_caption(rng, a, p) for _ in range(3))}) + "\n")
+    write_gcide(root / "text/gcide")
     return root
+
+
+GCIDE_ENTRIES = {  # dictd entries as GCIDE writes them
+    "Zebra": 'Zebra \\Ze"bra\\, n. [Pg. zebra.] (Zool.)\n   Any member of three species of '
+             "African wild horses\n   with dark bands.\n   [1913 Webster]\n",
+    "Ocean": 'Ocean \\O"cean\\, n. [F. oc[\'e]an.]\n   1. The whole body of salt water which '
+             "covers\n      the globe; -- called also the {sea}.\n      [1913 Webster]\n\n   2. "
+             "One of the large bodies of water into which the\n      great ocean is divided.\n",
+}
+
+
+def write_gcide(folder: Path) -> Path:
+    """``gcide.dict.dz`` (gzip) and ``gcide.index`` (headword, base64 offset and length),
+    a phrase line pointing at its head word's entry as GCIDE's index does."""
+    alphabet = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/"
+
+    def b64(n: int) -> str:
+        out = alphabet[n % 64]
+        while n >= 64:
+            n //= 64
+            out = alphabet[n % 64] + out
+        return out
+
+    folder.mkdir(parents=True)
+    body, index = b"", ["00-database-info\tA\tB"]
+    for word, entry in GCIDE_ENTRIES.items():
+        raw = entry.encode()
+        index.append(f"{word}\t{b64(len(body))}\t{b64(len(raw))}")
+        if word == "Ocean":
+            index.append(f"Ocean wave\t{b64(len(body))}\t{b64(len(raw))}")
+        body += raw
+    with gzip.open(folder / "gcide.dict.dz", "wb") as f:
+        f.write(body)
+    (folder / "gcide.index").write_text("\n".join(index) + "\n")
+    return folder
 
 
 def write_beir(folder: Path, rng: random.Random) -> Path:

@@ -19,8 +19,11 @@ from encoder.pairs import (
 def test_every_source_is_built_from_the_data_dir(data_dir: Path) -> None:
     names = {s.name for s in build_sources(data_dir)}
     assert names == {"multi30k-paraphrase", "sts-b", "sick-entailment", "msrp", "wordnet-gloss",
+                     "gcide-definitions", "medquad", "nli-triples",
                      "scifact-train", "reuters-title-body", "reuters-spans",
-                     "scifact-title-abstract", "scifact-spans", "python-docs-sections"}
+                     "scifact-title-abstract", "scifact-spans", "python-docs-sections",
+                     "lex-reuters", "lex-python-docs", "lex-scifact", "lex-medquad",
+                     "lex-definitions"}
 
 
 def test_sts_keeps_only_high_scores(data_dir: Path) -> None:
@@ -37,9 +40,12 @@ def test_sick_msrp_wordnet_parsers(data_dir: Path) -> None:
 
 def test_scifact_uses_train_qrels_only(data_dir: Path) -> None:
     pairs = scifact_train_qrels(data_dir)
+    dev = scifact_train_qrels(data_dir, dev=True)  # carved out of train, never trained on
     groups = [(a, p) for a in ANIMALS for p in PLACES]
     train_queries = {f"where does the {a} go {p}" for a, p in groups[0::2]}
-    assert len(pairs) == 40 and {q for q, _ in pairs} == train_queries
+    assert len(pairs) + len(dev) == 40 and dev and pairs
+    assert {q for q, _ in pairs} | {q for q, _ in dev} == train_queries
+    assert not {q for q, _ in pairs} & {q for q, _ in dev}
 
 
 def test_reuters_title_body(data_dir: Path) -> None:

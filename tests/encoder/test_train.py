@@ -6,9 +6,10 @@ import torch
 from safetensors.torch import load_file
 
 import encoder
+from encoder.dataset import Bundle
 from encoder.losses import InfoNCE
 from encoder.pairs import build_sources
-from encoder.train import TrainConfig, _ids, draw_batch, lr_at, train
+from encoder.train import TrainConfig, draw_batch, lr_at, train
 
 ARCH = {"d_model": 32, "n_layers": 1, "n_heads": 2, "d_ff": 64, "max_tokens": 48,
         "vocab_size": 500}
@@ -17,9 +18,18 @@ ARCH = {"d_model": 32, "n_layers": 1, "n_heads": 2, "d_ff": 64, "max_tokens": 48
 def _cfg(data_dir: Path, out: Path, **kw: object) -> TrainConfig:
     base = {"data_dir": str(data_dir), "out_dir": str(out), "steps": 40, "batch_size": 16,
             "lr": 3e-3, "warmup_steps": 5, "checkpoint_every": 10, "mine_at": 0.5,
-            "device": "cpu", "arch": ARCH}
+            "device": "cpu", "arch": ARCH, "matryoshka": [16, 64], "mine_every": 5,
+            "mine_pairs": 200}
     base.update(kw)
     return TrainConfig(**base)  # type: ignore[arg-type]
+
+
+def _ids(tok, texts: list[str], max_len: int) -> torch.Tensor:
+    seqs = [e.ids[:max_len] for e in tok.encode_batch(texts)]
+    out = torch.zeros(len(seqs), max(map(len, seqs)), dtype=torch.long)
+    for i, s in enumerate(seqs):
+        out[i, :len(s)] = torch.tensor(s)
+    return out
 
 
 def _held_out_loss(model: encoder.TransformerEncoder, tok, pairs) -> float:
@@ -42,13 +52,18 @@ def test_tiny_training_run_lowers_the_loss(data_dir: Path, tmp_path: Path) -> No
     assert after < 0.8 * before, (before, after)
     meta = json.loads((out / "config.json").read_text())
     assert meta["architecture"]["d_model"] == 32 and meta["training"]["steps"] == 40
-    assert (out / "hard_negatives.json").is_file()
+    assert meta["architecture"]["matryoshka"] == [16]  # the prefixes below d_model
+    assert meta["training"]["steps_per_second"] > 0
+    assert 0 <= meta["training"]["loader_wait_share"] <= 1
+    assert meta["training"]["mining_share"] > 0  # mined from step 20 on
     assert json.loads((out / "last/trainer_state.json").read_text())["step"] == 40
 
 
 def test_resumed_run_equals_uninterrupted_run(data_dir: Path, tmp_path: Path) -> None:
+    # mining at steps 6 and 11: the resumed run (from 8) goes on with step 6's negatives
     straight = train(_cfg(data_dir, tmp_path / "a", steps=12, checkpoint_every=4))
     _ = train(_cfg(data_dir, tmp_path / "b", steps=12, checkpoint_every=4, stop_after=8))
+    assert (tmp_path / "b/last/mined-8.npz").is_file()
     assert not (tmp_path / "b/model.safetensors").exists()  # stopped early: only last/
     assert json.loads((tmp_path / "b/last/trainer_state.json").read_text())["step"] == 8
     resumed = train(_cfg(data_dir, tmp_path / "b", steps=12, checkpoint_every=4))
@@ -58,11 +73,11 @@ def test_resumed_run_equals_uninterrupted_run(data_dir: Path, tmp_path: Path) ->
 
 
 def test_batches_are_a_function_of_seed_and_step(data_dir: Path) -> None:
-    sources = build_sources(data_dir)
+    sources = Bundle.from_sources(build_sources(data_dir)).sources
     cfg = TrainConfig(data_dir="", out_dir="", batch_size=8)
     s1, i1 = draw_batch(sources, 7, cfg, 0)
     s2, i2 = draw_batch(sources, 7, cfg, 0)
-    assert s1.name == s2.name and list(i1) == list(i2) and len(set(i1)) == len(i1)
+    assert s1 == s2 and list(i1) == list(i2) and len(set(i1)) == len(i1)
     others = [tuple(draw_batch(sources, 7, cfg, r)[1]) for r in range(1, 4)]
     assert any(o != tuple(i1) for o in others)  # DDP ranks draw different batches
 

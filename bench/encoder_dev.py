@@ -1,0 +1,141 @@
+"""Encoders scored on the dev sets they are chosen on (issue 15), and on the public tests.
+
+Usage: python bench/encoder_dev.py --data ../shared/data [--dev var/dev] [--dims 64,128]
+           [--public] [--write] MODEL_DIR [MODEL_DIR ...]
+
+Dev: STS-B dev and SICK trial (Spearman), and dense nDCG@10 against stemmed BM25 (bm25s)
+on the carved ``scifact-dev`` and ``medquad-dev`` (``encoder.devsets``, written under
+``--dev`` when missing) and ``multi30k-captions-val``. ``--public`` adds the public tests
+(SciFact test, Cranfield, STS-B test, SICK test), reported but never chosen on. Each
+``--dims`` size scores the vectors cut to that prefix and renormalised (Matryoshka).
+``--write`` appends the table to bench/RESULTS.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+from scipy.stats import spearmanr
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+
+class Cut:
+    """An embedder whose vectors are the first ``dim`` coordinates, renormalised; the full
+    vectors are computed once per text and shared between sizes."""
+
+    def __init__(self, enc, dim: int | None, cache: dict[str, np.ndarray]) -> None:
+        self.enc, self.dim, self.cache = enc, dim, cache
+
+    def encode(self, texts: list[str], batch_size: int = 64) -> np.ndarray:
+        todo = list(dict.fromkeys(t for t in texts if t not in self.cache))
+        if todo:
+            for t, v in zip(todo, self.enc.encode(todo, batch_size=batch_size), strict=True):
+                self.cache[t] = v
+        x = np.stack([self.cache[t] for t in texts]).astype(np.float32)
+        if self.dim:
+            x = x[:, : self.dim]
+            x /= np.maximum(np.linalg.norm(x, axis=1, keepdims=True), 1e-12)
+        return x
+
+
+def sts_rows(path: Path) -> tuple[list[str], list[str], np.ndarray]:
+    """STS-B (score column 5, texts 6–7) or SICK (sentence_A, sentence_B, relatedness)."""
+    a, b, gold = [], [], []
+    with open(path, encoding="utf-8") as f:
+        if path.name.startswith("SICK"):
+            for row in csv.DictReader(f, delimiter="\t"):
+                a.append(row["sentence_A"])
+                b.append(row["sentence_B"])
+                gold.append(float(row["relatedness_score"]))
+        else:
+            for row in csv.reader(f, delimiter="\t", quoting=csv.QUOTE_NONE):
+                if len(row) >= 7:
+                    a.append(row[5])
+                    b.append(row[6])
+                    gold.append(float(row[4]))
+    return a, b, np.array(gold)
+
+
+def spearman(emb: Cut, path: Path) -> float:
+    a, b, gold = sts_rows(path)
+    cos = (emb.encode(a) * emb.encode(b)).sum(axis=1)
+    return float(spearmanr(cos, gold).statistic)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--data", type=Path, required=True)
+    ap.add_argument("--dev", type=Path, default=ROOT / "var/dev")
+    ap.add_argument("--dims", default="64,128")
+    ap.add_argument("--public", action="store_true")
+    ap.add_argument("--write", action="store_true")
+    ap.add_argument("models", type=Path, nargs="+")
+    args = ap.parse_args()
+
+    from encoder.devsets import write_dev_sets
+    from encoder.evaluate import bm25_run, dense_run, load_beir, score_run
+    from wiring.components import load_encoder
+
+    if not (args.dev / "medquad-dev").is_dir():
+        write_dev_sets(args.data, args.dev)
+    retrieval = [(args.dev / "scifact-dev", "dev"), (args.dev / "medquad-dev", "dev"),
+                 (args.data / "beir/multi30k-captions-val", "test")]
+    sts = [args.data / "sts/stsbenchmark/sts-dev.csv", args.data / "sts/sick2014/SICK_trial.txt"]
+    if args.public:
+        retrieval += [(args.data / "beir/scifact", "test"), (args.data / "beir/cranfield", "test")]
+        sts += [args.data / "sts/stsbenchmark/sts-test.csv",
+                args.data / "sts/sick2014/SICK_test_annotated.txt"]
+    sets = [(load_beir(f, s), f"{f.name}/{s}") for f, s in retrieval]
+    bm25 = {name: score_run(bm25_run(c, q), r)["ndcg@10"] for (c, q, r), name in sets}
+    dims = [None] + [int(d) for d in args.dims.split(",") if d.strip()]
+    rows = []
+    for model in args.models:
+        enc = load_encoder(model)
+        cache: dict[str, np.ndarray] = {}
+        for dim in dims:
+            t0 = time.time()
+            emb = Cut(enc, dim, cache)
+            row = {"model": model.name, "dim": dim or enc.dim}
+            for (corpus, queries, qrels), name in sets:
+                nd = score_run(dense_run(emb, corpus, queries), qrels)["ndcg@10"]
+                row[name] = nd
+                row[name + " ×BM25"] = nd / bm25[name]
+            for path in sts:
+                if path.is_file():
+                    row[path.name] = spearman(emb, path)
+            dev = [row[n + " ×BM25"] for _, n in sets[:3]]
+            row["dev mean ×BM25"] = float(np.mean(dev))
+            rows.append(row)
+            print(f"{model} dim {row['dim']} ({time.time() - t0:.0f}s): "
+                  + ", ".join(f"{k} {v:.4f}" for k, v in row.items()
+                              if isinstance(v, float)), flush=True)
+    keys = [k for k in rows[0] if k not in ("model", "dim")]
+    lines = ["| model | dim | " + " | ".join(keys) + " |",
+             "|---|---|" + "---|" * len(keys)]
+    lines += [f"| {r['model']} | {r['dim']} | " + " | ".join(f"{r[k]:.3f}" for k in keys) + " |"
+              for r in rows]
+    lines.append("| BM25 (bm25s) | | " + " | ".join(
+        f"{bm25[k]:.3f}" if k in bm25 else "" for k in keys) + " |")
+    table = "\n".join(lines)
+    print(table)
+    if args.write:
+        cmd = "python bench/encoder_dev.py --data DATA " + " ".join(
+            (["--public"] if args.public else []) + [f"--dims {args.dims}"]
+            + [str(m) for m in args.models])
+        with open(ROOT / "bench/RESULTS.md", "a", encoding="utf-8") as f:
+            f.write(f"\n## Encoder dev scores ({time.strftime('%Y-%m-%d')})\n\n`{cmd}`: "
+                    "dense nDCG@10 (and ×BM25), Spearman; dev sets carved from training "
+                    "sources (encoder/devsets.py), the chosen-on figure is `dev mean "
+                    f"×BM25`.\n\n{table}\n")
+
+
+if __name__ == "__main__":
+    main()

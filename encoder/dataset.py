@@ -1,0 +1,125 @@
+"""The training set built once and tokenised once (issue 15: the trainer must not tokenise
+on its training thread).
+
+A :class:`Bundle` holds every distinct text once and, per source, int32 index arrays into
+it: query, positive and a fixed hard negative (-1 where a pair has none). ``qkv
+build-pairs`` writes it (the BM25 mining of :mod:`encoder.lexical` runs there, once), so
+that a training run elsewhere (a lent GPU) starts from a small file. :class:`TokenTable`
+tokenises the texts once, in parallel, into one flat uint16 array, and cuts padded batches
+from it with numpy.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import logging
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+from tokenizers import Tokenizer
+
+from encoder.pairs import PairSource
+from encoder.tokenizer import clean_text
+
+log = logging.getLogger(__name__)
+
+TEXTS, ARRAYS, META = "texts.jsonl.gz", "pairs.npz", "sources.json"
+
+
+@dataclass
+class Source:
+    """One source's pairs as rows of the bundle's text table."""
+
+    name: str
+    weight: float
+    retrieval: bool
+    q: np.ndarray  # (n,) int32
+    d: np.ndarray  # (n,) int32
+    neg: np.ndarray  # (n,) int32, -1 = no fixed negative
+
+    def __len__(self) -> int:
+        return len(self.q)
+
+
+@dataclass
+class Bundle:
+    texts: list[str]
+    sources: list[Source]
+
+    @classmethod
+    def from_sources(cls, sources: list[PairSource]) -> Bundle:
+        row: dict[str, int] = {}
+
+        def ids(texts: list[str]) -> np.ndarray:
+            return np.array([row.setdefault(t, len(row)) if t else -1 for t in texts],
+                            dtype=np.int32)
+
+        out = []
+        for s in sources:
+            q, d = ids([p[0] for p in s.pairs]), ids([p[1] for p in s.pairs])
+            neg = ids(s.negatives) if s.negatives else np.full(len(q), -1, dtype=np.int32)
+            out.append(Source(s.name, s.weight, s.retrieval, q, d, neg))
+        return cls(list(row), out)
+
+    def save(self, folder: str | Path) -> Path:
+        folder = Path(folder)
+        folder.mkdir(parents=True, exist_ok=True)
+        with gzip.open(folder / TEXTS, "wt", encoding="utf-8", compresslevel=9) as f:
+            for t in self.texts:
+                f.write(json.dumps(t, ensure_ascii=False) + "\n")
+        arrays = {f"{i}.{k}": getattr(s, k) for i, s in enumerate(self.sources)
+                  for k in ("q", "d", "neg")}
+        np.savez_compressed(folder / ARRAYS, **arrays)  # type: ignore[arg-type]
+        meta = [{"name": s.name, "weight": s.weight, "retrieval": s.retrieval, "pairs": len(s)}
+                for s in self.sources]
+        (folder / META).write_text(json.dumps(meta, indent=1) + "\n")
+        return folder
+
+    @classmethod
+    def load(cls, folder: str | Path) -> Bundle:
+        folder = Path(folder)
+        with gzip.open(folder / TEXTS, "rt", encoding="utf-8") as f:
+            texts = [json.loads(line) for line in f]
+        arrays = np.load(folder / ARRAYS)
+        meta = json.loads((folder / META).read_text())
+        sources = [Source(m["name"], m["weight"], m["retrieval"], arrays[f"{i}.q"],
+                          arrays[f"{i}.d"], arrays[f"{i}.neg"]) for i, m in enumerate(meta)]
+        return cls(texts, sources)
+
+
+class TokenTable:
+    """Every text of a bundle tokenised once: ids (N,) uint16 flat, offsets (n + 1,)."""
+
+    def __init__(self, tok: Tokenizer, texts: list[str], max_tokens: int,
+                 chunk: int = 50_000) -> None:
+        t0 = time.time()
+        lengths, pieces = [], []
+        for start in range(0, len(texts), chunk):
+            encs = tok.encode_batch([clean_text(t) for t in texts[start:start + chunk]])
+            for e in encs:
+                ids = e.ids[:max_tokens]
+                lengths.append(len(ids))
+                pieces.append(np.asarray(ids, dtype=np.uint16))
+        if tok.get_vocab_size() > 65535:
+            raise ValueError("TokenTable stores ids as uint16: vocabulary too large")
+        self.offsets = np.zeros(len(texts) + 1, dtype=np.int64)
+        self.offsets[1:] = np.cumsum(lengths)
+        self.ids = np.concatenate(pieces) if pieces else np.zeros(0, dtype=np.uint16)
+        log.info("tokenised %d texts (%d tokens) in %.0fs", len(texts), len(self.ids),
+                 time.time() - t0)
+
+    def batch(self, rows: np.ndarray, max_len: int) -> torch.Tensor:
+        """(B,) text rows → (B, L) int64 ids padded with 0, L ≤ ``max_len`` the longest."""
+        starts, ends = self.offsets[rows], self.offsets[rows + 1]
+        lens = np.minimum(ends - starts, max_len)
+        out = np.zeros((len(rows), max(1, int(lens.max(initial=1)))), dtype=np.int64)
+        for i, (s, n) in enumerate(zip(starts, lens, strict=True)):
+            out[i, :n] = self.ids[s:s + n]
+        return torch.from_numpy(out)
+
+    def lengths(self, rows: np.ndarray) -> np.ndarray:
+        return self.offsets[rows + 1] - self.offsets[rows]

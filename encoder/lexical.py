@@ -1,0 +1,92 @@
+"""BM25-imitation pairs: teach the dense encoder what BM25 knows (SPAR, Chen et al. 2022,
+"Salient Phrase Aware Dense Retrieval: Can a Dense Retriever Imitate a Sparse One?").
+
+Pseudo-queries are cut from unlabelled passages (a few of a passage's content words, or a
+short span of it); BM25 (bm25s: English stop words, Snowball stemmer, as our baseline)
+ranks the passages of the same collection for each; its top hit is the positive and one
+passage from its lower ranks the hard negative. The encoder then learns BM25's notion of
+relevance (exact rare terms) beside the semantic pairs.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import re
+from collections.abc import Iterable
+
+import numpy as np
+
+log = logging.getLogger(__name__)
+
+Triple = tuple[str, str, str]  # (query, positive, hard negative)
+
+_WORD = re.compile(r"[A-Za-z][A-Za-z0-9'-]*[A-Za-z0-9]|[0-9]+(?:\.[0-9]+)?")
+
+
+def chunks(texts: Iterable[str], max_words: int = 100, min_words: int = 12) -> list[str]:
+    """Passages of at most ``max_words`` words, cut from each text at word boundaries
+    (the last piece joins the one before when it is shorter than ``min_words``)."""
+    out = []
+    for text in texts:
+        words = text.split()
+        pieces = [words[i:i + max_words] for i in range(0, len(words), max_words)]
+        if len(pieces) > 1 and len(pieces[-1]) < min_words:
+            last = pieces.pop()
+            pieces[-1] += last
+        out += [" ".join(p) for p in pieces if len(p) >= min_words]
+    return out
+
+
+def _stopwords() -> frozenset[str]:
+    from bm25s.stopwords import STOPWORDS_EN
+
+    return frozenset(STOPWORDS_EN)
+
+
+def pseudo_query(passage: str, rng: random.Random, stop: frozenset[str]) -> str:
+    """A query cut from ``passage``: half the time 2–6 of its content words in their
+    order (a keyword query), else a span of 4–12 words (a phrase)."""
+    words = passage.split()
+    if rng.random() < 0.5:
+        content = [w for w in _WORD.findall(passage) if w.lower() not in stop and len(w) > 2]
+        if len(content) >= 2:
+            n = min(len(content), rng.randint(2, 6))
+            picks = sorted(rng.sample(range(len(content)), n))
+            return " ".join(content[i] for i in picks)
+    n = min(len(words), rng.randint(4, 12))
+    start = rng.randint(0, len(words) - n)
+    return " ".join(words[start:start + n])
+
+
+def bm25_triples(
+    passages: list[str], n_queries: int, seed: int = 0, k: int = 30, neg_from: int = 3,
+) -> list[Triple]:
+    """``n_queries`` (pseudo-query, BM25's top passage, a passage from BM25's ranks
+    [``neg_from``, ``k``)) over ``passages``. Queries whose top hit scores nothing are
+    dropped."""
+    import bm25s
+    import Stemmer
+
+    passages = list(dict.fromkeys(p for p in passages if p.strip()))
+    if len(passages) <= neg_from:
+        return []
+    rng = random.Random(seed)
+    stop = _stopwords()
+    stemmer = Stemmer.Stemmer("english")
+    src = [rng.randrange(len(passages)) for _ in range(n_queries)]
+    queries = [pseudo_query(passages[i], rng, stop) for i in src]
+    retriever = bm25s.BM25()
+    retriever.index(bm25s.tokenize(passages, stopwords="en", stemmer=stemmer,
+                                   show_progress=False), show_progress=False)
+    q_tokens = bm25s.tokenize(queries, stopwords="en", stemmer=stemmer, show_progress=False)
+    top, scores = retriever.retrieve(q_tokens, k=min(k, len(passages)), show_progress=False,
+                                     n_threads=0)
+    out = []
+    for q, row, sc in zip(queries, np.asarray(top), np.asarray(scores), strict=True):
+        if sc[0] <= 0 or len(row) <= neg_from:
+            continue
+        neg = int(row[rng.randrange(neg_from, len(row))])
+        out.append((q, passages[int(row[0])], passages[neg]))
+    log.info("BM25 imitation: %d triples from %d passages", len(out), len(passages))
+    return out

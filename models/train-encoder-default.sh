@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# How models/encoder-default was trained (issue 15), on one GPU; the same command runs on
+# the CPU, slower (--stop-after and rerunning resume it). First, where the data is:
+#   python -m cli build-pairs --data ../shared/data --out .gpu/bundle   # BM25 mining: ~10 min
+# then, on the GPU machine (PAIRS: that folder; OUT: where checkpoints and logs go):
+#   PAIRS=.gpu/bundle OUT=runs bash models/train-encoder-default.sh NAME:LEXICAL_SHARE ...
+# Each NAME:SHARE is one run (runs given together train side by side on the one GPU).
+set -euo pipefail
+PAIRS=${PAIRS:-.gpu/bundle}
+OUT=${OUT:-runs}
+STEPS=${STEPS:-3000}
+PY=${PY:-python3}
+mkdir -p "$OUT"
+if command -v nvidia-smi >/dev/null; then
+  nvidia-smi --query-gpu=timestamp,utilization.gpu,memory.used --format=csv,noheader \
+    -lms 1000 > "$OUT/gpu_util.csv" &
+  SMI=$!
+fi
+pids=()
+for run in "$@"; do
+  name=${run%%:*}; share=${run#*:}
+  PYTHONUNBUFFERED=1 TOKENIZERS_PARALLELISM=true $PY -m cli train-encoder --data "$PAIRS" \
+    --out "$OUT/$name" --steps "$STEPS" --batch-size 1024 --lr 1e-3 --warmup-steps 300 \
+    --max-query-tokens 64 --max-doc-tokens 192 --mine-at 0.3 --mine-every 700 \
+    --mine-pairs 50000 --lexical-share "$share" --matryoshka 32,64,128 \
+    --checkpoint-every 500 --name qkv-encoder-default > "$OUT/$name.log" 2>&1 &
+  pids+=($!)
+done
+status=0
+for p in "${pids[@]}"; do wait "$p" || status=1; done
+[ -n "${SMI:-}" ] && kill "$SMI" || true
+exit $status

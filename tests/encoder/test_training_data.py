@@ -1,0 +1,128 @@
+"""The v2 training data: new sources, the BM25-imitation pairs, the bundle and its token
+table, the loss's duplicate mask and Matryoshka prefixes, in-training mining."""
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+
+from encoder.dataset import Bundle, TokenTable
+from encoder.lexical import _stopwords, bm25_triples, chunks, pseudo_query
+from encoder.losses import InfoNCE, Matryoshka, duplicates
+from encoder.mining import mine_rows
+from encoder.pairs import (
+    PairSource,
+    gcide_definitions,
+    in_dev,
+    medquad_pairs,
+    nli_triples,
+)
+from encoder.tokenizer import train_tokenizer
+
+
+def test_gcide_definitions_one_entry_per_offset(data_dir: Path) -> None:
+    assert gcide_definitions(data_dir) == [
+        ("Zebra", "Any member of three species of African wild horses with dark bands."),
+        ("Ocean", "The whole body of salt water which covers the globe; -- called also the sea."),
+        ("Ocean", "One of the large bodies of water into which the great ocean is divided."),
+    ]  # "Ocean wave" points at Ocean's entry: not a pair of its own
+
+
+def test_medquad_dev_split_holds_whole_topics(data_dir: Path) -> None:
+    train, dev = medquad_pairs(data_dir), medquad_pairs(data_dir, dev=True)
+    assert len(train) + len(dev) == 30 and train and dev
+    topic = {q: q.split(" fever")[0] for q, _ in train + dev}
+    assert not {topic[q] for q, _ in train} & {topic[q] for q, _ in dev}
+    assert in_dev("x") == in_dev("x")
+    assert 0.05 < np.mean([in_dev(str(i)) for i in range(4000)]) < 0.15
+
+
+def test_nli_triples_keep_the_contradiction(data_dir: Path) -> None:
+    a, e, c = nli_triples(data_dir)[0]
+    assert (a, e, c) == ("The dog runs in the park.", "An animal is in the park.",
+                         "No dog is anywhere in the park.")
+
+
+def test_chunks_and_pseudo_queries() -> None:
+    text = " ".join(f"w{i}" for i in range(230))
+    parts = chunks([text], max_words=100, min_words=40)
+    assert [len(p.split()) for p in parts] == [100, 130]  # the 30-word tail joins
+    rng, stop = __import__("random").Random(0), _stopwords()
+    passage = "The zebra crossed the wide river near the old stone bridge at dawn"
+    for _ in range(50):
+        q = pseudo_query(passage, rng, stop)
+        assert q and set(q.split()) <= set(passage.split())
+
+
+def test_bm25_triples_follow_bm25() -> None:
+    passages = [f"report on {w} prices and {w} exports this year" for w in
+                ("copper", "wheat", "coffee", "sugar", "cotton", "tin", "zinc", "cocoa")]
+    passages += [f"general market news item number {i} with no commodity" for i in range(30)]
+    triples = bm25_triples(passages, 200, seed=1, k=10, neg_from=3)
+    assert len(triples) > 100
+    for q, pos, neg in triples:
+        assert pos != neg and pos in passages and neg in passages
+        words = {w.lower() for w in q.split()} - _stopwords()
+        assert words & set(pos.lower().split()) or not words
+
+
+def test_bundle_round_trip_and_token_table(tmp_path: Path) -> None:
+    src = [PairSource("a", [("q one", "doc one"), ("q two", "doc one")], 0.5),
+           PairSource("b", [("q one", "doc two")], 0.5, True, ["doc one"])]
+    bundle = Bundle.from_sources(src)
+    assert len(bundle.texts) == 4  # each distinct text once
+    back = Bundle.load(bundle.save(tmp_path / "b"))
+    assert back.texts == bundle.texts
+    for x, y in zip(back.sources, bundle.sources, strict=True):
+        assert (x.name, x.weight, x.retrieval) == (y.name, y.weight, y.retrieval)
+        assert all((getattr(x, k) == getattr(y, k)).all() for k in ("q", "d", "neg"))
+    assert list(back.sources[0].neg) == [-1, -1]
+    assert back.texts[back.sources[1].neg[0]] == "doc one"
+    tok = train_tokenizer(["q one q two doc one doc two"] * 20, vocab_size=300)
+    texts = ["a much longer text than the others here", "short", "q two"]
+    table = TokenTable(tok, texts, max_tokens=5)
+    ids = table.batch(np.array([2, 0, 1]), max_len=4)
+    want = [tok.encode(t).ids[:4] for t in (texts[2], texts[0], texts[1])]
+    assert ids.shape == (3, max(map(len, want)))
+    for row, w in zip(ids.tolist(), want, strict=True):
+        assert row[:len(w)] == w and all(v == 0 for v in row[len(w):])
+
+
+def test_duplicates_are_left_out_of_the_loss() -> None:
+    torch.manual_seed(0)
+    q = F.normalize(torch.randn(3, 8), dim=-1)
+    d = F.normalize(torch.randn(3, 8), dim=-1)
+    d[1] = d[0]  # the same text twice: row 1's positive is also column 0
+    rows = torch.tensor([10, 10, 11])
+    same = duplicates(rows, rows, torch.tensor([20, 21, 22]))
+    assert same.tolist() == [[False, True, False], [True, False, False],
+                             [False, False, False]]
+    loss = InfoNCE(symmetric=False)
+    masked, _ = loss(q, d, None, same)
+    logits = q @ d.T / 0.05
+    logits[0, 1] = logits[1, 0] = float("-inf")
+    want = F.cross_entropy(logits, torch.arange(3))
+    assert masked.item() == pytest.approx(want.item(), rel=1e-5)
+    plain, _ = Matryoshka(loss)(q, d)
+    assert plain.item() == pytest.approx(loss(q, d)[0].item())
+    cut, _ = Matryoshka(loss, (4,))(q, d)
+    q4, d4 = F.normalize(q[:, :4], dim=-1), F.normalize(d[:, :4], dim=-1)
+    assert cut.item() == pytest.approx((loss(q, d)[0] + loss(q4, d4)[0]).item() / 2, rel=1e-5)
+
+
+def test_mined_rows_skip_the_positive_and_near_duplicates() -> None:
+    rng = np.random.default_rng(0)
+    torch.manual_seed(0)
+    xd = F.normalize(torch.randn(40, 16), dim=-1)
+    xq = F.normalize(xd[:20] + 0.1 * torch.randn(20, 16), dim=-1)
+    d_rows = np.arange(100, 140)
+    xd[21] = xd[0]  # a copy of query 0's positive under another row: a false negative
+    pos = d_rows[:20]
+    out = mine_rows(xq, xd, d_rows, pos, rng, k=10, margin=0.95)
+    scores = xq @ xd.T
+    for i, r in enumerate(out):
+        assert r != pos[i] and r >= 0
+        assert scores[i, r - 100] < 0.95 * scores[i, i]
+    assert out[0] != 121
