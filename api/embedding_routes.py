@@ -8,7 +8,6 @@ import base64
 from functools import cache
 from typing import Any
 
-import numpy as np
 from fastapi import APIRouter, Depends, Request, Response
 
 from api import schemas as s
@@ -69,12 +68,10 @@ async def embeddings(body: s.EmbeddingsRequest, request: Request) -> Response:
         raise invalid(f"dimensions must be one of {', '.join(map(str, dims))} for "
                       f"{svc.info.name!r} (the sizes it was trained to be cut to), "
                       f"got {body.dimensions}")
-    emb = await svc.embed(openai_texts(body.input, svc.settings.max_inputs), body.truncate)
-    vectors = emb.vectors
-    if body.dimensions is not None and body.dimensions != svc.info.dim:
-        vectors = cut(vectors, body.dimensions)
+    emb = await svc.embed(openai_texts(body.input, svc.settings.max_inputs), body.truncate,
+                          dim=body.dimensions)
     data: list[dict[str, Any]] = []
-    for i, row in enumerate(vectors):
+    for i, row in enumerate(emb.vectors):
         vec: Any = (base64.b64encode(row.astype("<f4").tobytes()).decode()
                     if body.encoding_format == "base64" else row)
         data.append({"object": "embedding", "index": i, "embedding": vec})
@@ -82,12 +79,6 @@ async def embeddings(body: s.EmbeddingsRequest, request: Request) -> Response:
     return json_response({"object": "list", "data": data, "model": svc.info.name,
                           "usage": {"prompt_tokens": n_tokens, "total_tokens": n_tokens},
                           "truncated": any(emb.truncated)})
-
-
-def cut(vectors: np.ndarray, dim: int) -> np.ndarray:
-    """Matryoshka: the first ``dim`` coordinates of unit rows, renormalised."""
-    x = np.ascontiguousarray(vectors[:, :dim], dtype=np.float32)
-    return x / np.maximum(np.linalg.norm(x, axis=1, keepdims=True), 1e-12)
 
 
 def _card(svc: Service) -> dict[str, Any]:

@@ -102,7 +102,8 @@ async def neighbours(svc: Service, name: str, bodies: Sequence[s.SearchRequest],
     for truncate in (True, False):  # one encoder call per truncate setting
         asked = [i for i, b in enumerate(bodies) if b.query is not None and b.truncate == truncate]
         if asked:
-            emb = await svc.embed([bodies[i].query or "" for i in asked], truncate)
+            emb = await svc.embed([bodies[i].query or "" for i in asked], truncate,
+                                  dim=info.dim)
             for j, i in enumerate(asked):
                 xq[i], cut[i] = emb.vectors[j], emb.truncated[j]
     for i, b in enumerate(bodies):
@@ -199,7 +200,7 @@ async def attend(name: CollectionName, body: s.SearchRequest, request: Request,
                                                     if h.vector is not None]), t)
         weights, output = att.weights, att.output
     else:
-        weights, output = np.zeros(0, np.float32), np.zeros(svc.info.dim, np.float32)
+        weights, output = np.zeros(0, np.float32), np.zeros(len(nb.xq), np.float32)
     return json_response({"neighbours": hits_out(nb.hits, weights, body.fields),
                           "weights": weights, "output": output, "temperature": t,
                           "truncated": nb.truncated, "mode": nb.mode})

@@ -123,8 +123,12 @@ async def create_collection(body: s.CollectionCreate, request: Request) -> Respo
     BM25 index of the text beside the vectors) unless ``hybrid`` is false or the store has
     no BM25; ``hybrid: true`` on such a store is 409."""
     svc = service(request)
+    dim = svc.info.dim if body.dimensions is None else body.dimensions
+    if dim not in svc.encoder.dims:
+        raise invalid(f"dimensions must be one of {', '.join(map(str, svc.encoder.dims))} for "
+                      f"{svc.info.name!r} (the sizes it was trained to be cut to), got {dim}")
     hybrid = await svc.call(hybrid_default, svc.store, body.name, body.hybrid)
-    info = await svc.call(svc.store.create, body.name, svc.info.dim, svc.info, exist_ok=False,
+    info = await svc.call(svc.store.create, body.name, dim, svc.info_for(dim), exist_ok=False,
                           hybrid=hybrid, multi_tenant=body.multi_tenant)
     return json_response(_collection_out(svc, info, {}, 0), 201)
 
@@ -220,10 +224,10 @@ async def upsert_documents(name: CollectionName, body: s.DocumentsUpsert, reques
     info = await svc.call(svc.store.describe, name)  # 404 before any encoding
     tenant = tenant_of(x_tenant, body.tenant)
     check_tenant(info, tenant)  # and 422 for the tenant
-    emb = await svc.embed([d.text for d in docs], body.truncate)
+    emb = await svc.embed([d.text for d in docs], body.truncate, dim=info.dim)
     items = [Item(d.id, emb.vectors[i], d.text, d.value, d.metadata, tenant)
              for i, d in enumerate(docs)]
-    n = await svc.call(svc.store.upsert, name, items, svc.info)
+    n = await svc.call(svc.store.upsert, name, items, svc.info_for(info.dim))
     cut = [d.id for d, t in zip(docs, emb.truncated, strict=True) if t]
     return json_response({"upserted": n, "truncated": cut})
 

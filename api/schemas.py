@@ -171,6 +171,10 @@ class CollectionCreate(RequestBody):
                                 "stemmed), for search modes bm25 and hybrid. Default: true "
                                 "where the store has BM25 (Milvus Lite, Milvus >= 2.5, FAISS), "
                                 "false on a Milvus server older than 2.5; true there is 409.")
+    dimensions: int | None = Field(None, ge=1, description="The vectors' size: one of the "
+                                   "model's `dims` (GET /v1/models), default its full dim. A "
+                                   "smaller, Matryoshka-trained size stores and searches the "
+                                   "vectors cut to it: less memory, a little less accuracy.")
     multi_tenant: bool = Field(False, description="Every document belongs to a tenant, and "
                                "every read and write names one (X-Tenant header or `tenant`); "
                                "tenants never see each other's documents and may reuse ids.")

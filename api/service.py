@@ -18,7 +18,7 @@ from api.batcher import DynamicBatcher
 from api.errors import conflict, invalid
 from api.metrics import Metrics
 from api.settings import Settings
-from index import Hit, StoreError, StoreUnavailableError
+from index import EncoderInfo, Hit, StoreError, StoreUnavailableError
 from index.fusion import DEFAULT_FUSION, model_dense_weight
 from wiring.components import load_components
 
@@ -72,8 +72,8 @@ class Service:
                 "send shorter text or set truncate to true", "input")
         return ids, cut
 
-    async def embed(self, texts: Sequence[str], truncate: bool, normalize: bool = True
-                    ) -> Embedded:
+    async def embed(self, texts: Sequence[str], truncate: bool, normalize: bool = True,
+                    dim: int | None = None) -> Embedded:
         """Vectors of ``texts``, queued for the encoder ``EMBED_CHUNK`` at a time: a request
         of thousands of texts holds the queue no longer than its share, and requests that
         come meanwhile are batched in between."""
@@ -81,6 +81,8 @@ class Service:
         parts = [await self.batcher.embed(ids[i:i + EMBED_CHUNK])
                  for i in range(0, len(ids), EMBED_CHUNK)]
         x = parts[0] if len(parts) == 1 else np.concatenate(parts)
+        if dim is not None and dim < x.shape[1]:  # a Matryoshka size: cut, then renormalise
+            x = x[:, :dim]
         if normalize:
             x = x / np.maximum(np.linalg.norm(x, axis=1, keepdims=True), 1e-12)
         return Embedded(np.ascontiguousarray(x, dtype=np.float32), [len(i) for i in ids], cut)
@@ -107,13 +109,20 @@ class Service:
             return False, f"store not reachable: {e}"
         return True, "ok"
 
+    def info_for(self, dim: int) -> EncoderInfo:
+        """The served encoder as a collection of ``dim`` records it: its vectors cut to
+        ``dim`` (a Matryoshka size; :func:`cut`) are another space than the full ones."""
+        return self.info if dim == self.info.dim else EncoderInfo(
+            self.info.name, self.info.fingerprint, dim)
+
     async def search_many(self, collection: str, xq: np.ndarray, k: int, filter: Any,
                           with_vectors: bool, consistency: str,
                           query_text: list[str] | None = None, mode: str | None = None,
                           fusion: str = DEFAULT_FUSION, dense_weight: float | None = None,
                           tenant: str | None = None) -> list[list[Hit]]:
         """The hits of each query row of ``xq`` (nq, d), in one store call."""
-        return await self.call(self.store.search, collection, xq, k, filter, self.info,
+        return await self.call(self.store.search, collection, xq, k, filter,
+                               self.info_for(xq.shape[1]),
                                with_vectors, consistency, query_text, mode, fusion,
                                self.dense_weight if dense_weight is None else dense_weight,
                                tenant)

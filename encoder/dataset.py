@@ -11,9 +11,9 @@ from it with numpy.
 
 from __future__ import annotations
 
-import gzip
 import json
 import logging
+import lzma
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,12 +22,12 @@ import numpy as np
 import torch
 from tokenizers import Tokenizer
 
-from encoder.pairs import PairSource
+from encoder.pairs import MAX_WORDS, PairSource
 from encoder.tokenizer import clean_text
 
 log = logging.getLogger(__name__)
 
-TEXTS, ARRAYS, META = "texts.jsonl.gz", "pairs.npz", "sources.json"
+TEXTS, ARRAYS, META = "texts.jsonl.xz", "pairs.npz", "sources.json"
 
 
 @dataclass
@@ -51,12 +51,13 @@ class Bundle:
     sources: list[Source]
 
     @classmethod
-    def from_sources(cls, sources: list[PairSource]) -> Bundle:
+    def from_sources(cls, sources: list[PairSource], max_words: int = MAX_WORDS) -> Bundle:
+        """Every text cut at ``max_words`` words and stored once."""
         row: dict[str, int] = {}
 
         def ids(texts: list[str]) -> np.ndarray:
-            return np.array([row.setdefault(t, len(row)) if t else -1 for t in texts],
-                            dtype=np.int32)
+            return np.array([row.setdefault(_cut(t, max_words), len(row)) if t else -1
+                             for t in texts], dtype=np.int32)
 
         out = []
         for s in sources:
@@ -66,9 +67,11 @@ class Bundle:
         return cls(list(row), out)
 
     def save(self, folder: str | Path) -> Path:
+        """Write the folder: the texts as xz-compressed JSON lines (small enough to carry
+        to a GPU machine with the checkout), the index arrays, the sources' weights."""
         folder = Path(folder)
         folder.mkdir(parents=True, exist_ok=True)
-        with gzip.open(folder / TEXTS, "wt", encoding="utf-8", compresslevel=9) as f:
+        with lzma.open(folder / TEXTS, "wt", encoding="utf-8", preset=9) as f:
             for t in self.texts:
                 f.write(json.dumps(t, ensure_ascii=False) + "\n")
         arrays = {f"{i}.{k}": getattr(s, k) for i, s in enumerate(self.sources)
@@ -82,13 +85,18 @@ class Bundle:
     @classmethod
     def load(cls, folder: str | Path) -> Bundle:
         folder = Path(folder)
-        with gzip.open(folder / TEXTS, "rt", encoding="utf-8") as f:
+        with lzma.open(folder / TEXTS, "rt", encoding="utf-8") as f:
             texts = [json.loads(line) for line in f]
         arrays = np.load(folder / ARRAYS)
         meta = json.loads((folder / META).read_text())
         sources = [Source(m["name"], m["weight"], m["retrieval"], arrays[f"{i}.q"],
                           arrays[f"{i}.d"], arrays[f"{i}.neg"]) for i, m in enumerate(meta)]
         return cls(texts, sources)
+
+
+def _cut(text: str, max_words: int) -> str:
+    words = text.split()
+    return " ".join(words[:max_words]) if len(words) > max_words else text
 
 
 class TokenTable:

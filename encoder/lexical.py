@@ -81,7 +81,7 @@ def bm25_triples(
                                    show_progress=False), show_progress=False)
     q_tokens = bm25s.tokenize(queries, stopwords="en", stemmer=stemmer, show_progress=False)
     top, scores = retriever.retrieve(q_tokens, k=min(k, len(passages)), show_progress=False,
-                                     n_threads=0)
+                                     n_threads=-1)
     out = []
     for q, row, sc in zip(queries, np.asarray(top), np.asarray(scores), strict=True):
         if sc[0] <= 0 or len(row) <= neg_from:

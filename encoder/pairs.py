@@ -24,6 +24,7 @@ from index.beir import doc_text
 log = logging.getLogger(__name__)
 
 Pair = tuple[str, str]
+MAX_WORDS = 160  # a text's words kept for training: more than the 192 tokens it reads
 
 
 @dataclass
@@ -310,9 +311,9 @@ def build_sources(data: str | Path, seed: int = 0, lexical: bool = True) -> list
         ("scifact-train", 0.04, True, lambda: scifact_train_qrels(data)),
         ("medquad", 0.06, True, lambda: medquad_pairs(data)),
         ("reuters-title-body", 0.06, True, lambda: title_body_pairs(iter(reuters))),
-        ("reuters-spans", 0.03, True, lambda: span_pairs([b for _, b in reuters], rng, 3)),
+        ("reuters-spans", 0.03, True, lambda: span_pairs([b for _, b in reuters], rng)),
         ("scifact-title-abstract", 0.04, True, lambda: title_body_pairs(iter(scifact_docs))),
-        ("scifact-spans", 0.04, True, lambda: span_pairs([b for _, b in scifact_docs], rng, 4)),
+        ("scifact-spans", 0.04, True, lambda: span_pairs([b for _, b in scifact_docs], rng, 2)),
         ("python-docs-sections", 0.02, True, lambda: title_body_pairs(iter(pydocs),
                                                                         min_words=12)),
     ]
@@ -351,12 +352,14 @@ def _lexical_sources(
     defs = [d for name in ("wordnet-gloss", "gcide-definitions") if name in by_name
             for _, d in by_name[name].pairs]
     medquad = [d for _, d in by_name["medquad"].pairs] if "medquad" in by_name else []
+    # passages of MAX_WORDS words: a text's first is the text as the semantic sources have
+    # it (a bundle cuts every text there), so the bundle stores it once
     pools = [  # name, passages, pseudo-queries, batch share
-        ("lex-reuters", chunks(b for _, b in reuters), 80_000, 0.10),
-        ("lex-python-docs", chunks(f"{t}. {b}" for t, b in pydocs), 30_000, 0.07),
-        ("lex-scifact", [f"{t}. {b}" for t, b in scifact_docs], 20_000, 0.08),
-        ("lex-medquad", chunks(medquad, max_words=150), 40_000, 0.08),
-        ("lex-definitions", [d for d in defs if len(d.split()) >= 4], 80_000, 0.12),
+        ("lex-reuters", chunks((b for _, b in reuters), MAX_WORDS), 80_000, 0.10),
+        ("lex-python-docs", chunks((b for _, b in pydocs), MAX_WORDS), 30_000, 0.07),
+        ("lex-scifact", chunks((b for _, b in scifact_docs), MAX_WORDS), 20_000, 0.08),
+        ("lex-medquad", chunks(medquad, MAX_WORDS), 40_000, 0.08),
+        ("lex-definitions", [d for d in defs if len(d.split()) >= 4], 60_000, 0.12),
     ]
     out = []
     for i, (name, passages, n, weight) in enumerate(pools):

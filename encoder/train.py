@@ -141,7 +141,7 @@ def bundle_tokenizer(out: Path, texts: list[str], vocab_size: int,
     else:
         tok = train_tokenizer(_corpus(texts), vocab_size)
     out.mkdir(parents=True, exist_ok=True)
-    tok.save(str(path))
+    tok.save(str(path), pretty=False)
     log.info("trained BPE tokenizer (%d tokens) in %.0fs", tok.get_vocab_size(), time.time() - t0)
     return tok
 

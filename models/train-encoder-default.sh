@@ -17,6 +17,7 @@ if command -v nvidia-smi >/dev/null; then
   SMI=$!
 fi
 pids=()
+trap 'kill "${pids[@]}" ${SMI:-} 2>/dev/null; exit 124' TERM INT
 for run in "$@"; do
   name=${run%%:*}; share=${run#*:}
   PYTHONUNBUFFERED=1 TOKENIZERS_PARALLELISM=true $PY -m cli train-encoder --data "$PAIRS" \
