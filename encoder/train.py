@@ -138,11 +138,13 @@ def bundle_tokenizer(out: Path, texts: list[str], vocab_size: int,
     shipped = Path(data_dir) / "tokenizer.json" if data_dir else None
     if shipped is not None and shipped.is_file():
         tok = load_tokenizer(shipped)
+        log.info("BPE tokenizer (%d tokens) of %s", tok.get_vocab_size(), shipped)
     else:
         tok = train_tokenizer(_corpus(texts), vocab_size)
+        log.info("trained BPE tokenizer (%d tokens) in %.0fs", tok.get_vocab_size(),
+                 time.time() - t0)
     out.mkdir(parents=True, exist_ok=True)
     tok.save(str(path), pretty=False)
-    log.info("trained BPE tokenizer (%d tokens) in %.0fs", tok.get_vocab_size(), time.time() - t0)
     return tok
 
 

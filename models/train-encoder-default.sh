@@ -8,7 +8,8 @@
 set -euo pipefail
 PAIRS=${PAIRS:-.gpu/bundle}
 OUT=${OUT:-runs}
-STEPS=${STEPS:-3000}
+STEPS=${STEPS:-3600}
+SEED=${SEED:-0}
 PY=${PY:-python3}
 mkdir -p "$OUT"
 if command -v nvidia-smi >/dev/null; then
@@ -24,7 +25,7 @@ for run in "$@"; do
     --out "$OUT/$name" --steps "$STEPS" --batch-size 1024 --lr 1e-3 --warmup-steps 300 \
     --max-query-tokens 64 --max-doc-tokens 192 --mine-at 0.3 --mine-every 700 \
     --mine-pairs 50000 --lexical-share "$share" --matryoshka 32,64,128 \
-    --checkpoint-every 500 --name qkv-encoder-default > "$OUT/$name.log" 2>&1 &
+    --checkpoint-every 500 --seed "$SEED" --name qkv-encoder-default > "$OUT/$name.log" 2>&1 &
   pids+=($!)
 done
 status=0
