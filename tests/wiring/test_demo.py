@@ -41,8 +41,10 @@ def test_demo_made_by_another_encoder_is_rebuilt(tiny_encoder_dir: Path,
         info = new.store.describe("docs")
         assert info.encoder == new.info and new.store.count("docs") == 25
         xq = new.encoder.encode([ROWS[3]["text"]])
+        (item,) = new.store.get("docs", ["d3"])  # its vector is the served encoder's now
+        assert item.value == "v3" and np.allclose(item.vector, xq[0], atol=1e-3)
         (hits,) = new.store.search("docs", xq, 1, encoder=new.info, consistency="Strong")
-        assert hits[0].id == "d3" and hits[0].value == "v3"
+        # the tiny random encoder may give texts differing in one digit the same vector
         assert np.isclose(hits[0].score, 1.0, atol=1e-3)
     finally:
         new.close()
