@@ -25,7 +25,9 @@ def train_encoder(
     hard_negatives: bool = typer.Option(True, help="Fixed and mined hard negatives."),
     mine_at: float = typer.Option(0.3, min=0.0, max=1.0, help="Mine from this share of the run."),
     mine_every: int = typer.Option(1000, min=1, help="Mine again every N steps."),
-    mine_pairs: int = typer.Option(20_000, min=100, help="Pairs per source mined at a time."),
+    mine_pairs: int | None = typer.Option(
+        None, min=100, help="Pairs per source mined at a time (default 50,000 on a GPU, "
+        "2,000 on the CPU)."),
     lexical_share: float | None = typer.Option(
         None, min=0.0, max=1.0, help="Share of batches from the BM25-imitation sources."),
     matryoshka: str = typer.Option("32,64,128", help="Prefix sizes trained besides the full "

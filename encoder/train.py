@@ -58,7 +58,8 @@ class TrainConfig:
     hard_negatives: bool = True
     mine_at: float = 0.3  # fraction of the run after which the model mines negatives
     mine_every: int = 1000  # and again every this many steps
-    mine_pairs: int = 20_000  # pairs of each retrieval source mined at a time (a sample)
+    mine_pairs: int | None = None  # pairs of a retrieval source mined at a time (a sample);
+    # None: 50,000 on a GPU, 2,000 on the CPU (where encoding them is the slow part)
     matryoshka: list[int] = field(default_factory=lambda: [32, 64, 128])
     lexical_share: float | None = None  # the BM25-imitation sources' share of the batches
     checkpoint_every: int = 200
@@ -161,24 +162,31 @@ class Loader:
 
     def __init__(self, table: TokenTable, sources: list[Source], cfg: TrainConfig, rank: int,
                  start: int, end: int, pin: bool, ahead: int = 6) -> None:
-        self.q: queue.Queue[tuple[int, np.ndarray, torch.Tensor, torch.Tensor]] = queue.Queue(ahead)
+        self.q: queue.Queue[tuple[int, np.ndarray, torch.Tensor, torch.Tensor] | BaseException
+                            ] = queue.Queue(ahead)
         self.args = (table, sources, cfg, rank, start, end, pin)
         self.thread = threading.Thread(target=self._run, daemon=True)
         self.thread.start()
 
     def _run(self) -> None:
         table, sources, cfg, rank, start, end, pin = self.args
-        for step in range(start, end):
-            k, idx = draw_batch(sources, step, cfg, rank)
-            src = sources[k]
-            q = table.batch(src.q[idx], cfg.max_query_tokens)
-            d = table.batch(src.d[idx], cfg.max_doc_tokens)
-            if pin:
-                q, d = q.pin_memory(), d.pin_memory()
-            self.q.put((k, idx, q, d))
+        try:
+            for step in range(start, end):
+                k, idx = draw_batch(sources, step, cfg, rank)
+                src = sources[k]
+                q = table.batch(src.q[idx], cfg.max_query_tokens)
+                d = table.batch(src.d[idx], cfg.max_doc_tokens)
+                if pin:
+                    q, d = q.pin_memory(), d.pin_memory()
+                self.q.put((k, idx, q, d))
+        except BaseException as e:  # the training loop raises it rather than wait forever
+            self.q.put(e)
 
     def get(self) -> tuple[int, np.ndarray, torch.Tensor, torch.Tensor]:
-        return self.q.get()
+        item = self.q.get()
+        if isinstance(item, BaseException):
+            raise RuntimeError("the batch loader failed") from item
+        return item
 
 
 @torch.no_grad()
@@ -204,11 +212,12 @@ def mine(model: TransformerEncoder, table: TokenTable, sources: list[Source], cf
     t0 = time.time()
     rng = np.random.default_rng([cfg.seed, step, 7])
     batch = 1024 if device.type == "cuda" else 128
+    n = cfg.mine_pairs or (50_000 if device.type == "cuda" else 2_000)
     out: dict[int, np.ndarray] = {}
     for k, src in enumerate(sources):
         if not src.retrieval:
             continue
-        idx = rng.choice(len(src), size=min(cfg.mine_pairs, len(src)), replace=False)
+        idx = rng.choice(len(src), size=min(n, len(src)), replace=False)
         d_rows = np.unique(src.d[idx])
         xd = embed_rows(model, table, d_rows, cfg.max_doc_tokens, device, batch)
         xq = embed_rows(model, table, src.q[idx], cfg.max_query_tokens, device, batch)

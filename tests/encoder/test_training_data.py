@@ -126,3 +126,20 @@ def test_mined_rows_skip_the_positive_and_near_duplicates() -> None:
         assert r != pos[i] and r >= 0
         assert scores[i, r - 100] < 0.95 * scores[i, i]
     assert out[0] != 121
+
+
+def test_a_failing_loader_raises_in_the_training_loop() -> None:
+    from encoder.dataset import Source
+    from encoder.train import Loader, TrainConfig
+
+    class Broken:
+        def batch(self, rows: np.ndarray, max_len: int) -> torch.Tensor:
+            raise ValueError("bad rows")
+
+    src = [Source("s", 1.0, False, np.arange(4, dtype=np.int32), np.arange(4, dtype=np.int32),
+                  np.full(4, -1, dtype=np.int32))]
+    loader = Loader(Broken(), src, TrainConfig("", "", batch_size=2), 0, 0, 3,  # type: ignore[arg-type]
+                    pin=False)
+    with pytest.raises(RuntimeError, match="loader failed") as e:
+        loader.get()
+    assert isinstance(e.value.__cause__, ValueError)
