@@ -12,8 +12,13 @@ log = logging.getLogger(__name__)
 
 
 def train_encoder(
-    data: Path = typer.Option(..., "--data", help="The shared data directory (../shared/data), "
-                              "or a folder written by qkv build-pairs."),
+    data: Path | None = typer.Option(None, "--data", help="The shared data directory "
+                                     "(../shared/data), or a folder written by qkv build-pairs."),
+    init: Path | None = typer.Option(None, "--init", help="Go on from this encoder checkpoint "
+                                     "(its architecture, tokenizer), e.g. models/encoder-default."),
+    corpus: Path | None = typer.Option(None, "--corpus", help="Adapt to these documents (JSONL "
+                                       "with 'text' and optional 'title', or one per line), no "
+                                       "labels: BM25-imitation and span pairs. Needs --init."),
     out: Path = typer.Option(Path("runs/encoder"), "--out", help="Checkpoint directory."),
     steps: int = typer.Option(3000, min=1),
     batch_size: int = typer.Option(128, min=2),
@@ -51,10 +56,15 @@ def train_encoder(
     """Train the encoder contrastively (InfoNCE, in-batch + hard negatives). Resumable."""
     from encoder.train import TrainConfig, train
 
+    if (data is None) == (corpus is None):
+        raise typer.BadParameter("give --data (training from the data) or --corpus (adapting)")
+    if corpus is not None and init is None:
+        raise typer.BadParameter("--corpus adapts a trained encoder: give --init too")
     arch = {"vocab_size": vocab_size, "d_model": d_model, "n_layers": n_layers, "n_heads": n_heads,
                 "d_ff": d_ff, "max_tokens": max_tokens, "pooling": pooling, "name": name}
     cfg = TrainConfig(
-        data_dir=str(data), out_dir=str(out), steps=steps, batch_size=batch_size, lr=lr,
+        data_dir=str(data or ""), out_dir=str(out), init_from=str(init) if init else None,
+        corpus=str(corpus) if corpus else None, steps=steps, batch_size=batch_size, lr=lr,
         warmup_steps=warmup_steps, temperature=temperature, max_query_tokens=max_query_tokens,
         max_doc_tokens=max_doc_tokens, hard_negatives=hard_negatives, mine_at=mine_at,
         mine_every=mine_every, mine_pairs=mine_pairs, lexical_share=lexical_share,

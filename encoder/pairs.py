@@ -380,3 +380,4 @@ def tokenizer_corpus(sources: list[PairSource], limit_chars: int = 40_000_000) -
                 return
             yield q
             yield d
+

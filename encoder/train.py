@@ -28,7 +28,13 @@ import torch.distributed as dist
 from tokenizers import Tokenizer
 from tqdm import tqdm
 
-from encoder.checkpoint import load_training_state, save_checkpoint, save_training_state
+from encoder.adapt import corpus_sources
+from encoder.checkpoint import (
+    load_training_state,
+    read_checkpoint,
+    save_checkpoint,
+    save_training_state,
+)
 from encoder.config import EncoderConfig
 from encoder.dataset import META, Bundle, Source, TokenTable
 from encoder.device import autocast, pick_device
@@ -62,6 +68,8 @@ class TrainConfig:
     # None: 50,000 on a GPU, 2,000 on the CPU (where encoding them is the slow part)
     matryoshka: list[int] = field(default_factory=lambda: [32, 64, 128])
     lexical_share: float | None = None  # the BM25-imitation sources' share of the batches
+    init_from: str | None = None  # go on from this checkpoint (its architecture, tokenizer)
+    corpus: str | None = None  # adapt to a user's documents (no labels) instead of data_dir
     checkpoint_every: int = 200
     seed: int = 0
     device: str | None = None
@@ -113,7 +121,9 @@ def load_bundle(cfg: TrainConfig) -> Bundle:
     """``cfg.data_dir``'s bundle: read when it is a ``qkv build-pairs`` folder, else built
     from the data directory (BM25 mining included: minutes). With ``lexical_share``, the
     BM25-imitation sources' weights are scaled to sum to it, the others to the rest."""
-    if (Path(cfg.data_dir) / META).is_file():
+    if cfg.corpus:
+        bundle = Bundle.from_sources(corpus_sources(cfg.corpus, cfg.seed))
+    elif (Path(cfg.data_dir) / META).is_file():
         bundle = Bundle.load(cfg.data_dir)
     else:
         bundle = Bundle.from_sources(build_sources(cfg.data_dir, cfg.seed))
@@ -271,11 +281,12 @@ def train(cfg: TrainConfig) -> Path:
     out = Path(cfg.out_dir)
     t_setup = time.time()
     bundle = load_bundle(cfg)
-    arch = EncoderConfig(**cfg.arch)
+    init = read_checkpoint(cfg.init_from, "an encoder") if cfg.init_from else None
+    arch = EncoderConfig.from_dict(init[0]["architecture"]) if init else EncoderConfig(**cfg.arch)
     dims = tuple(sorted({m for m in cfg.matryoshka if 0 < m < arch.d_model}))
     arch = EncoderConfig(**{**arch.to_dict(), "matryoshka": dims})
-    tok = bundle_tokenizer(out, bundle.texts, arch.vocab_size, cfg.data_dir) \
-        if rank == 0 else None
+    tok = bundle_tokenizer(out, bundle.texts, arch.vocab_size,
+                           cfg.init_from or cfg.data_dir) if rank == 0 else None
     if world > 1:
         dist.barrier()
         tok = load_tokenizer(out / "tokenizer.json")
@@ -285,7 +296,10 @@ def train(cfg: TrainConfig) -> Path:
     cfg.max_doc_tokens = min(cfg.max_doc_tokens, arch.max_tokens)
     table = TokenTable(tok, bundle.texts, max(cfg.max_query_tokens, cfg.max_doc_tokens))
     sources = bundle.sources
-    model = TransformerEncoder(arch).to(device)
+    model = TransformerEncoder(arch)
+    if init:
+        model.load_state_dict(init[1])
+    model = model.to(device)
     opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
     start = load_training_state(out, model, opt)
     pairs: torch.nn.Module = PairForward(model)
