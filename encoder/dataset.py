@@ -104,6 +104,8 @@ class TokenTable:
 
     def __init__(self, tok: Tokenizer, texts: list[str], max_tokens: int,
                  chunk: int = 50_000) -> None:
+        if tok.get_vocab_size() > 65535:
+            raise ValueError("TokenTable stores ids as uint16: vocabulary too large")
         t0 = time.time()
         lengths, pieces = [], []
         for start in range(0, len(texts), chunk):
@@ -112,8 +114,6 @@ class TokenTable:
                 ids = e.ids[:max_tokens]
                 lengths.append(len(ids))
                 pieces.append(np.asarray(ids, dtype=np.uint16))
-        if tok.get_vocab_size() > 65535:
-            raise ValueError("TokenTable stores ids as uint16: vocabulary too large")
         self.offsets = np.zeros(len(texts) + 1, dtype=np.int64)
         self.offsets[1:] = np.cumsum(lengths)
         self.ids = np.concatenate(pieces) if pieces else np.zeros(0, dtype=np.uint16)
