@@ -3,13 +3,17 @@
 The lifespan builds the :class:`api.service.Service` (the encoder, the store and the
 configured decoders, loaded by :mod:`wiring.components`; the dynamic batcher) and, on first
 start, seeds the demo corpus and the demo translation memory (``QKV_DEMO_CORPUS``,
-``QKV_DEMO_TM``; :mod:`wiring.demo`). A store that is down at start does not stop the
-service: ``/ready`` says so and requests answer 503 until it is back.
+``QKV_DEMO_TM``; :mod:`wiring.demo`): the collections are created before the first
+request and filled in the background while ``/ready`` shows how far. A store that is down
+at start does not stop the service: ``/ready`` says so and requests answer 503 until it is
+back.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
+import threading
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
@@ -106,6 +110,21 @@ def without_auth(schema: dict[str, Any]) -> None:
     schema.get("components", {}).pop("securitySchemes", None)
 
 
+async def fill_demos(svc: Any, plans: list[Any], stop: threading.Event) -> None:
+    """Fill the prepared demo collections one after the other, off the event loop (the
+    encoder shares the cores with requests meanwhile); a failure is logged and shown by
+    ``/ready``, and the next start tries again."""
+    from wiring.demo import fill_demo
+
+    for plan in plans:
+        try:
+            await svc.run(fill_demo, svc.parts, plan, stop=stop)
+        except Exception as e:  # a background task: say it, never lose it
+            plan.progress.state, plan.progress.error = "failed", f"{type(e).__name__}: {e}"
+            log.exception("demo collection %r not filled; the next start tries again",
+                          plan.collection)
+
+
 def create_app(settings: Settings | None = None, banner: str | None = None) -> FastAPI:
     """The app; ``banner`` is printed once the service is ready (after the demo loads)."""
     from wiring import runtime
@@ -118,24 +137,33 @@ def create_app(settings: Settings | None = None, banner: str | None = None) -> F
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         from api.service import Service
         from index import StoreError
-        from wiring.demo import seed_demo
+        from wiring.demo import prepare_demo
 
         svc = Service(settings, metrics)
         app.state.service = svc
+        plans = []
         for corpus, collection in ((settings.demo_corpus, settings.demo_collection),
                                    (settings.demo_tm, settings.demo_tm_collection)):
             if corpus is None:
                 continue
-            try:
-                await svc.run(seed_demo, svc.parts, corpus, collection)
+            try:  # quick: the collections exist (perhaps empty) before the first request
+                plans.append(await svc.run(prepare_demo, svc.parts, corpus, collection))
             except StoreError as e:
                 log.warning("demo collection %r not created (store: %s); it will be on a "
                             "later start", collection, e)
+        svc.seeding = {p.collection: p.progress for p in plans}
+        stop = threading.Event()
+        filler = asyncio.create_task(fill_demos(svc, plans, stop))
         if banner:
-            print(banner, flush=True)  # noqa: T201 (the command line's own output)
+            filling = ("\nqkv: the demo collections are being filled in the background "
+                       "(GET /ready shows how far; their searches say so meanwhile)"
+                       if any(not p.progress.done for p in plans) else "")
+            print(banner + filling, flush=True)  # noqa: T201 (the command line's own output)
         try:
             yield
         finally:
+            stop.set()  # the filler stops between batches; the next start completes it
+            await filler
             svc.close()
 
     app = FastAPI(

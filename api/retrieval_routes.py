@@ -152,11 +152,21 @@ def hits_out(hits: list[Hit], weights: np.ndarray, fields: Sequence[str]) -> lis
     return out
 
 
-def _search_out(svc: Service, body: s.SearchRequest, nb: Neighbours) -> dict[str, Any]:
+def with_seeding(svc: Service, name: str, out: dict[str, Any]) -> dict[str, Any]:
+    """``out`` with ``seeding`` while ``name`` is a demo collection still being filled."""
+    seeding = svc.seeding_of(name)
+    if seeding is not None:
+        out["seeding"] = seeding
+    return out
+
+
+def _search_out(svc: Service, name: str, body: s.SearchRequest, nb: Neighbours
+                ) -> dict[str, Any]:
     t = body.temperature or svc.settings.default_temperature
     weights = softmax(nb.cosines(), t)
-    return {"hits": hits_out(nb.hits, weights, body.fields), "temperature": t,
-            "truncated": nb.truncated, "mode": nb.mode}
+    return with_seeding(svc, name, {"hits": hits_out(nb.hits, weights, body.fields),
+                                    "temperature": t, "truncated": nb.truncated,
+                                    "mode": nb.mode})
 
 
 @retrieval_v1.post("/v1/collections/{name}/search", response_model=s.SearchResponse,
@@ -167,7 +177,7 @@ async def search(name: CollectionName, body: s.SearchRequest, request: Request,
     sides that found it and its softmax weight over the cosines."""
     svc = service(request)
     (nb,) = await neighbours(svc, name, [body], "vector" in body.fields, x_tenant)
-    return json_response(_search_out(svc, body, nb))
+    return json_response(_search_out(svc, name, body, nb))
 
 
 @retrieval_v1.post("/v1/collections/{name}/search/batch", response_model=s.SearchBatchResponse,
@@ -182,7 +192,7 @@ async def search_batch(name: CollectionName, body: s.SearchBatchRequest, request
                         f"{svc.settings.max_searches} (QKV_MAX_SEARCHES)")
     found = await neighbours(svc, name, body.searches,
                              any("vector" in b.fields for b in body.searches), x_tenant)
-    return json_response({"results": [_search_out(svc, b, nb)
+    return json_response({"results": [_search_out(svc, name, b, nb)
                                       for b, nb in zip(body.searches, found, strict=True)]})
 
 
@@ -201,9 +211,9 @@ async def attend(name: CollectionName, body: s.SearchRequest, request: Request,
         weights, output = att.weights, att.output
     else:
         weights, output = np.zeros(0, np.float32), np.zeros(len(nb.xq), np.float32)
-    return json_response({"neighbours": hits_out(nb.hits, weights, body.fields),
-                          "weights": weights, "output": output, "temperature": t,
-                          "truncated": nb.truncated, "mode": nb.mode})
+    return json_response(with_seeding(svc, name, {
+        "neighbours": hits_out(nb.hits, weights, body.fields), "weights": weights,
+        "output": output, "temperature": t, "truncated": nb.truncated, "mode": nb.mode}))
 
 
 @retrieval_v1.post("/v1/collections/{name}/generate", response_model=s.GenerateResponse,
@@ -235,6 +245,6 @@ async def generate(name: CollectionName, body: s.GenerateRequest, request: Reque
     if body.return_attention and gen.attention is not None:
         attention = {"tokens": gen.tokens, "memory_tokens": gen.memory_tokens,
                      "memory_segments": gen.memory_segments, "weights": gen.attention}
-    return json_response({"text": gen.text,
-                          "neighbours": hits_out(hits, weights, ["text", "value", "metadata"]),
-                          "weights": weights, "attention": attention})
+    return json_response(with_seeding(svc, name, {
+        "text": gen.text, "neighbours": hits_out(hits, weights, ["text", "value", "metadata"]),
+        "weights": weights, "attention": attention}))

@@ -90,11 +90,17 @@ async def health() -> Response:
 @open_routes.get("/ready", response_model=s.Health, tags=["operations"],
                  responses={503: {"model": s.ErrorBody, "description": "Not ready"}})
 async def ready(request: Request) -> Response:
-    """Readiness: the model is loaded and the store answers."""
-    ok, detail = await service(request).ready()
+    """Readiness: the model is loaded and the store answers. On a first start the demo
+    collections exist from the start and are filled in the background: ``seeding`` says
+    how far."""
+    svc = service(request)
+    ok, detail = await svc.ready()
     if not ok:
         raise ApiError(503, "not_ready", detail, {"Retry-After": "1"})
-    return json_response({"status": "ready", "detail": detail})
+    out: dict[str, Any] = {"status": "ready", "detail": detail}
+    if svc.seeding:
+        out["seeding"] = [p.to_dict() for p in svc.seeding.values()]
+    return json_response(out)
 
 
 @open_routes.get("/metrics", tags=["operations"],

@@ -334,11 +334,26 @@ class HitOut(BaseModel):
     vector: list[float] | None = None
 
 
+class Seeding(BaseModel):
+    collection: str
+    state: Literal["waiting", "seeding", "complete", "stopped", "failed"]
+    written: int = Field(description="Documents written (and searchable) so far.")
+    of: int = Field(description="Documents in the demo corpus.")
+    error: str | None = None
+
+
+def seeding_field() -> Any:
+    return Field(None, description="Only while this demo collection is still being filled "
+                 "on a first start: how far it is (the answer comes from the documents "
+                 "written so far).")
+
+
 class SearchResponse(BaseModel):
     hits: list[HitOut]
     temperature: float
     truncated: bool
     mode: SearchMode = Field(description="The mode that ran.")
+    seeding: Seeding | None = seeding_field()
 
 
 class SearchBatchResponse(BaseModel):
@@ -352,6 +367,7 @@ class AttendResponse(BaseModel):
     temperature: float
     truncated: bool
     mode: SearchMode = Field(description="The mode that ran.")
+    seeding: Seeding | None = seeding_field()
 
 
 class GenerateRequest(RequestBody):
@@ -377,8 +393,11 @@ class GenerateResponse(BaseModel):
     neighbours: list[HitOut]
     weights: list[float]
     attention: AttentionMap | None = None
+    seeding: Seeding | None = seeding_field()
 
 
 class Health(BaseModel):
     status: str
     detail: str | None = None
+    seeding: list[Seeding] | None = Field(
+        None, description="The demo collections of this start and how far their filling is.")

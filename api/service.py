@@ -21,6 +21,7 @@ from api.settings import Settings
 from index import EncoderInfo, Hit, StoreError, StoreUnavailableError
 from index.fusion import DEFAULT_FUSION, model_dense_weight
 from wiring.components import load_components
+from wiring.demo import Seeding
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -57,6 +58,8 @@ class Service:
             self.encoder.dim, max_size=settings.batch_max_size,
             max_tokens=settings.batch_max_tokens, max_wait_s=settings.batch_max_wait_ms / 1e3,
             queue_max=settings.queue_max, metrics=metrics)
+
+        self.seeding: dict[str, Seeding] = {}  # demo collections (api.app fills them)
 
     def close(self) -> None:
         self.batcher.close()
@@ -107,7 +110,16 @@ class Service:
             await self.call(self.store.list_collections)
         except StoreError as e:
             return False, f"store not reachable: {e}"
+        filling = [f"{p.collection} {p.written} of {p.of}" for p in self.seeding.values()
+                   if not p.done]
+        if filling:
+            return True, "ok; demo collections filling in the background: " + ", ".join(filling)
         return True, "ok"
+
+    def seeding_of(self, collection: str) -> dict[str, Any] | None:
+        """How far a demo collection still being filled is (None once it is complete)."""
+        p = self.seeding.get(collection)
+        return None if p is None or p.state == "complete" else p.to_dict()
 
     def info_for(self, dim: int) -> EncoderInfo:
         """The served encoder as a collection of ``dim`` records it: its vectors cut to

@@ -7,6 +7,10 @@ fingerprint and the corpus file's SHA-256. A first start uses them instead of en
 corpus (the slow part of a first start) only when both match the encoder it serves and the
 corpus it reads; otherwise it encodes, as without them. The demo never serves another
 encoder's vectors.
+
+The service seeds in two steps: :func:`prepare_demo` (read the corpus, create the
+collection) before it answers, and :func:`fill_demo` in the background, a batch at a time,
+while :class:`Seeding` tells ``/ready`` and the searches of that collection how far it is.
 """
 
 from __future__ import annotations
@@ -15,6 +19,9 @@ import gzip
 import hashlib
 import json
 import logging
+import threading
+import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -66,40 +73,107 @@ def _state(parts: Components, collection: str, corpus: Path, n: int) -> str:
     return "partial"
 
 
-def seed_demo(parts: Components, corpus: Path, collection: str, batch: int = 2048) -> int:
-    """Create ``collection`` from the JSONL ``corpus`` (id, text, optional value, metadata)
-    unless it is already complete: a document corpus, or a translation memory whose
-    ``text`` is the source sentence and ``value`` the target the decoder reads. Returns the
-    documents written (0 when it was complete).
+@dataclass
+class Seeding:
+    """How far a demo collection's seeding is: ``waiting`` (another demo goes first),
+    ``seeding`` (``written`` of ``of`` documents searchable), ``complete``, ``stopped`` (the
+    service stopped first: the next start completes it) or ``failed`` (``error``)."""
 
-    The vectors come from the corpus' vectors file when it matches (:func:`read_vectors`),
-    else from the encoder. Everything is encoded before the collection is created, so a
-    start stopped while encoding leaves no collection behind: the next start begins
-    again. A start stopped while writing leaves fewer documents than the corpus has: the
-    next start writes them all again (upserts by id, so nothing is doubled). A collection
-    made by another encoder is dropped and built again: the demo never serves another
-    encoder's vectors.
-    """
+    collection: str
+    of: int = 0
+    written: int = 0
+    state: str = "waiting"
+    error: str | None = None
+
+    @property
+    def done(self) -> bool:
+        return self.state in ("complete", "stopped", "failed")
+
+    def to_dict(self) -> dict[str, Any]:
+        d: dict[str, Any] = {"collection": self.collection, "state": self.state,
+                             "written": self.written, "of": self.of}
+        if self.error:
+            d["error"] = self.error
+        return d
+
+
+@dataclass
+class DemoPlan:
+    """A demo collection prepared by :func:`prepare_demo`: it exists (perhaps empty), and
+    :func:`fill_demo` writes ``rows`` into it (none when it was complete)."""
+
+    collection: str
+    corpus: Path
+    rows: list[dict[str, Any]]
+    progress: Seeding
+
+
+def prepare_demo(parts: Components, corpus: Path, collection: str) -> DemoPlan:
+    """The quick part of seeding: read the corpus, then create ``collection`` unless it is
+    complete (a collection made by another encoder, or without the BM25 index the store
+    can have, is dropped first: the demo never serves another encoder's vectors)."""
     collection = collection_name(collection)
     rows = read_jsonl(corpus)
+    progress = Seeding(collection, of=len(rows))
     state = _state(parts, collection, corpus, len(rows))
     if state == "complete":
-        return 0
-    x = read_vectors(corpus, parts.info, len(rows))
-    if x is None:
-        x = _encode(parts.encoder, [r["text"] for r in rows], collection, batch)
-    items = [Item(str(r["id"]), x[i], r["text"], r.get("value"), r.get("metadata") or {})
-             for i, r in enumerate(rows)]
+        progress.written, progress.state = len(rows), "complete"
+        return DemoPlan(collection, corpus, [], progress)
     if state == "stale":
         parts.store.drop(collection)
     if state in ("new", "stale"):
         parts.store.create(collection, parts.info.dim, parts.info,
                            hybrid=parts.store.bm25_available())
+    return DemoPlan(collection, corpus, rows, progress)
+
+
+def fill_demo(parts: Components, plan: DemoPlan, batch: int = 1024,
+              stop: threading.Event | None = None) -> int:
+    """Write the plan's rows, ``batch`` at a time: vectors from the corpus' vectors file
+    when it matches (:func:`read_vectors`), else encoded a batch at a time, so each batch
+    is searchable as soon as it is written and ``plan.progress`` says how far it is.
+    Returns the documents written.
+
+    A start stopped here (``stop`` set between batches, or the process killed) leaves fewer
+    documents than the corpus has: the next start writes them all again (upserts by id,
+    so nothing is doubled) and completes it."""
+    progress, rows = plan.progress, plan.rows
+    if not rows:
+        return 0
+    progress.state, progress.written = "seeding", 0
+    t0, encoding = time.perf_counter(), 0.0
+    x = read_vectors(plan.corpus, parts.info, len(rows))
     n = 0
-    for start in range(0, len(items), 1000):
-        n += parts.store.upsert(collection, items[start : start + 1000], parts.info)
-    log.info("demo collection %r: %d documents", collection, n)
+    for start in range(0, len(rows), batch):
+        if stop is not None and stop.is_set():
+            progress.state = "stopped"
+            log.info("demo collection %r: stopped after %d of %d documents; the next start "
+                     "completes it", plan.collection, n, len(rows))
+            return n
+        chunk = rows[start:start + batch]
+        if x is None:
+            t = time.perf_counter()
+            xc = parts.encoder.encode([r["text"] for r in chunk])
+            encoding += time.perf_counter() - t
+        else:
+            xc = x[start:start + batch]
+        items = [Item(str(r["id"]), xc[i], r["text"], r.get("value"), r.get("metadata") or {})
+                 for i, r in enumerate(chunk)]
+        n += parts.store.upsert(plan.collection, items, parts.info)
+        progress.written = start + len(chunk)
+    progress.state = "complete"
+    log.info("demo collection %r: %d documents in %.1f s (encoding %.1f s of it)",
+             plan.collection, n, time.perf_counter() - t0, encoding)
     return int(n)
+
+
+def seed_demo(parts: Components, corpus: Path, collection: str, batch: int = 1024) -> int:
+    """Create ``collection`` from the JSONL ``corpus`` (id, text, optional value, metadata)
+    unless it is already complete: a document corpus, or a translation memory whose
+    ``text`` is the source sentence and ``value`` the target the decoder reads. Returns the
+    documents written (0 when it was complete). The service does the same in two steps
+    (:func:`prepare_demo` before it answers, :func:`fill_demo` in the background)."""
+    return fill_demo(parts, prepare_demo(parts, corpus, collection), batch)
 
 
 def _encode(encoder: TextEncoder, texts: list[str], what: str, batch: int = 2048

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -15,6 +16,18 @@ from api.settings import Settings
 MakeClient = Callable[..., TestClient]
 
 
+def wait_filled(client: TestClient, timeout_s: float = 300) -> dict[str, object]:
+    """``/ready`` once the demo collections the app fills in the background are done."""
+    end = time.monotonic() + timeout_s
+    while True:
+        body = client.get("/ready").json()
+        if all(p["state"] != "seeding" and p["state"] != "waiting"
+               for p in body.get("seeding") or []):
+            return body
+        assert time.monotonic() < end, f"demo collections not filled: {body}"
+        time.sleep(0.05)
+
+
 @pytest.fixture(scope="module")
 def lite_path(tmp_path_factory: pytest.TempPathFactory) -> str:
     return str(tmp_path_factory.mktemp("api-lite") / "qkv.db")
@@ -22,15 +35,18 @@ def lite_path(tmp_path_factory: pytest.TempPathFactory) -> str:
 
 @pytest.fixture
 def make_client(tiny_encoder_dir: Path, lite_path: str) -> Iterator[MakeClient]:
-    """``make_client(**settings)``: a started app (lifespan run) on the module's Lite file."""
+    """``make_client(**settings)``: a started app (lifespan run) on the module's Lite file,
+    returned once its demo collections (if any) are filled, unless ``filled=False``."""
     clients: list[TestClient] = []
 
-    def make(**overrides: object) -> TestClient:
+    def make(filled: bool = True, **overrides: object) -> TestClient:
         base: dict[str, object] = {"store": lite_path, "model": tiny_encoder_dir}
         base.update(overrides)
         client = TestClient(create_app(Settings(**base)))  # type: ignore[arg-type]
         client.__enter__()
         clients.append(client)
+        if filled:
+            wait_filled(client)
         return client
 
     yield make

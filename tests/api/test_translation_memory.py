@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import MakeClient
+from conftest import MakeClient, wait_filled
 
 from api.settings import Settings
 from cli.serve import banner, serve_settings
@@ -89,6 +89,7 @@ def test_tm_en_fr_generate_translates(make_client: MakeClient, make_run_settings
     assert r.status_code == 200, r.text
     body = r.json()
     assert "homme" in body["text"].lower(), body["text"]
+    assert "seeding" not in body  # filled: nothing to say
     assert len(body["neighbours"]) == len(body["weights"]) == 4
     assert sum(body["weights"]) == pytest.approx(1.0, abs=1e-5)
     for h in body["neighbours"]:
@@ -123,3 +124,47 @@ def test_a_demo_load_stopped_while_writing_is_completed_on_the_next_start(
     doc = again.get("/v1/collections/resume-demo/documents/d29").json()
     assert doc["text"] == "demo document number 29" and doc["metadata"] == {"i": 29}
     again.delete("/v1/collections/resume-demo")
+
+
+def test_demo_collections_answer_while_filled_in_the_background(
+        make_client: MakeClient, tmp_path: Path) -> None:
+    """A first start answers before its demo collections are filled: they exist from the
+    first request, ``/ready`` shows how far each is, and their answers carry ``seeding``
+    until it is complete (then neither says anything)."""
+    rows = [{"id": f"b{i}", "text": f"background document number {i}"} for i in range(40)]
+    corpus = tmp_path / "background.jsonl"
+    corpus.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    client = make_client(filled=False, demo_corpus=corpus, demo_collection="bg-demo")
+    assert client.get("/v1/collections/bg-demo").status_code == 200  # exists at once
+    body = wait_filled(client)
+    assert body["status"] == "ready" and body["detail"] == "ok"
+    assert body["seeding"] == [{"collection": "bg_demo", "state": "complete", "written": 40,
+                                "of": 40}]
+    assert client.get("/v1/collections/bg-demo").json()["count"] == 40
+    search = {"query": "background document number 7", "top_k": 3}
+    assert "seeding" not in client.post("/v1/collections/bg-demo/search", json=search).json()
+
+    svc = client.app.state.service  # type: ignore[attr-defined]
+    progress = svc.seeding["bg_demo"]  # as it is midway through a first start
+    progress.state, progress.written = "seeding", 16
+    try:
+        ready = client.get("/ready").json()
+        assert ready["detail"] == ("ok; demo collections filling in the background: "
+                                   "bg_demo 16 of 40")
+        r = client.post("/v1/collections/bg-demo/search", json=search)
+        assert r.status_code == 200 and r.json()["hits"]
+        assert r.json()["seeding"] == {"collection": "bg_demo", "state": "seeding",
+                                       "written": 16, "of": 40}
+        r = client.post("/v1/collections/bg-demo/attend", json=search)
+        assert r.json()["seeding"]["written"] == 16
+        batch = client.post("/v1/collections/bg-demo/search/batch",
+                            json={"searches": [search, search]}).json()
+        assert [x["seeding"]["of"] for x in batch["results"]] == [40, 40]
+        other = client.post("/v1/collections", json={"name": "not-a-demo"})
+        assert other.status_code in (200, 201)
+        plain = client.post("/v1/collections/not-a-demo/search", json=search).json()
+        assert "seeding" not in plain  # only the demo collection being filled says so
+    finally:
+        progress.state, progress.written = "complete", 40
+        client.delete("/v1/collections/not-a-demo")
+        client.delete("/v1/collections/bg-demo")

@@ -29,7 +29,8 @@ class UvicornServer:
         self.proc: subprocess.Popen[bytes] | None = None
 
     def start(self, timeout: float = 180.0) -> str:
-        """Start the process and wait until ``/ready`` answers 200; returns the base URL."""
+        """Start the process and wait until ``/ready`` answers 200 and says the demo
+        collections (if any) are filled; returns the base URL."""
         exe = Path(sys.executable).with_name("qkv")
         env = {**os.environ, **self.env}
         with open(self.log_path, "ab") as log_file:
@@ -42,7 +43,10 @@ class UvicornServer:
             if self.proc.poll() is not None:
                 raise RuntimeError(f"qkv serve exited with {self.proc.returncode}:\n{self.log()}")
             try:
-                if httpx.get(f"{self.url}/ready", timeout=5).status_code == 200:
+                r = httpx.get(f"{self.url}/ready", timeout=5)
+                if r.status_code == 200 and all(  # and its demo collections filled
+                        p["state"] not in ("waiting", "seeding")
+                        for p in r.json().get("seeding") or []):
                     return self.url
             except httpx.TransportError:
                 pass

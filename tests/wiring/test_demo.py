@@ -9,7 +9,15 @@ from pathlib import Path
 import numpy as np
 
 from wiring.components import load_components
-from wiring.demo import read_jsonl, read_vectors, seed_demo, vectors_path, write_vectors
+from wiring.demo import (
+    fill_demo,
+    prepare_demo,
+    read_jsonl,
+    read_vectors,
+    seed_demo,
+    vectors_path,
+    write_vectors,
+)
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -135,5 +143,44 @@ def test_demo_vectors_command(tiny_encoder_dir: Path, tmp_path: Path) -> None:
     try:
         x = read_vectors(demo, parts.info, len(ROWS))
         assert x is not None and x.shape == (25, parts.info.dim)
+    finally:
+        parts.close()
+
+
+class StopAfter:
+    """A stop event that is set once it has been asked ``n`` times (after ``n`` batches)."""
+
+    def __init__(self, n: int) -> None:
+        self.n = n
+
+    def is_set(self) -> bool:
+        self.n -= 1
+        return self.n < 0
+
+
+def test_filling_stopped_between_batches_is_completed_by_the_next_start(
+        tiny_encoder_dir: Path, tmp_path: Path) -> None:
+    """The service's two steps: prepare (the collection exists, empty) then fill a batch
+    at a time; stopped after two batches of 10 it holds 20 of 25 and says ``stopped``; the
+    next start sees it partial and writes them all."""
+    demo = corpus(tmp_path)
+    parts = load_components(tiny_encoder_dir, str(tmp_path / "demo.db"))
+    try:
+        plan = prepare_demo(parts, demo, "docs")
+        assert parts.store.count("docs") == 0 and plan.progress.state == "waiting"
+        assert plan.progress.of == 25 and plan.progress.written == 0
+        stop = StopAfter(2)
+        assert fill_demo(parts, plan, batch=10, stop=stop) == 20  # type: ignore[arg-type]
+        assert plan.progress.to_dict() == {"collection": "docs", "state": "stopped",
+                                           "written": 20, "of": 25}
+        assert parts.store.count("docs") == 20
+        again = prepare_demo(parts, demo, "docs")  # partial: all written again
+        assert len(again.rows) == 25 and again.progress.state == "waiting"
+        assert fill_demo(parts, again, batch=10) == 25
+        assert again.progress.state == "complete" and again.progress.written == 25
+        assert parts.store.count("docs") == 25
+        done = prepare_demo(parts, demo, "docs")
+        assert done.rows == [] and done.progress.state == "complete"
+        assert fill_demo(parts, done) == 0
     finally:
         parts.close()

@@ -35,6 +35,12 @@ function readFilter(form) {
   return conds.length === 1 ? conds[0] : { [form.filter_join.value]: conds };
 }
 
+// A demo collection still being filled on a first start answers from what is written so far.
+function seedingNote(res) {
+  const s = res.seeding;
+  return s ? ` Still filling this demo collection: ${s.written} of ${s.of} documents so far.` : "";
+}
+
 async function runSearch(form) {
   const collection = form.collection.value;
   rememberCollection(collection);
@@ -53,7 +59,7 @@ async function runSearch(form) {
   $("#query-tokens").replaceChildren(...(pooled ? shaded(pooled[0].segments) : [body.query]));
   $("#search-summary").textContent = `${res.hits.length} hits in ${collection}, mode `
     + `${res.mode}${res.truncated ? " (query cut to the token limit)" : ""}; weight = `
-    + `softmax(cosine / ${res.temperature}) over these hits.`;
+    + `softmax(cosine / ${res.temperature}) over these hits.${seedingNote(res)}`;
   $("#hits").replaceChildren(...res.hits.map((hit, i) => h("li", { class: "hit",
     "data-id": hit.id },
   h("div", { class: "hit-head" }, h("span", { class: "id" }, hit.id),
