@@ -187,6 +187,16 @@ def eval_decoder(
     temperature: float | None = typer.Option(
         None, min=1e-4, help="Retrieval temperature (default: the model's training one)."),
     device: str | None = typer.Option(None),
+    knn_memory: Path | None = typer.Option(
+        None, "--knn-memory", file_okay=False, exists=True,
+        help="A token memory built with this decoder (qkv build-token-memory): kNN-MT."),
+    knn_k: int = typer.Option(8, "--knn-k", min=1, max=1024, help="Memory tokens per step."),
+    knn_temperature: float = typer.Option(100.0, "--knn-temperature", min=1e-6,
+                                          help="Distance temperature (squared L2)."),
+    knn_lambda: float = typer.Option(1.0, "--knn-lambda", min=0.0, max=1.0,
+                                     help="The most weight the memory gets."),
+    knn_adaptive: bool = typer.Option(True, "--knn-adaptive/--knn-fixed",
+                                      help="Scale λ by 1 − d₀/T (nothing close: no effect)."),
 ) -> None:
     """sacreBLEU of a decoder on Multi30k-style splits, the memory being the train split."""
     from wiring import runtime
@@ -194,15 +204,42 @@ def eval_decoder(
     runtime.configure()
     import json
 
+    from decoder.knn import KnnOptions
     from wiring.translation import evaluate_translation
 
+    knn = KnnOptions(knn_k, knn_temperature, knn_lambda, knn_adaptive)
     for row in evaluate_translation(model, data, split, k, beam, batch_size, encoder_dir,
                                     memory_cache, device, hypotheses=hypotheses,
-                                    temperature=temperature):
+                                    temperature=temperature, knn_memory=knn_memory, knn=knn):
         typer.echo(json.dumps(row))
+
+
+def build_token_memory(
+    model: Path = typer.Option(..., "--model", help="Decoder checkpoint directory."),
+    data: Path = typer.Option(..., "--data", help="Folder with SPLIT.{en,fr}[.gz]."),
+    out: Path = typer.Option(..., "--out", file_okay=False, help="Memory directory."),
+    split: str = typer.Option("train", "--split", help="The pairs to remember."),
+    encoder_dir: Path = typer.Option(DEFAULT_ENCODER, "--encoder"),
+    memory_cache: str = typer.Option("var/tm-cache", "--memory-cache"),
+    batch_size: int = typer.Option(64, min=1),
+    device: str | None = typer.Option(None),
+) -> None:
+    """Token memory (kNN-MT) of a split's pairs: the decoder's state before each target
+    token, stored with that token; for eval-decoder --knn-memory."""
+    from wiring import runtime
+
+    runtime.configure()
+    import json
+
+    from wiring.token_memory import build_token_memory as build
+
+    typer.echo(json.dumps(build(model, data, out, split, encoder_dir=encoder_dir,
+                                memory_cache=memory_cache, device=device,
+                                batch_size=batch_size)))
 
 
 def register(app: typer.Typer) -> None:
     app.command("train-decoder")(train_decoder)
     app.command("translate")(translate)
     app.command("eval-decoder")(eval_decoder)
+    app.command("build-token-memory")(build_token_memory)

@@ -164,7 +164,22 @@ class RetrievalAugmentedTransformer(nn.Module):
         return [blk.cross_attn.project_kv(memory.states) for blk in blocks]
 
     def _logits(self, x: torch.Tensor) -> torch.Tensor:
-        return self.ln_f(x) @ self.embed.weight.t().to(x.dtype)  # tied output embedding
+        return self.project(self.ln_f(x))
+
+    def project(self, states: torch.Tensor) -> torch.Tensor:
+        """Output states (after the final layer norm) → next-token logits (tied output
+        embedding). The states are what a token memory (:mod:`decoder.knn`) keys on."""
+        return states @ self.embed.weight.t().to(states.dtype)
+
+    def states(self, tgt_in: torch.Tensor, memory: Memory) -> torch.Tensor:
+        """Teacher-forced output states (B, T, d): position t's state predicts token t + 1
+        of ``<s> y``, i.e. ``(y </s>)[t]``."""
+        x = self._embed(tgt_in)
+        self_mask = causal_mask(tgt_in.size(1), tgt_in.device)
+        mem_mask = memory.mask.unsqueeze(1)
+        for blk, kv in zip(self.decoder_blocks, self.memory_kv(memory), strict=True):
+            x, _, _ = blk(x, kv, mem_mask, memory.log_w, self_mask=self_mask)
+        return self.ln_f(x)
 
     def decode(
         self, tgt_in: torch.Tensor, memory: Memory, need_weights: bool = False
@@ -193,8 +208,9 @@ class RetrievalAugmentedTransformer(nn.Module):
         group: int = 1,
     ) -> tuple[torch.Tensor, list[KV], torch.Tensor | None]:
         """One generation step with cached keys and values: the last tokens (R,) at
-        ``position`` → (logits (R, V), the caches with this step, cross-attention (R, S)
-        averaged over heads and layers when ``need_weights``). With ``group`` g, rows
+        ``position`` → (output states (R, d): :meth:`project` makes them logits, the caches
+        with this step, cross-attention (R, S) averaged over heads and layers when
+        ``need_weights``). With ``group`` g, rows
         g·i .. g·i + g - 1 read memory row i (the memory has R/g rows)."""
         x = self._embed(tokens.unsqueeze(1), offset=position)  # (R, 1, d)
         mem_mask = memory.mask.unsqueeze(1)
@@ -206,7 +222,7 @@ class RetrievalAugmentedTransformer(nn.Module):
             new_past.append(cache)
             if w is not None:
                 attn.append(w.float().mean(dim=1)[:, 0])  # (R, S)
-        return self._logits(x)[:, 0], new_past, torch.stack(attn).mean(0) if attn else None
+        return self.ln_f(x)[:, 0], new_past, torch.stack(attn).mean(0) if attn else None
 
     def forward(
         self,

@@ -15,6 +15,7 @@ score / (tokens + 1) ** length_penalty.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Protocol
 
 import torch
 
@@ -51,13 +52,24 @@ class _State:
                       [(k[sentences], v[sentences]) for k, v in self.memory_kv], past)
 
 
+class Mixer(Protocol):
+    """Turns the model's next-token log-probabilities into others, given the output states
+    they came from: a token memory (:class:`decoder.knn.KnnMixer`)."""
+
+    def __call__(self, states: torch.Tensor, lp: torch.Tensor) -> torch.Tensor: ...
+
+
 def _log_probs(
-    model: RetrievalAugmentedTransformer, logits: torch.Tensor, force_eos: torch.Tensor
+    model: RetrievalAugmentedTransformer, states: torch.Tensor, force_eos: torch.Tensor,
+    mix: Mixer | None = None,
 ) -> torch.Tensor:
-    """(R, V) logits → log-probabilities with the never-generated tokens at -inf and only
-    ``</s>`` allowed on the rows of ``force_eos`` (R,) bool."""
+    """(R, d) output states → (R, V) log-probabilities (mixed by ``mix`` when given) with
+    the never-generated tokens at -inf and only ``</s>`` allowed on the rows of
+    ``force_eos`` (R,) bool."""
     c = model.config
-    lp = torch.log_softmax(logits.float(), dim=-1)
+    lp = torch.log_softmax(model.project(states).float(), dim=-1)
+    if mix is not None:
+        lp = mix(states, lp)
     lp[:, [c.pad_id, c.bos_id, c.sep_id]] = float("-inf")
     if force_eos.any():
         eos = lp[force_eos, c.eos_id].clone()
@@ -71,6 +83,7 @@ def greedy(
     memory: Memory,
     max_len: list[int],
     need_weights: bool = False,
+    mix: Mixer | None = None,
 ) -> list[Hypothesis]:
     """The most probable next token at every step, for each of the memory's B rows."""
     c = model.config
@@ -85,10 +98,10 @@ def greedy(
     att: torch.Tensor | None = None
     out: list[Hypothesis | None] = [None] * n
     for t in range(max(max_len) + 1):
-        logits, state.past, a = model.step(tokens, t, state.memory, state.memory_kv, state.past,
+        states, state.past, a = model.step(tokens, t, state.memory, state.memory_kv, state.past,
                                            need_weights)
         force = limit[rows] <= t
-        lp = _log_probs(model, logits, force)
+        lp = _log_probs(model, states, force, mix)
         best, tokens = lp.max(dim=-1)  # (R,), (R,)
         scores = scores + best
         done = (tokens == c.eos_id) | force
@@ -114,6 +127,7 @@ def beam_search(
     beam: int = 4,
     length_penalty: float = 1.0,
     need_weights: bool = False,
+    mix: Mixer | None = None,
 ) -> list[Hypothesis]:
     """Beam search for each of the memory's B rows; returns the best finished hypothesis.
 
@@ -137,10 +151,10 @@ def beam_search(
     ended: list[list[Hypothesis]] = [[] for _ in range(n)]
     for t in range(max(max_len) + 1):
         nb = sent.numel()
-        logits, state.past, a = model.step(tokens, t, state.memory, state.memory_kv, state.past,
+        states, state.past, a = model.step(tokens, t, state.memory, state.memory_kv, state.past,
                                            need_weights, group=beam)
         force = limit[sent] <= t  # (nb,)
-        lp = _log_probs(model, logits, force.repeat_interleave(beam))  # (nb·beam, V)
+        lp = _log_probs(model, states, force.repeat_interleave(beam), mix)  # (nb·beam, V)
         v = lp.size(-1)
         cand = (scores.unsqueeze(-1) + lp.view(nb, beam, v)).view(nb, beam * v)
         top_s, top_i = cand.topk(min(2 * beam, beam * v), dim=1)  # (nb, 2·beam)

@@ -13,7 +13,7 @@ from tqdm import tqdm
 from decoder import batch as batching
 from decoder.config import DecoderConfig
 from decoder.model import RetrievalAugmentedTransformer
-from decoder.search import Hypothesis, beam_search, greedy
+from decoder.search import Hypothesis, Mixer, beam_search, greedy
 from decoder.tokenizer import decode, encode, token_strings
 from encoder.checkpoint import LoadedModel, read_checkpoint
 from encoder.device import autocast
@@ -84,10 +84,11 @@ class Decoder(LoadedModel):
         max_tokens: int | None = None,
         return_attention: bool = False,
         length_penalty: float = 1.0,
+        mix: Mixer | None = None,
     ) -> Generation:
         """Translate one source with its neighbours (see :meth:`generate_batch`)."""
         return self.generate_batch([source], [list(neighbours)], beam, max_tokens,
-                                   return_attention, length_penalty)[0]
+                                   return_attention, length_penalty, mix=mix)[0]
 
     def translate(
         self,
@@ -98,10 +99,11 @@ class Decoder(LoadedModel):
         length_penalty: float = 1.0,
         batch_size: int = 32,
         progress: bool = False,
+        mix: Mixer | None = None,
     ) -> list[str]:
         """Texts only, for many sources at once (see :meth:`generate_batch`)."""
         gens = self.generate_batch(sources, neighbours, beam, max_tokens, False, length_penalty,
-                                   batch_size, progress)
+                                   batch_size, progress, mix)
         return [g.text for g in gens]
 
     def generate_batch(
@@ -114,12 +116,14 @@ class Decoder(LoadedModel):
         length_penalty: float = 1.0,
         batch_size: int = 32,
         progress: bool = False,
+        mix: Mixer | None = None,
     ) -> list[Generation]:
         """One :class:`Generation` per source, in input order; beam 1 is greedy search.
 
         Outputs stop at ``max_tokens`` tokens (at most the model's ``max_tokens``); left
         None, at 2 × the source's tokens + 10. Sources are decoded in length-sorted
-        batches of ``batch_size``, each batch's memory encoded once.
+        batches of ``batch_size``, each batch's memory encoded once. ``mix`` (a token
+        memory: :class:`decoder.knn.KnnMixer`) reshapes each step's distribution.
         """
         _check(sources, neighbours, beam, max_tokens)
         if batch_size < 1:
@@ -138,7 +142,7 @@ class Decoder(LoadedModel):
             limits = [cap if max_tokens is not None else min(cap, 2 * len(src_ids[i]) + 10)
                       for i in idx]
             gens = self._generate_ids([src_ids[i] for i in idx], [nbrs[i] for i in idx],
-                                      limits, beam, return_attention, length_penalty)
+                                      limits, beam, return_attention, length_penalty, mix)
             for i, g in zip(idx, gens, strict=True):
                 g.truncated = g.truncated or src_cut[i]
                 out[i] = g
@@ -154,6 +158,7 @@ class Decoder(LoadedModel):
         beam: int,
         return_attention: bool,
         length_penalty: float,
+        mix: Mixer | None = None,
     ) -> list[Generation]:
         c = self.config
         flat = [v for row in nbrs for v, _ in row]
@@ -172,10 +177,10 @@ class Decoder(LoadedModel):
                 src, None if n_t is None else n_t.to(self.device),
                 None if n_w is None else n_w.to(self.device))
             if beam == 1:
-                hyps = greedy(self.model, memory, limits, return_attention)
+                hyps = greedy(self.model, memory, limits, return_attention, mix)
             else:
                 hyps = beam_search(self.model, memory, limits, beam, length_penalty,
-                                   return_attention)
+                                   return_attention, mix)
         gens = []
         for b, h in enumerate(hyps):
             g = Generation(decode(self.tokenizer, h.ids), token_strings(self.tokenizer, h.ids),

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 from decoder.data import read_lines, read_pairs
 
 if TYPE_CHECKING:
+    from decoder.knn import KnnOptions
     from wiring.translation_memory import TranslationMemory
 
 log = logging.getLogger(__name__)
@@ -113,8 +114,11 @@ def evaluate_translation(
     batch_size: int = 32, encoder_dir: Path = DEFAULT_ENCODER, memory_cache: str = "var/tm-cache",
     device: str | None = None, src_lang: str = "en", tgt_lang: str = "fr",
     hypotheses: Path | None = None, temperature: float | None = None,
+    knn_memory: Path | None = None, knn: KnnOptions | None = None,
 ) -> list[dict[str, Any]]:
     """sacreBLEU of ``model`` on each split of ``data``, the memory being the train split.
+    With ``knn_memory`` (a token memory built with this decoder: :mod:`decoder.knn`) each
+    step's distribution is mixed with its neighbours' votes (``knn`` options).
 
     ``k`` defaults to the model's training k (0 for a baseline). Per split: BLEU, its
     signature, the retrieval temperature (None without neighbours), and the seconds taken
@@ -134,6 +138,12 @@ def evaluate_translation(
         memory = read_pairs(data, "train", src_lang, tgt_lang)
         tm, t = memory_for(dec, [p[0] for p in memory], [p[1] for p in memory], temperature,
                            encoder_dir, memory_cache, device)
+    tokens = None
+    if knn_memory is not None:
+        from decoder.knn import KnnOptions, TokenMemory
+
+        tokens = TokenMemory.load(knn_memory, dec.fingerprint)
+        knn = knn or KnnOptions()
     rows: list[dict[str, Any]] = []
     for split in splits:
         pairs = read_pairs(data, split, src_lang, tgt_lang)
@@ -141,7 +151,12 @@ def evaluate_translation(
         t0 = time.perf_counter()
         neighbours = tm.neighbours(sources, k, t) if tm is not None and t is not None else None
         t1 = time.perf_counter()
-        hyps = dec.translate(sources, neighbours, beam=beam, batch_size=batch_size)
+        mix = None
+        if tokens is not None and knn is not None:
+            from decoder.knn import KnnMixer
+
+            mix = KnnMixer(tokens, knn)
+        hyps = dec.translate(sources, neighbours, beam=beam, batch_size=batch_size, mix=mix)
         t2 = time.perf_counter()
         bleu = sacrebleu.metrics.BLEU()
         score = bleu.corpus_score(hyps, [refs])
@@ -153,4 +168,9 @@ def evaluate_translation(
                      "temperature": t, "beam": beam, "sentences": len(pairs),
                      "bleu": round(score.score, 2), "signature": str(bleu.get_signature()),
                      "retrieve_s": round(t1 - t0, 2), "decode_s": round(t2 - t1, 2)})
+        if mix is not None and knn is not None:
+            rows[-1]["knn"] = {"memory": str(knn_memory), "keys": mix.memory.size,
+                               "k": knn.k, "temperature": knn.temperature, "lambda": knn.lam,
+                               "adaptive": knn.adaptive, "nprobe": knn.nprobe,
+                               "mean_lambda": round(mix.lam_sum / max(1, mix.steps), 4)}
     return rows

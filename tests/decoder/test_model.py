@@ -114,9 +114,11 @@ def test_cached_steps_equal_the_teacher_forced_pass(group: int) -> None:
     past = None
     rows = tgt_in.repeat(group, 1)  # `group` identical hypotheses reading one memory row
     for t in range(tgt_in.size(1)):
-        logits, past, att = model.step(rows[:, t], t, memory, kv, past, need_weights=True,
+        states, past, att = model.step(rows[:, t], t, memory, kv, past, need_weights=True,
                                        group=group)
-        torch.testing.assert_close(logits, full[:, t], atol=1e-5, rtol=1e-5)
+        torch.testing.assert_close(model.project(states), full[:, t], atol=1e-5, rtol=1e-5)
+        torch.testing.assert_close(states, model.states(tgt_in.repeat(group, 1), memory.select(
+            torch.zeros(group, dtype=torch.long)))[:, t], atol=1e-5, rtol=1e-5)
         assert att is not None and att_full is not None
         torch.testing.assert_close(att, att_full[:, t], atol=1e-6, rtol=1e-5)
 

@@ -1,0 +1,241 @@
+"""Token memory: kNN-MT (Khandelwal et al., ICLR 2021, "Nearest Neighbor Machine
+Translation") with a distance-adaptive λ (SK-MT: Dai et al., ACL 2023, "SK-MT: A Simple and
+Scalable kNN-MT").
+
+A datastore of (the decoder's output state at each target position → the target token it
+predicts), made by running the decoder teacher-forced over translation pairs
+(:func:`collect_keys`). At each generation step the ``k`` nearest states vote::
+
+    p_kNN(y) = Σᵢ softmax(−dᵢ / T)ᵢ · 1[vᵢ = y]        dᵢ: squared L2 distance to key i
+    λ = λ_max · max(0, 1 − d₀ / T)                      d₀: the nearest key's distance
+    p(y) = λ · p_kNN(y) + (1 − λ) · p_model(y)
+
+so a memory with nothing close (d₀ ≥ T) leaves the model's distribution as it is.
+
+Keys are stored as product-quantisation codes in a FAISS IVF index (``IVF{nlist},PQ{m}``:
+``m`` bytes a key) once there are enough of them to train it, exactly (``Flat``) below
+that; values as int32 token ids, with the memory row (pair) each key came from, so that a
+generation can say which pairs voted. A memory records the decoder it was built with: its
+states mean nothing to another one (:class:`MemoryMismatchError`). FAISS is imported only
+here, when a memory is built or read.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from tqdm import tqdm
+
+from decoder import batch as batching
+from decoder.tokenizer import encode
+
+FLAT_BELOW = 20_000  # keys: exact search below this, IVF-PQ from here on
+PQ_M = 64  # bytes a key in IVF-PQ
+TRAIN_SAMPLE = 100_000  # keys the IVF-PQ quantisers are trained on
+
+
+class MemoryMismatchError(ValueError):
+    """A token memory built with another decoder than the one it is used with."""
+
+
+def _faiss() -> Any:
+    import faiss
+
+    return faiss
+
+
+@dataclass
+class TokenMemory:
+    """Keys in a FAISS index (row i = key i), ``values`` (n,) int32 next-token ids,
+    ``rows`` (n,) int32 the memory row (pair) of each key, and ``meta`` (the decoder's
+    name and fingerprint, the index layout, counts)."""
+
+    index: Any
+    values: np.ndarray
+    rows: np.ndarray
+    meta: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def size(self) -> int:
+        return int(self.values.shape[0])
+
+    @classmethod
+    def build(cls, keys: np.ndarray, values: np.ndarray, rows: np.ndarray, decoder_name: str,
+              decoder_fingerprint: str, nlist: int | None = None, pq_m: int = PQ_M,
+              seed: int = 0) -> TokenMemory:
+        """A memory of ``keys`` (n, d); IVF-PQ (``nlist`` lists, default ≈ 4·√n) from
+        :data:`FLAT_BELOW` keys on, exact below."""
+        faiss = _faiss()
+        x = np.ascontiguousarray(keys, dtype=np.float32)
+        n, d = x.shape
+        if n < FLAT_BELOW:
+            layout = "Flat"
+            index = faiss.IndexFlatL2(d)
+        else:
+            nlist = nlist or int(min(4096, max(64, 4 * np.sqrt(n))))
+            layout = f"IVF{nlist},PQ{pq_m}"
+            index = faiss.index_factory(d, layout)
+            rng = np.random.default_rng(seed)
+            sample = x[rng.choice(n, min(n, TRAIN_SAMPLE), replace=False)]
+            index.train(sample)
+        index.add(x)
+        meta = {"decoder": decoder_name, "decoder_fingerprint": decoder_fingerprint,
+                "layout": layout, "dim": d}
+        return cls(index, np.asarray(values, np.int32), np.asarray(rows, np.int32), meta)
+
+    def add(self, keys: np.ndarray, values: np.ndarray, rows: np.ndarray) -> None:
+        """More keys (e.g. the tokens of pairs added to the translation memory), without
+        retraining: they are coded with the quantisers the memory has."""
+        self.index.add(np.ascontiguousarray(keys, dtype=np.float32))
+        self.values = np.concatenate([self.values, np.asarray(values, np.int32)])
+        self.rows = np.concatenate([self.rows, np.asarray(rows, np.int32)])
+
+    def search(self, q: np.ndarray, k: int, nprobe: int = 32
+               ) -> tuple[np.ndarray, np.ndarray]:
+        """(squared distances (R, k), key rows (R, k), -1 where fewer than k exist)."""
+        if hasattr(self.index, "nprobe"):
+            self.index.nprobe = nprobe
+        d, i = self.index.search(np.ascontiguousarray(q, dtype=np.float32), k)
+        return d, i
+
+    def check(self, decoder_fingerprint: str) -> None:
+        if self.meta.get("decoder_fingerprint") != decoder_fingerprint:
+            raise MemoryMismatchError(
+                f"this token memory was built with decoder {self.meta.get('decoder')} "
+                f"(fingerprint {self.meta.get('decoder_fingerprint')}), not "
+                f"{decoder_fingerprint}: build it again with this decoder")
+
+    def save(self, path: str | Path) -> Path:
+        """Write the memory to the directory ``path`` (replaced whole, never half-written)."""
+        out = Path(path)
+        tmp = out.with_name(out.name + ".tmp")
+        shutil.rmtree(tmp, ignore_errors=True)
+        tmp.mkdir(parents=True)
+        _faiss().write_index(self.index, str(tmp / "keys.faiss"))
+        np.savez(tmp / "values.npz", values=self.values, rows=self.rows)
+        meta = {**self.meta, "keys": self.size}
+        (tmp / "memory.json").write_text(json.dumps(meta, indent=2) + "\n")
+        if out.exists():
+            old = out.with_name(out.name + ".old")
+            shutil.rmtree(old, ignore_errors=True)
+            os.replace(out, old)
+            os.replace(tmp, out)
+            shutil.rmtree(old, ignore_errors=True)
+        else:
+            os.replace(tmp, out)
+        return out
+
+    @classmethod
+    def load(cls, path: str | Path, decoder_fingerprint: str | None = None) -> TokenMemory:
+        """Read a memory written by :meth:`save`; with ``decoder_fingerprint``, refuse
+        (:class:`MemoryMismatchError`) one built with another decoder."""
+        p = Path(path)
+        meta = json.loads((p / "memory.json").read_text())
+        with np.load(p / "values.npz") as f:
+            values, rows = f["values"], f["rows"]
+        memory = cls(_faiss().read_index(str(p / "keys.faiss")), values, rows, meta)
+        if memory.index.ntotal != memory.size:
+            raise ValueError(f"{p}: {memory.index.ntotal} keys but {memory.size} values")
+        if decoder_fingerprint is not None:
+            memory.check(decoder_fingerprint)
+        return memory
+
+
+@dataclass
+class KnnOptions:
+    """How a generation uses a token memory: ``k`` neighbours per step, distance
+    temperature ``temperature`` (squared L2 units of the decoder's states), ``lam`` the
+    most weight the memory gets (the distance-adaptive factor scales it down), ``nprobe``
+    IVF lists searched."""
+
+    k: int = 8
+    temperature: float = 100.0
+    lam: float = 1.0
+    adaptive: bool = True
+    nprobe: int = 32
+
+    def check(self) -> None:
+        if not 0.0 <= self.lam <= 1.0:
+            raise ValueError(f"knn lambda must be in [0, 1], got {self.lam}")
+        if not self.temperature > 0:
+            raise ValueError(f"knn temperature must be > 0, got {self.temperature}")
+        if not 1 <= self.k <= 1024:
+            raise ValueError(f"knn k must be in [1, 1024], got {self.k}")
+
+
+class KnnMixer:
+    """The :class:`decoder.search.Mixer` of a token memory (see the module docstring);
+    ``steps`` counts the rows searched, ``lam_sum`` the λ given them (mean λ = the ratio)."""
+
+    def __init__(self, memory: TokenMemory, options: KnnOptions) -> None:
+        options.check()
+        self.memory, self.o = memory, options
+        self.steps, self.lam_sum = 0, 0.0
+
+    def __call__(self, states: torch.Tensor, lp: torch.Tensor) -> torch.Tensor:
+        o = self.o
+        d_np, i_np = self.memory.search(states.float().cpu().numpy(), o.k, o.nprobe)
+        valid = torch.from_numpy(i_np >= 0).to(lp.device)
+        d = torch.from_numpy(d_np).to(lp.device).float()
+        vals = torch.from_numpy(self.memory.values[np.maximum(i_np, 0)]).to(lp.device).long()
+        logits = (-d / o.temperature).masked_fill(~valid, float("-inf"))
+        w = torch.softmax(logits, dim=1).nan_to_num(0.0)  # a row without keys: all 0
+        p_knn = torch.zeros_like(lp).scatter_add_(1, vals, w)
+        any_key = valid.any(dim=1)
+        if o.adaptive:
+            lam = o.lam * (1.0 - d[:, 0] / o.temperature).clamp(0.0, 1.0) * any_key
+        else:
+            lam = o.lam * any_key.float()
+        self.steps += int(lam.numel())
+        self.lam_sum += float(lam.sum())
+        lam = lam.unsqueeze(1)
+        return torch.log(lam * p_knn + (1.0 - lam) * lp.exp())
+
+
+def collect_keys(dec: Any, sources: Sequence[str], targets: Sequence[str],
+                 neighbours: Sequence[Sequence[tuple[str, float]]] | None = None,
+                 batch_size: int = 64, progress: bool = False
+                 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The decoder ``dec`` (:class:`decoder.Decoder`) teacher-forced over the pairs: per
+    target token (``</s>`` included) the output state before it (float16 (n, d)), the token
+    (int32 (n,)) and the pair's row (int32 (n,)). ``neighbours`` (per pair, (value,
+    weight)) are what a retrieval-augmented decoder reads, as when it generates."""
+    from encoder.device import autocast
+
+    c = dec.config
+    src_ids, _ = encode(dec.tokenizer, list(sources), c.max_tokens)
+    tgt_ids, _ = encode(dec.tokenizer, list(targets), c.max_tokens)
+    keys, values, rows = [], [], []
+    order = sorted(range(len(sources)), key=lambda i: -len(tgt_ids[i]))
+    for start in tqdm(range(0, len(order), batch_size), disable=not progress, desc="keys",
+                      mininterval=2):
+        idx = order[start:start + batch_size]
+        src = batching.sources([src_ids[i] for i in idx], c).to(dec.device)
+        n_t = n_w = None
+        if neighbours is not None and any(neighbours[i] for i in idx):
+            n_ids = [encode(dec.tokenizer, [v for v, _ in neighbours[i]], c.max_tokens)[0]
+                     if neighbours[i] else [] for i in idx]
+            n_t, n_w = batching.neighbours(n_ids, [[w for _, w in neighbours[i]] for i in idx],
+                                           c)
+        tgt_in, tgt_out = batching.targets([tgt_ids[i] for i in idx], c)
+        with torch.inference_mode(), autocast(dec.device):
+            memory = dec.model.encode_memory(
+                src, None if n_t is None else n_t.to(dec.device),
+                None if n_w is None else n_w.to(dec.device))
+            states = dec.model.states(tgt_in.to(dec.device), memory)
+        real = tgt_out != c.pad_id  # (B, T)
+        keys.append(states.float().cpu()[real].numpy().astype(np.float16))
+        values.append(tgt_out[real].numpy().astype(np.int32))
+        rows.append(np.repeat(np.asarray(idx, np.int32), real.sum(dim=1).numpy()))
+    d = c.d_model
+    return (np.concatenate(keys) if keys else np.zeros((0, d), np.float16),
+            np.concatenate(values) if values else np.zeros(0, np.int32),
+            np.concatenate(rows) if rows else np.zeros(0, np.int32))

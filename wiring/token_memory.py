@@ -1,0 +1,57 @@
+"""Token memories (:mod:`decoder.knn`) wired to translation pairs: built from a split of a
+parallel corpus with a decoder (a retrieval-augmented one reads each pair's neighbours as
+in training: the nearest other pairs), and used by ``qkv eval-decoder --knn``."""
+
+from __future__ import annotations
+
+import logging
+import time
+from pathlib import Path
+from typing import Any
+
+from decoder.data import read_pairs
+from decoder.knn import TokenMemory, collect_keys
+
+log = logging.getLogger(__name__)
+
+
+def pair_neighbours(dec: Any, sources: list[str], targets: list[str], encoder_dir: Path,
+                    cache: str, device: str | None) -> list[list[tuple[str, float]]] | None:
+    """What the decoder reads for each pair when teacher-forced over them: None for a
+    baseline (k = 0); else its training k nearest *other* pairs (value, weight), as it
+    was trained."""
+    from wiring.translation import memory_for
+
+    k = int((dec.meta.get("training") or {}).get("k", 0))
+    if k == 0:
+        return None
+    tm, t = memory_for(dec, sources, targets, None, encoder_dir, cache, device)
+    found = tm.search(sources, k, list(range(len(sources))), t, xq=tm.xb)
+    return [[(targets[j], w) for j, w in row] for row in found]
+
+
+def build_token_memory(model: Path, data: Path, out: Path, split: str = "train",
+                       src_lang: str = "en", tgt_lang: str = "fr",
+                       encoder_dir: Path = Path("models/encoder-default"),
+                       memory_cache: str = "var/tm-cache", device: str | None = None,
+                       batch_size: int = 64, progress: bool = True) -> dict[str, Any]:
+    """Build the token memory of ``split``'s pairs with the decoder ``model`` into ``out``;
+    returns what was built (keys, bytes, seconds)."""
+    import decoder
+
+    dec = decoder.load(model, device=device)
+    pairs = read_pairs(data, split, src_lang, tgt_lang)
+    sources, targets = [p[0] for p in pairs], [p[1] for p in pairs]
+    t0 = time.perf_counter()
+    nbrs = pair_neighbours(dec, sources, targets, encoder_dir, memory_cache, device)
+    keys, values, rows = collect_keys(dec, sources, targets, nbrs, batch_size, progress)
+    t1 = time.perf_counter()
+    memory = TokenMemory.build(keys, values, rows, dec.name, dec.fingerprint)
+    memory.meta.update({"pairs": len(pairs), "source": f"{data} {split}",
+                        "neighbours": nbrs is not None})
+    memory.save(out)
+    t2 = time.perf_counter()
+    size = sum(f.stat().st_size for f in out.iterdir())
+    return {"pairs": len(pairs), "keys": memory.size, "layout": memory.meta["layout"],
+            "bytes": size, "bytes_per_pair": round(size / max(1, len(pairs))),
+            "keys_s": round(t1 - t0, 1), "index_s": round(t2 - t1, 1)}
