@@ -16,7 +16,7 @@ import orjson
 from fastapi import APIRouter, Depends, Request, Response
 
 from api import schemas as s
-from api.errors import ApiError, invalid, too_large
+from api.errors import ApiError, conflict, invalid, too_large
 from api.routes import (
     ERRORS,
     CollectionName,
@@ -27,6 +27,7 @@ from api.routes import (
     tenant_of,
 )
 from api.service import Service
+from decoder.knn import KnnMixer, KnnOptions, votes
 from index import CollectionInfo, Filter, Hit, parse_filter, resolve_mode, softmax
 from index import attend as attend_values
 from index.store import as_matrix  # the store's own checks: 409 wrong dim, 422 not finite
@@ -239,12 +240,41 @@ async def generate(name: CollectionName, body: s.GenerateRequest, request: Reque
         cosines = np.zeros(0, np.float32)
     weights = softmax(cosines, t)
     neighbours_read = [(h.value or h.text, float(w)) for h, w in zip(hits, weights, strict=True)]
+    memory, options = knn_for(svc, name, info.name, body.knn)
+    mix = KnnMixer(memory, options) if memory is not None and options is not None else None
     gen = await svc.run(dec.generate, body.query, neighbours_read, beam=body.beam,
-                        max_tokens=body.max_tokens, return_attention=body.return_attention)
+                        max_tokens=body.max_tokens, return_attention=body.return_attention,
+                        mix=mix)
     attention = None
     if body.return_attention and gen.attention is not None:
         attention = {"tokens": gen.tokens, "memory_tokens": gen.memory_tokens,
                      "memory_segments": gen.memory_segments, "weights": gen.attention}
+    knn_out: dict[str, Any] | None = None
+    if mix is not None and options is not None:
+        knn_out = {"keys": mix.memory.size,
+                   "mean_lambda": round(mix.lam_sum / max(1, mix.steps), 4)}
+        if body.knn is not None and body.knn.return_votes:
+            knn_out["tokens"] = await svc.run(votes, dec, body.query, neighbours_read, gen.ids,
+                                              mix.memory, options)
     return json_response(with_seeding(svc, name, {
         "text": gen.text, "neighbours": hits_out(hits, weights, ["text", "value", "metadata"]),
-        "weights": weights, "attention": attention}))
+        "weights": weights, "attention": attention, "knn": knn_out}))
+
+
+def knn_for(svc: Service, name: str, stored: str, req: s.KnnRequest | None
+            ) -> tuple[Any, KnnOptions | None]:
+    """The collection's token memory and the options to use it with: by default when it
+    has one; ``{"enabled": false}`` turns it off; asking for it without one is a 409."""
+    memory = svc.token_memory_for(name, stored)
+    if req is not None and not req.enabled:
+        return None, None
+    if memory is None:
+        if req is not None:
+            raise conflict(f"collection {name!r} has no token memory (build one with qkv "
+                           "build-token-memory and give it with QKV_TOKEN_MEMORIES); send "
+                           '"knn": {"enabled": false} or leave knn out')
+        return None, None
+    if req is None:
+        return memory, KnnOptions()
+    return memory, KnnOptions(k=req.k, temperature=req.temperature, lam=req.lambda_,
+                              adaptive=req.adaptive, reach=req.reach)

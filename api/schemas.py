@@ -12,6 +12,8 @@ from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 
+from api.demo_schemas import Seeding, seeding_field
+from api.knn_schemas import KnnOut, KnnRequest
 from index import collection_name
 
 Consistency = Literal["Strong", "Session", "Bounded", "Eventually"]
@@ -334,20 +336,6 @@ class HitOut(BaseModel):
     vector: list[float] | None = None
 
 
-class Seeding(BaseModel):
-    collection: str
-    state: Literal["waiting", "seeding", "complete", "stopped", "failed"]
-    written: int = Field(description="Documents written (and searchable) so far.")
-    of: int = Field(description="Documents in the demo corpus.")
-    error: str | None = None
-
-
-def seeding_field() -> Any:
-    return Field(None, description="Only while this demo collection is still being filled "
-                 "on a first start: how far it is (the answer comes from the documents "
-                 "written so far).")
-
-
 class SearchResponse(BaseModel):
     hits: list[HitOut]
     temperature: float
@@ -379,6 +367,8 @@ class GenerateRequest(RequestBody):
     beam: int = Field(4, ge=1, le=16)
     max_tokens: int | None = Field(None, ge=1)
     return_attention: bool = False
+    knn: KnnRequest | None = Field(None, description="Token memory options; left out, a "
+                                   "collection with a token memory uses it with the defaults.")
 
 
 class AttentionMap(BaseModel):
@@ -393,6 +383,7 @@ class GenerateResponse(BaseModel):
     neighbours: list[HitOut]
     weights: list[float]
     attention: AttentionMap | None = None
+    knn: KnnOut | None = Field(None, description="Present when a token memory was used.")
     seeding: Seeding | None = seeding_field()
 
 

@@ -48,7 +48,7 @@ class Service:
             settings.model, settings.store, token=settings.milvus_token,
             timeout=settings.store_timeout_s, device=settings.device,
             cpu_threads=settings.encoder_threads or os.cpu_count() or 1,
-            decoders=settings.decoders)
+            decoders=settings.decoders, token_memories=settings.token_memories)
         self.encoder, self.info, self.store = self.parts.encoder, self.parts.info, self.parts.store
         self.decoders, self.decoder_paths = self.parts.decoders, self.parts.decoder_paths
         self.model_created = int(settings.model.joinpath("model.safetensors").stat().st_mtime)
@@ -150,3 +150,8 @@ class Service:
                 f"{configured}); configure one with QKV_DECODERS='{{\"{collection}\": "
                 "\"models/DECODER\"}'")
         return dec
+
+    def token_memory_for(self, collection: str, *names: str) -> Any:
+        """The token memory configured for ``collection`` (or another name of it), or None."""
+        memories = self.parts.token_memories
+        return next((memories[n] for n in (collection, *names) if n in memories), None)

@@ -21,24 +21,26 @@ from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 from index import collection_name
 
 
-def decoder_entry(text: str) -> tuple[str, Path]:
+def decoder_entry(text: str, what: str = "a decoder is COLLECTION=CHECKPOINT_DIR"
+                  ) -> tuple[str, Path]:
     """``NAME=DIR`` -> (collection name, decoder checkpoint); ``ValueError`` otherwise."""
     name, sep, path = text.partition("=")
     if not sep or not name.strip() or not path.strip():
-        raise ValueError(f"a decoder is COLLECTION=CHECKPOINT_DIR, got {text!r}")
+        raise ValueError(f"{what}, got {text!r}")
     return name.strip(), Path(path.strip())
 
 
-def parse_decoders(text: str) -> dict[str, Any]:
+def parse_decoders(text: str, what: str = "QKV_DECODERS") -> dict[str, Any]:
     """``QKV_DECODERS``: a JSON object, or ``NAME=DIR[,NAME=DIR...]`` (a form that also fits
     in a docker-compose ``${VAR:-default}``, which cannot hold braces); empty is none."""
     text = text.strip()
     if text.startswith("{"):
         value = json.loads(text)
         if not isinstance(value, dict):
-            raise ValueError("QKV_DECODERS must be a JSON object")
+            raise ValueError(f"{what} must be a JSON object")
         return value
-    return dict(decoder_entry(part) for part in text.split(",") if part.strip())
+    return dict(decoder_entry(part, f"{what} entries are COLLECTION=DIR")
+                for part in text.split(",") if part.strip())
 
 
 class Settings(BaseSettings):
@@ -53,6 +55,10 @@ class Settings(BaseSettings):
     decoders: Annotated[dict[str, Path], NoDecode] = Field(
         default_factory=dict, description="Collection name -> decoder checkpoint, as JSON "
         "or NAME=DIR[,NAME=DIR...].")
+    token_memories: Annotated[dict[str, Path], NoDecode] = Field(
+        default_factory=dict, description="Collection name -> token memory directory (kNN-MT, "
+        "`qkv build-token-memory`), as JSON or NAME=DIR[,...]; the collection's decoder must "
+        "be the one that built it.")
     device: str | None = Field(None, description="cpu, cuda, cuda:1 ... (default: auto).")
     encoder_threads: int | None = Field(None, ge=1, description="CPU threads of the encoder "
                                         "(default: all the cores).")
@@ -96,6 +102,11 @@ class Settings(BaseSettings):
     @classmethod
     def _decoders_from_text(cls, value: Any) -> Any:
         return parse_decoders(value) if isinstance(value, str) else value
+
+    @field_validator("token_memories", mode="before")
+    @classmethod
+    def _memories_from_text(cls, value: Any) -> Any:
+        return parse_decoders(value, "QKV_TOKEN_MEMORIES") if isinstance(value, str) else value
 
     @field_validator("decoders")
     @classmethod

@@ -191,12 +191,16 @@ def eval_decoder(
         None, "--knn-memory", file_okay=False, exists=True,
         help="A token memory built with this decoder (qkv build-token-memory): kNN-MT."),
     knn_k: int = typer.Option(8, "--knn-k", min=1, max=1024, help="Memory tokens per step."),
-    knn_temperature: float = typer.Option(100.0, "--knn-temperature", min=1e-6,
+    knn_temperature: float = typer.Option(10.0, "--knn-temperature", min=1e-6,
                                           help="Distance temperature (squared L2)."),
-    knn_lambda: float = typer.Option(1.0, "--knn-lambda", min=0.0, max=1.0,
+    knn_lambda: float = typer.Option(0.35, "--knn-lambda", min=0.0, max=1.0,
                                      help="The most weight the memory gets."),
     knn_adaptive: bool = typer.Option(True, "--knn-adaptive/--knn-fixed",
-                                      help="Scale λ by 1 − d₀/T (nothing close: no effect)."),
+                                      help="Scale λ by 1 − d₀/reach (nothing close: no "
+                                      "effect)."),
+    knn_reach: float = typer.Option(400.0, "--knn-reach", min=1e-6,
+                                    help="Nearest-key distance at which λ reaches 0."),
+    knn_nprobe: int = typer.Option(8, "--knn-nprobe", min=1, help="IVF lists searched."),
 ) -> None:
     """sacreBLEU of a decoder on Multi30k-style splits, the memory being the train split."""
     from wiring import runtime
@@ -207,7 +211,8 @@ def eval_decoder(
     from decoder.knn import KnnOptions
     from wiring.translation import evaluate_translation
 
-    knn = KnnOptions(knn_k, knn_temperature, knn_lambda, knn_adaptive)
+    knn = KnnOptions(knn_k, knn_temperature, knn_lambda, knn_adaptive, knn_nprobe,
+                     knn_reach)
     for row in evaluate_translation(model, data, split, k, beam, batch_size, encoder_dir,
                                     memory_cache, device, hypotheses=hypotheses,
                                     temperature=temperature, knn_memory=knn_memory, knn=knn):

@@ -7,10 +7,11 @@ predicts), made by running the decoder teacher-forced over translation pairs
 (:func:`collect_keys`). At each generation step the ``k`` nearest states vote::
 
     p_kNN(y) = Σᵢ softmax(−dᵢ / T)ᵢ · 1[vᵢ = y]        dᵢ: squared L2 distance to key i
-    λ = λ_max · max(0, 1 − d₀ / T)                      d₀: the nearest key's distance
+    λ = λ_max · max(0, 1 − d₀ / R)                      d₀: the nearest key's distance
     p(y) = λ · p_kNN(y) + (1 − λ) · p_model(y)
 
-so a memory with nothing close (d₀ ≥ T) leaves the model's distribution as it is.
+so a memory with nothing within reach R (d₀ ≥ R) leaves the model's distribution as it is
+(SK-MT ties R to T; a separate R let the memory weigh more on the dev split).
 
 Keys are stored as product-quantisation codes in a FAISS IVF index (``IVF{nlist},PQ{m}``:
 ``m`` bytes a key) once there are enough of them to train it, exactly (``Flat``) below
@@ -98,13 +99,21 @@ class TokenMemory:
         self.values = np.concatenate([self.values, np.asarray(values, np.int32)])
         self.rows = np.concatenate([self.rows, np.asarray(rows, np.int32)])
 
-    def search(self, q: np.ndarray, k: int, nprobe: int = 32
+    def search(self, q: np.ndarray, k: int, nprobe: int = 8
                ) -> tuple[np.ndarray, np.ndarray]:
-        """(squared distances (R, k), key rows (R, k), -1 where fewer than k exist)."""
+        """(squared distances (R, k), key rows (R, k), -1 where fewer than k exist). Safe
+        from several threads at once (``nprobe`` goes with the call, not the index)."""
+        x = np.ascontiguousarray(q, dtype=np.float32)
         if hasattr(self.index, "nprobe"):
-            self.index.nprobe = nprobe
-        d, i = self.index.search(np.ascontiguousarray(q, dtype=np.float32), k)
-        return d, i
+            params = _faiss().SearchParametersIVF(nprobe=nprobe)
+            return self.index.search(x, k, params=params)  # type: ignore[no-any-return]
+        return self.index.search(x, k)  # type: ignore[no-any-return]
+
+    def pair_id(self, key: int) -> str:
+        """The id of the pair key ``key`` came from (its row number without ``ids``)."""
+        row = int(self.rows[key])
+        ids = self.meta.get("ids")
+        return str(ids[row]) if ids else str(row)
 
     def check(self, decoder_fingerprint: str) -> None:
         if self.meta.get("decoder_fingerprint") != decoder_fingerprint:
@@ -153,20 +162,23 @@ class TokenMemory:
 class KnnOptions:
     """How a generation uses a token memory: ``k`` neighbours per step, distance
     temperature ``temperature`` (squared L2 units of the decoder's states), ``lam`` the
-    most weight the memory gets (the distance-adaptive factor scales it down), ``nprobe``
-    IVF lists searched."""
+    most weight the memory gets, scaled down by the nearest key's distance over ``reach``
+    when ``adaptive``; ``nprobe`` IVF lists searched."""
 
     k: int = 8
-    temperature: float = 100.0
-    lam: float = 1.0
+    temperature: float = 10.0
+    lam: float = 0.35
     adaptive: bool = True
-    nprobe: int = 32
+    nprobe: int = 8
+    reach: float = 400.0
 
     def check(self) -> None:
         if not 0.0 <= self.lam <= 1.0:
             raise ValueError(f"knn lambda must be in [0, 1], got {self.lam}")
         if not self.temperature > 0:
             raise ValueError(f"knn temperature must be > 0, got {self.temperature}")
+        if not self.reach > 0:
+            raise ValueError(f"knn reach must be > 0, got {self.reach}")
         if not 1 <= self.k <= 1024:
             raise ValueError(f"knn k must be in [1, 1024], got {self.k}")
 
@@ -191,13 +203,36 @@ class KnnMixer:
         p_knn = torch.zeros_like(lp).scatter_add_(1, vals, w)
         any_key = valid.any(dim=1)
         if o.adaptive:
-            lam = o.lam * (1.0 - d[:, 0] / o.temperature).clamp(0.0, 1.0) * any_key
+            lam = o.lam * (1.0 - d[:, 0] / o.reach).clamp(0.0, 1.0) * any_key
         else:
             lam = o.lam * any_key.float()
         self.steps += int(lam.numel())
         self.lam_sum += float(lam.sum())
         lam = lam.unsqueeze(1)
         return torch.log(lam * p_knn + (1.0 - lam) * lp.exp())
+
+
+def _states(dec: Any, src_ids: Sequence[list[int]], tgt_ids: Sequence[list[int]],
+            neighbours: Sequence[Sequence[tuple[str, float]]] | None
+            ) -> tuple[torch.Tensor, torch.Tensor]:
+    """Teacher-forced output states (B, T, d) float32 on the CPU of target token ids given
+    source ids (and neighbours), and the target outputs ``y </s>`` (B, T), padded."""
+    from encoder.device import autocast
+
+    c = dec.config
+    src = batching.sources(src_ids, c).to(dec.device)
+    n_t = n_w = None
+    if neighbours is not None and any(neighbours):
+        n_ids = [encode(dec.tokenizer, [v for v, _ in n], c.max_tokens)[0] if n else []
+                 for n in neighbours]
+        n_t, n_w = batching.neighbours(n_ids, [[w for _, w in n] for n in neighbours], c)
+    tgt_in, tgt_out = batching.targets(tgt_ids, c)
+    with torch.inference_mode(), autocast(dec.device):
+        memory = dec.model.encode_memory(
+            src, None if n_t is None else n_t.to(dec.device),
+            None if n_w is None else n_w.to(dec.device))
+        states = dec.model.states(tgt_in.to(dec.device), memory)
+    return states.float().cpu(), tgt_out
 
 
 def collect_keys(dec: Any, sources: Sequence[str], targets: Sequence[str],
@@ -208,8 +243,6 @@ def collect_keys(dec: Any, sources: Sequence[str], targets: Sequence[str],
     target token (``</s>`` included) the output state before it (float16 (n, d)), the token
     (int32 (n,)) and the pair's row (int32 (n,)). ``neighbours`` (per pair, (value,
     weight)) are what a retrieval-augmented decoder reads, as when it generates."""
-    from encoder.device import autocast
-
     c = dec.config
     src_ids, _ = encode(dec.tokenizer, list(sources), c.max_tokens)
     tgt_ids, _ = encode(dec.tokenizer, list(targets), c.max_tokens)
@@ -218,24 +251,45 @@ def collect_keys(dec: Any, sources: Sequence[str], targets: Sequence[str],
     for start in tqdm(range(0, len(order), batch_size), disable=not progress, desc="keys",
                       mininterval=2):
         idx = order[start:start + batch_size]
-        src = batching.sources([src_ids[i] for i in idx], c).to(dec.device)
-        n_t = n_w = None
-        if neighbours is not None and any(neighbours[i] for i in idx):
-            n_ids = [encode(dec.tokenizer, [v for v, _ in neighbours[i]], c.max_tokens)[0]
-                     if neighbours[i] else [] for i in idx]
-            n_t, n_w = batching.neighbours(n_ids, [[w for _, w in neighbours[i]] for i in idx],
-                                           c)
-        tgt_in, tgt_out = batching.targets([tgt_ids[i] for i in idx], c)
-        with torch.inference_mode(), autocast(dec.device):
-            memory = dec.model.encode_memory(
-                src, None if n_t is None else n_t.to(dec.device),
-                None if n_w is None else n_w.to(dec.device))
-            states = dec.model.states(tgt_in.to(dec.device), memory)
+        states, tgt_out = _states(dec, [src_ids[i] for i in idx], [tgt_ids[i] for i in idx],
+                                  None if neighbours is None else [neighbours[i] for i in idx])
         real = tgt_out != c.pad_id  # (B, T)
-        keys.append(states.float().cpu()[real].numpy().astype(np.float16))
+        keys.append(states[real].numpy().astype(np.float16))
         values.append(tgt_out[real].numpy().astype(np.int32))
         rows.append(np.repeat(np.asarray(idx, np.int32), real.sum(dim=1).numpy()))
     d = c.d_model
     return (np.concatenate(keys) if keys else np.zeros((0, d), np.float16),
             np.concatenate(values) if values else np.zeros(0, np.int32),
             np.concatenate(rows) if rows else np.zeros(0, np.int32))
+
+
+def votes(dec: Any, source: str, neighbours: Sequence[tuple[str, float]], ids: list[int],
+          memory: TokenMemory, options: KnnOptions, top: int = 4) -> list[dict[str, Any]]:
+    """Which memory tokens voted for each token of a generated output (its ``ids``, then
+    ``</s>``), as the generation saw them: the output teacher-forced gives the very
+    states each step searched with. Per token: its λ, the memory's probability of it, and
+    the ``top`` heaviest voters (pair id, token, weight)."""
+    c = dec.config
+    src_ids, _ = encode(dec.tokenizer, [source], c.max_tokens)
+    states, tgt_out = _states(dec, src_ids, [ids], [list(neighbours)] if neighbours else None)
+    n = len(ids) + 1
+    d_np, i_np = memory.search(states[0, :n].numpy(), options.k, options.nprobe)
+    out = []
+    for t in range(n):
+        valid = i_np[t] >= 0
+        d, keys = d_np[t][valid], i_np[t][valid]
+        w = np.exp(-(d - d.min()) / options.temperature) if len(d) else d
+        w = w / w.sum() if len(w) else w
+        lam = options.lam if len(d) else 0.0
+        if options.adaptive and len(d):
+            lam *= float(np.clip(1.0 - d[0] / options.reach, 0.0, 1.0))
+        token = int(tgt_out[0, t])
+        vals = memory.values[keys]
+        order = np.argsort(-w, kind="stable")[:top]
+        out.append({
+            "token": dec.tokenizer.id_to_token(token) or "", "lambda": round(lam, 4),
+            "p_memory": round(float(w[vals == token].sum()), 4),
+            "votes": [{"id": memory.pair_id(int(keys[j])),
+                       "token": dec.tokenizer.id_to_token(int(vals[j])) or "",
+                       "weight": round(float(w[j]), 4)} for j in order]})
+    return out

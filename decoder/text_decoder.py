@@ -41,6 +41,7 @@ class Generation:
     attention: list[list[float]] | None = None
     memory_tokens: list[str] | None = None
     memory_segments: list[int] | None = field(default=None)
+    ids: list[int] = field(default_factory=list)  # the output's token ids, without </s>
 
 
 def _check(sources: Sequence[str], neighbours: Sequence[Sequence[Neighbour]] | None,
@@ -184,7 +185,7 @@ class Decoder(LoadedModel):
         gens = []
         for b, h in enumerate(hyps):
             g = Generation(decode(self.tokenizer, h.ids), token_strings(self.tokenizer, h.ids),
-                           h.score, n_cut[b], h.finished)
+                           h.score, n_cut[b], h.finished, ids=list(h.ids))
             if return_attention:
                 self._explain(g, h, memory.mask[b], memory.segments[b], memory.ids[b])
             gens.append(g)

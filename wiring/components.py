@@ -56,6 +56,7 @@ class Components:
     store: VectorStore
     decoders: dict[str, Any] = field(default_factory=dict)
     decoder_paths: dict[str, Path] = field(default_factory=dict)  # stored collection name → dir
+    token_memories: dict[str, Any] = field(default_factory=dict)  # → decoder.knn.TokenMemory
 
     def close(self) -> None:
         self.store.close()
@@ -63,12 +64,27 @@ class Components:
 
 def load_components(model: Path, store: str, *, token: str = "", timeout: float = 10.0,
                     device: str | None = None, cpu_threads: int | None = None,
-                    decoders: Mapping[str, Path] | None = None) -> Components:
-    """Load the encoder and the decoders and open the store (a store that is down does not
-    fail here: its calls raise ``StoreUnavailableError`` until it is back)."""
+                    decoders: Mapping[str, Path] | None = None,
+                    token_memories: Mapping[str, Path] | None = None) -> Components:
+    """Load the encoder, the decoders and their token memories, and open the store (a store
+    that is down does not fail here: its calls raise ``StoreUnavailableError`` until it is
+    back). A token memory of a collection without a decoder, or built with another decoder,
+    is a ``ValueError`` (``decoder.knn.MemoryMismatchError``)."""
     text_encoder = load_encoder(model, device, cpu_threads)
     # keyed by the stored collection name (``tm-en-fr`` → ``tm_en_fr``), as routes look them up
     paths = {collection_name(c): Path(p) for c, p in (decoders or {}).items()}
+    loaded = load_decoders(paths, device)
+    memories: dict[str, Any] = {}
+    for c, path in (token_memories or {}).items():
+        from decoder.knn import TokenMemory
+
+        stored = collection_name(c)
+        if stored not in loaded:
+            raise ValueError(f"token memory {path} for collection {c!r}, which has no decoder "
+                             "(give it one in decoders)")
+        memories[stored] = TokenMemory.load(path, loaded[stored].fingerprint)
+        log.info("collection %s generates with token memory %s (%d tokens)", stored, path,
+                 memories[stored].size)
     return Components(encoder=text_encoder, info=encoder_info(text_encoder),
                       store=open_store(store, token=token, timeout=timeout),
-                      decoders=load_decoders(paths, device), decoder_paths=paths)
+                      decoders=loaded, decoder_paths=paths, token_memories=memories)

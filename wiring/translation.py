@@ -171,6 +171,7 @@ def evaluate_translation(
         if mix is not None and knn is not None:
             rows[-1]["knn"] = {"memory": str(knn_memory), "keys": mix.memory.size,
                                "k": knn.k, "temperature": knn.temperature, "lambda": knn.lam,
-                               "adaptive": knn.adaptive, "nprobe": knn.nprobe,
+                               "adaptive": knn.adaptive, "reach": knn.reach,
+                               "nprobe": knn.nprobe,
                                "mean_lambda": round(mix.lam_sum / max(1, mix.steps), 4)}
     return rows

@@ -57,8 +57,8 @@ def test_an_exact_memory_makes_an_untrained_decoder_write_its_targets(
 def test_far_from_every_key_the_adaptive_memory_changes_nothing(
         dec: decoder.Decoder, memory: TokenMemory) -> None:
     sources = ["A white fox swims near the river.", "A big duck sleeps on the beach."]
-    # a temperature far below the smallest distance of a state the memory does not hold
-    far = KnnMixer(memory, KnnOptions(k=4, temperature=1e-9, lam=1.0))
+    # a reach far below the smallest distance of a state the memory does not hold
+    far = KnnMixer(memory, KnnOptions(k=4, temperature=1.0, lam=1.0, reach=1e-9))
     assert dec.translate(sources, beam=2, mix=far) == dec.translate(sources, beam=2)
     assert far.steps > 0 and far.lam_sum == 0.0
 
@@ -79,7 +79,7 @@ def test_a_memory_is_saved_read_and_refused_by_another_decoder(
 
 def test_options_out_of_range_are_refused(memory: TokenMemory) -> None:
     for bad, match in ((KnnOptions(lam=1.5), "lambda"), (KnnOptions(temperature=0), "temp"),
-                       (KnnOptions(k=0), "k must")):
+                       (KnnOptions(k=0), "k must"), (KnnOptions(reach=-1), "reach")):
         with pytest.raises(ValueError, match=match):
             KnnMixer(memory, bad)
 
