@@ -8,7 +8,7 @@ from pydantic import BaseModel, ConfigDict, Field
 class KnnRequest(BaseModel):
     """The collection's token memory (kNN-MT) for this generate; see decoder.knn."""
 
-    model_config = ConfigDict(strict=True, populate_by_name=True)
+    model_config = ConfigDict(strict=True, populate_by_name=True, extra="forbid")
 
     enabled: bool = Field(True, description="false: the decoder alone.")
     k: int = Field(8, ge=1, le=1024, description="Memory tokens that vote at each step.")

@@ -17,6 +17,20 @@ log = logging.getLogger(__name__)
 
 DEFAULT_ENCODER = Path("models/encoder-default")
 
+KNN_MEMORY = typer.Option(
+    None, "--knn-memory", file_okay=False, exists=True,
+    help="A token memory built with this decoder (qkv build-token-memory): kNN-MT.")
+KNN_K = typer.Option(8, "--knn-k", min=1, max=1024, help="Memory tokens that vote per step.")
+KNN_TEMPERATURE = typer.Option(10.0, "--knn-temperature", min=1e-6,
+                               help="Softmax temperature over the voters' squared distances.")
+KNN_LAMBDA = typer.Option(0.35, "--knn-lambda", min=0.0, max=1.0,
+                          help="The most weight the memory gets.")
+KNN_ADAPTIVE = typer.Option(True, "--knn-adaptive/--knn-fixed",
+                            help="Scale λ by 1 − d₀/reach (nothing close: no effect).")
+KNN_REACH = typer.Option(400.0, "--knn-reach", min=1e-6,
+                         help="Nearest-key squared distance at which λ reaches 0.")
+KNN_NPROBE = typer.Option(8, "--knn-nprobe", min=1, help="IVF lists searched.")
+
 
 def train_decoder(
     data: Path = typer.Option(..., "--data", help="Folder with train/val.{en,fr}[.gz] "
@@ -121,8 +135,17 @@ def translate(
                                      help="Folder caching memory vectors ('' for none)."),
     device: str | None = typer.Option(None, help="cpu, cuda, ... (default: auto)."),
     progress: bool = typer.Option(True, "--progress/--no-progress"),
+    knn_memory: Path | None = KNN_MEMORY,
+    knn: bool = typer.Option(True, "--knn/--no-knn", help="Use --knn-memory (when given)."),
+    knn_k: int = KNN_K,
+    knn_temperature: float = KNN_TEMPERATURE,
+    knn_lambda: float = KNN_LAMBDA,
+    knn_adaptive: bool = KNN_ADAPTIVE,
+    knn_reach: float = KNN_REACH,
+    knn_nprobe: int = KNN_NPROBE,
 ) -> None:
-    """Translate a file line by line, reading the k nearest memory entries' targets.
+    """Translate a file line by line, reading the k nearest memory entries' targets (and,
+    with --knn-memory, mixing in the votes of a token memory at each step).
 
     An empty input line gives an empty output line; over-long lines are cut to the
     model's token limit.
@@ -148,6 +171,16 @@ def translate(
         dec = decoder.load(model, device=device)
     except FileNotFoundError as e:
         raise typer.BadParameter(str(e), param_hint="--model") from e
+    mix = None
+    if knn and knn_memory is not None:
+        from decoder.knn import KnnMixer, KnnOptions, MemoryMismatchError, TokenMemory
+
+        try:
+            tokens = TokenMemory.load(knn_memory, dec.fingerprint)
+        except MemoryMismatchError as e:
+            raise typer.BadParameter(str(e), param_hint="--knn-memory") from e
+        mix = KnnMixer(tokens, KnnOptions(knn_k, knn_temperature, knn_lambda, knn_adaptive,
+                                          knn_nprobe, knn_reach))
     neighbours: list[list[tuple[str, float]]] = [[] for _ in lines]
     if k > 0:
         try:
@@ -158,15 +191,19 @@ def translate(
     if plot is None:
         texts = dec.translate(lines, neighbours, beam=beam, max_tokens=max_tokens,
                               length_penalty=length_penalty, batch_size=batch_size,
-                              progress=progress)
+                              progress=progress, mix=mix)
     else:
         gens = dec.generate_batch(lines, neighbours, beam=beam, max_tokens=max_tokens,
-                                  return_attention=True, length_penalty=length_penalty)
+                                  return_attention=True, length_penalty=length_penalty,
+                                  mix=mix)
         texts = [g.text for g in gens]
         i = next(i for i, ln in enumerate(lines) if ln.strip())
         plot_attention(gens[i], [w for _, w in neighbours[i]], plot)
     output.parent.mkdir(parents=True, exist_ok=True)
     output.write_text("".join(t.replace("\n", " ") + "\n" for t in texts), encoding="utf-8")
+    if mix is not None:
+        log.info("token memory: %d tokens, mean λ %.3f over %d searched steps",
+                 mix.memory.size, mix.lam_sum / max(1, mix.steps), mix.steps)
     log.info("translated %d lines into %s", len(lines), output)
 
 
@@ -187,20 +224,13 @@ def eval_decoder(
     temperature: float | None = typer.Option(
         None, min=1e-4, help="Retrieval temperature (default: the model's training one)."),
     device: str | None = typer.Option(None),
-    knn_memory: Path | None = typer.Option(
-        None, "--knn-memory", file_okay=False, exists=True,
-        help="A token memory built with this decoder (qkv build-token-memory): kNN-MT."),
-    knn_k: int = typer.Option(8, "--knn-k", min=1, max=1024, help="Memory tokens per step."),
-    knn_temperature: float = typer.Option(10.0, "--knn-temperature", min=1e-6,
-                                          help="Distance temperature (squared L2)."),
-    knn_lambda: float = typer.Option(0.35, "--knn-lambda", min=0.0, max=1.0,
-                                     help="The most weight the memory gets."),
-    knn_adaptive: bool = typer.Option(True, "--knn-adaptive/--knn-fixed",
-                                      help="Scale λ by 1 − d₀/reach (nothing close: no "
-                                      "effect)."),
-    knn_reach: float = typer.Option(400.0, "--knn-reach", min=1e-6,
-                                    help="Nearest-key distance at which λ reaches 0."),
-    knn_nprobe: int = typer.Option(8, "--knn-nprobe", min=1, help="IVF lists searched."),
+    knn_memory: Path | None = KNN_MEMORY,
+    knn_k: int = KNN_K,
+    knn_temperature: float = KNN_TEMPERATURE,
+    knn_lambda: float = KNN_LAMBDA,
+    knn_adaptive: bool = KNN_ADAPTIVE,
+    knn_reach: float = KNN_REACH,
+    knn_nprobe: int = KNN_NPROBE,
 ) -> None:
     """sacreBLEU of a decoder on Multi30k-style splits, the memory being the train split."""
     from wiring import runtime
@@ -221,9 +251,13 @@ def eval_decoder(
 
 def build_token_memory(
     model: Path = typer.Option(..., "--model", help="Decoder checkpoint directory."),
-    data: Path = typer.Option(..., "--data", help="Folder with SPLIT.{en,fr}[.gz]."),
+    data: Path | None = typer.Option(None, "--data", help="Folder with SPLIT.{en,fr}[.gz]."),
+    pairs: Path | None = typer.Option(
+        None, "--pairs", dir_okay=False, exists=True,
+        help="Instead of --data: JSONL(.gz) rows {id, text: source, value: target}, e.g. the "
+             "demo memory data/demo/multi30k-en-fr.jsonl.gz (votes name these ids)."),
     out: Path = typer.Option(..., "--out", file_okay=False, help="Memory directory."),
-    split: str = typer.Option("train", "--split", help="The pairs to remember."),
+    split: str = typer.Option("train", "--split", help="The pairs of --data to remember."),
     encoder_dir: Path = typer.Option(DEFAULT_ENCODER, "--encoder"),
     memory_cache: str = typer.Option("var/tm-cache", "--memory-cache"),
     batch_size: int = typer.Option(64, min=1),
@@ -238,9 +272,15 @@ def build_token_memory(
 
     from wiring.token_memory import build_token_memory as build
 
-    typer.echo(json.dumps(build(model, data, out, split, encoder_dir=encoder_dir,
-                                memory_cache=memory_cache, device=device,
-                                batch_size=batch_size)))
+    if (data is None) == (pairs is None):
+        raise typer.BadParameter("give --data (with --split) or --pairs")
+    try:
+        info = build(model, data, out, split, encoder_dir=encoder_dir,
+                     memory_cache=memory_cache, device=device, batch_size=batch_size,
+                     pairs_jsonl=pairs)
+    except ValueError as e:  # a bad --pairs row
+        raise typer.BadParameter(str(e), param_hint="--pairs") from e
+    typer.echo(json.dumps(info))
 
 
 def register(app: typer.Typer) -> None:

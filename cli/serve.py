@@ -21,13 +21,18 @@ DEMO_TM = typer.Option(None, "--demo-tm", help="JSONL(.gz) translation pairs (te
                        "(QKV_DEMO_TM).")
 DECODER = typer.Option(None, "--decoder", metavar="COLLECTION=DIR", help="Decoder checkpoint "
                        "for a collection's generate; repeatable (QKV_DECODERS).")
+TOKEN_MEMORY = typer.Option(None, "--token-memory", metavar="COLLECTION=DIR", help="Token "
+                            "memory (kNN-MT, qkv build-token-memory) of a collection with a "
+                            "decoder; repeatable (QKV_TOKEN_MEMORIES).")
 
 
 def serve_settings(store: str | None = None, model: Path | None = None,
                    demo: Path | None = None, demo_tm: Path | None = None,
-                   decoders: list[str] | None = None) -> Settings:
+                   decoders: list[str] | None = None,
+                   token_memories: list[str] | None = None) -> Settings:
     """The settings of ``qkv serve``: ``QKV_*`` variables, with the options given winning
-    (``--decoder`` entries replace ``QKV_DECODERS`` as a whole)."""
+    (``--decoder`` entries replace ``QKV_DECODERS`` as a whole, ``--token-memory`` ones
+    ``QKV_TOKEN_MEMORIES``)."""
     from api.settings import Settings, decoder_entry
 
     overrides: dict[str, object] = {k: v for k, v in {
@@ -35,6 +40,9 @@ def serve_settings(store: str | None = None, model: Path | None = None,
         if v is not None}
     if decoders:
         overrides["decoders"] = dict(decoder_entry(d) for d in decoders)
+    if token_memories:
+        overrides["token_memories"] = dict(
+            decoder_entry(m, "a token memory is COLLECTION=DIR") for m in token_memories)
     return Settings(**overrides)  # type: ignore[arg-type]
 
 
@@ -69,6 +77,7 @@ def serve(
     demo: Path | None = DEMO,
     demo_tm: Path | None = DEMO_TM,
     decoder: list[str] | None = DECODER,
+    token_memory: list[str] | None = TOKEN_MEMORY,
     log_level: str = typer.Option("info", "--log-level"),
 ) -> None:
     """Serve the API (OpenAPI at /docs). Settings come from QKV_* variables; options win."""
@@ -80,7 +89,7 @@ def serve(
     from api.app import create_app
 
     try:
-        settings = serve_settings(store, model, demo, demo_tm, decoder)
+        settings = serve_settings(store, model, demo, demo_tm, decoder, token_memory)
     except ValueError as e:  # pydantic's ValidationError is one
         raise typer.BadParameter(str(e)) from e
     shown = "localhost" if host in ("127.0.0.1", "0.0.0.0") else host

@@ -30,28 +30,54 @@ def pair_neighbours(dec: Any, sources: list[str], targets: list[str], encoder_di
     return [[(targets[j], w) for j, w in row] for row in found]
 
 
-def build_token_memory(model: Path, data: Path, out: Path, split: str = "train",
+def read_pairs_jsonl(path: Path) -> tuple[list[str], list[str], list[str]]:
+    """(ids, sources, targets) of a translation memory's JSONL(.gz) rows ``{"id", "text":
+    source, "value": target}`` (the demo memory's format); a bad row is a ``ValueError``."""
+    from wiring.demo import read_jsonl
+
+    ids, sources, targets = [], [], []
+    for n, row in enumerate(read_jsonl(path), 1):
+        if not all(isinstance(row.get(f), str) for f in ("text", "value")):
+            raise ValueError(f"{path}:{n}: needs string 'text' and 'value'")
+        ids.append(str(row.get("id", n - 1)))
+        sources.append(row["text"])
+        targets.append(row["value"])
+    return ids, sources, targets
+
+
+def build_token_memory(model: Path, data: Path | None, out: Path, split: str = "train",
                        src_lang: str = "en", tgt_lang: str = "fr",
                        encoder_dir: Path = Path("models/encoder-default"),
                        memory_cache: str = "var/tm-cache", device: str | None = None,
-                       batch_size: int = 64, progress: bool = True) -> dict[str, Any]:
-    """Build the token memory of ``split``'s pairs with the decoder ``model`` into ``out``;
-    returns what was built (keys, bytes, seconds)."""
+                       batch_size: int = 64, progress: bool = True,
+                       pairs_jsonl: Path | None = None) -> dict[str, Any]:
+    """Build the token memory of ``split``'s pairs of ``data`` (or of the rows of
+    ``pairs_jsonl``, whose ids it keeps: votes name them) with the decoder ``model`` into
+    ``out``; returns what was built (keys, bytes, seconds)."""
     import decoder
 
     dec = decoder.load(model, device=device)
-    pairs = read_pairs(data, split, src_lang, tgt_lang)
-    sources, targets = [p[0] for p in pairs], [p[1] for p in pairs]
+    ids: list[str] | None = None
+    if pairs_jsonl is not None:
+        ids, sources, targets = read_pairs_jsonl(pairs_jsonl)
+        source = str(pairs_jsonl)
+    else:
+        assert data is not None, "give data (and split) or pairs_jsonl"
+        pairs = read_pairs(data, split, src_lang, tgt_lang)
+        sources, targets = [p[0] for p in pairs], [p[1] for p in pairs]
+        source = f"{data} {split}"
     t0 = time.perf_counter()
     nbrs = pair_neighbours(dec, sources, targets, encoder_dir, memory_cache, device)
     keys, values, rows = collect_keys(dec, sources, targets, nbrs, batch_size, progress)
     t1 = time.perf_counter()
     memory = TokenMemory.build(keys, values, rows, dec.name, dec.fingerprint)
-    memory.meta.update({"pairs": len(pairs), "source": f"{data} {split}",
+    memory.meta.update({"pairs": len(sources), "source": source,
                         "neighbours": nbrs is not None})
+    if ids is not None:
+        memory.meta["ids"] = ids
     memory.save(out)
     t2 = time.perf_counter()
     size = sum(f.stat().st_size for f in out.iterdir())
-    return {"pairs": len(pairs), "keys": memory.size, "layout": memory.meta["layout"],
-            "bytes": size, "bytes_per_pair": round(size / max(1, len(pairs))),
+    return {"pairs": len(sources), "keys": memory.size, "layout": memory.meta["layout"],
+            "bytes": size, "bytes_per_pair": round(size / max(1, len(sources))),
             "keys_s": round(t1 - t0, 1), "index_s": round(t2 - t1, 1)}

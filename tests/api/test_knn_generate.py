@@ -1,0 +1,88 @@
+"""``generate`` with a collection's token memory (kNN-MT): used by default, its options
+checked at the edge, its votes shown per output token, and refused when it is not the
+collection's decoder's."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from conftest import MakeClient
+
+from decoder.knn import MemoryMismatchError
+from decoder.testing import tiny_decoder, toy_pairs
+from wiring.token_memory import build_token_memory
+
+PAIRS = toy_pairs(30, seed=5)
+
+
+@pytest.fixture(scope="module")
+def setup(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path, Path]:
+    """(decoder, its token memory of PAIRS with ids t0.., the pairs' JSONL)."""
+    tmp = tmp_path_factory.mktemp("knn-api")
+    dec = tiny_decoder(tmp / "dec")
+    pairs = tmp / "pairs.jsonl"
+    pairs.write_text("".join(json.dumps({"id": f"t{i}", "text": en, "value": fr}) + "\n"
+                             for i, (en, fr) in enumerate(PAIRS)))
+    info = build_token_memory(dec, None, tmp / "memory", pairs_jsonl=pairs, progress=False)
+    assert info["pairs"] == 30 and info["layout"] == "Flat" and info["keys"] > 30
+    return dec, tmp / "memory", pairs
+
+
+def test_generate_with_the_token_memory(make_client: MakeClient,
+                                        setup: tuple[Path, Path, Path]) -> None:
+    dec, memory, pairs = setup
+    client = make_client(decoders={"tm_knn": str(dec), "tm_plain": str(dec)},
+                         token_memories={"tm-knn": str(memory)})
+    for name in ("tm_knn", "tm_plain"):
+        client.delete(f"/v1/collections/{name}")
+        assert client.post("/v1/collections", json={"name": name}).status_code == 201
+    docs = [json.loads(line) for line in pairs.read_text().splitlines()]
+    assert client.post("/v1/collections/tm_knn/documents",
+                       json={"documents": docs}).status_code == 200
+    url = "/v1/collections/tm_knn/generate"
+    source, target = PAIRS[7]
+
+    # the memory alone (λ = 1, nearest token only): the untrained decoder writes the target
+    exact = {"k": 1, "lambda": 1.0, "temperature": 1.0, "adaptive": False,
+             "return_votes": True}
+    r = client.post(url, json={"query": source, "top_k": 0, "beam": 2, "knn": exact})
+    body = r.json()
+    assert r.status_code == 200, body
+    assert body["text"] == target
+    knn = body["knn"]
+    assert knn["keys"] > 30 and knn["mean_lambda"] == pytest.approx(1.0)
+    tokens = knn["tokens"]
+    assert tokens[-1]["token"] == "</s>" and len(tokens) >= 3
+    for t in tokens:  # each output token was voted for by this very pair
+        assert t["lambda"] == 1.0 and t["p_memory"] == pytest.approx(1.0)
+        assert t["votes"] == [{"id": "t7", "token": t["token"], "weight": 1.0}]
+
+    default = client.post(url, json={"query": source, "top_k": 0, "max_tokens": 6}).json()
+    assert default["knn"]["keys"] == knn["keys"] and "tokens" not in default["knn"]
+    assert 0.0 <= default["knn"]["mean_lambda"] <= 0.35 + 1e-6  # the default λ at most
+    off = client.post(url, json={"query": source, "top_k": 0, "max_tokens": 6,
+                                 "knn": {"enabled": False}}).json()
+    assert off["knn"] is None
+
+    for bad in ({"lambda": 1.5}, {"lambda": -0.1}, {"temperature": 0}, {"reach": -1},
+                {"k": 0}, {"k": 5000}, {"k": "8"}, {"nope": 1}):
+        r = client.post(url, json={"query": source, "knn": bad})
+        assert r.status_code == 422, (bad, r.text)
+    r = client.post("/v1/collections/tm_plain/generate", json={"query": source, "knn": {}})
+    assert r.status_code == 409 and "no token memory" in r.json()["error"]["message"]
+    plain = client.post("/v1/collections/tm_plain/generate", json={"query": source}).json()
+    assert plain["knn"] is None  # no memory, none asked for: the decoder alone
+    for name in ("tm_knn", "tm_plain"):
+        client.delete(f"/v1/collections/{name}")
+
+
+def test_a_memory_of_another_decoder_is_refused_at_start(
+        make_client: MakeClient, setup: tuple[Path, Path, Path], tmp_path: Path) -> None:
+    _, memory, _ = setup
+    other = tiny_decoder(tmp_path / "other", seed=1)
+    with pytest.raises(MemoryMismatchError, match="build it again"):
+        make_client(decoders={"tm_knn": str(other)}, token_memories={"tm_knn": str(memory)})
+    with pytest.raises(ValueError, match="no decoder"):
+        make_client(token_memories={"tm_knn": str(memory)})
