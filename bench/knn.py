@@ -38,6 +38,30 @@ from wiring.translation import evaluate_translation  # noqa: E402
 SPLITS = ["val", "test_2016_flickr"]
 
 
+def translate_wall(model: Path, task1: Path, memory: Path | None) -> float:
+    """Seconds of one whole ``qkv translate`` run (process start, loading, retrieval with
+    the model's training k, beam 4) over the 1,000 test_2016_flickr sources, with the token
+    memory ``memory`` or without one."""
+    import subprocess
+
+    from decoder.data import find_split
+
+    k = int((json.loads((model / "config.json").read_text()).get("training") or {})
+            .get("k", 0))
+    with tempfile.TemporaryDirectory() as tmp:
+        cmd = [str(ROOT / ".venv/bin/qkv"), "translate", "--model", str(model),
+               "--input", str(find_split(task1, "test_2016_flickr", "en")),
+               "--output", f"{tmp}/out.fr", "--k", str(k), "--beam", "4", "--no-progress"]
+        if k > 0:
+            cmd += ["--memory-src", str(find_split(task1, "train", "en")),
+                    "--memory-tgt", str(find_split(task1, "train", "fr"))]
+        if memory is not None:
+            cmd += ["--knn-memory", str(memory)]
+        t0 = time.perf_counter()
+        subprocess.run(cmd, check=True, cwd=ROOT, capture_output=True)
+        return time.perf_counter() - t0
+
+
 def paired_bootstrap(refs: list[str], base: list[str], other: list[str], samples: int,
                      seed: int = 12345) -> tuple[float, float, float]:
     """(BLEU(other) − BLEU(base), and the 2.5th and 97.5th percentiles of that difference
@@ -69,7 +93,7 @@ def main() -> None:
     args = ap.parse_args()
     task1 = args.data / "multi30k/task1" if (args.data / "multi30k").is_dir() else args.data
     knn = KnnOptions()
-    rows, built = [], []
+    rows, built, walls = [], [], []
     for name in args.models.split(","):
         model = ROOT / "models" / name
         memory = args.memories / name
@@ -78,6 +102,9 @@ def main() -> None:
             built.append((name, info))
             print("built", name, info, flush=True)
         meta = json.loads((memory / "memory.json").read_text())
+        walls.append((name, translate_wall(model, task1, None),
+                      translate_wall(model, task1, memory)))
+        print("qkv translate", walls[-1], flush=True)
         size = sum(f.stat().st_size for f in memory.iterdir())
         with tempfile.TemporaryDirectory() as tmp:
             off = evaluate_translation(model, task1, SPLITS, hypotheses=Path(tmp) / "off")
@@ -110,6 +137,11 @@ def main() -> None:
             f"{r_off['decode_s']:.1f} | {r_on['decode_s']:.1f} | "
             f"{r_on['decode_s'] / r_off['decode_s']:.2f}× | {meta['keys']:,} | "
             f"{size / pairs:,.0f} |")
+    lines += ["", "`qkv translate` of the 1,000 test_2016_flickr sentences, beam 4, whole command "
+              "(start, loading, retrieval, decoding), run one after the other:", "",
+              "| decoder | off (s) | with the token memory (s) | on / off |", "|---|---|---|---|"]
+    for name, off_s, on_s in walls:
+        lines.append(f"| {name} | {off_s:.1f} | {on_s:.1f} | {on_s / off_s:.2f}× |")
     for name, info in built:
         lines.append(f"\nBuilt {name}'s memory here: {info}.")
     append_results("\n".join(lines))
