@@ -30,36 +30,14 @@ from wiring import runtime  # noqa: E402
 
 runtime.configure()
 
+from translate import translate_wall  # noqa: E402
+
 from decoder.data import read_pairs  # noqa: E402
 from decoder.knn import KnnOptions  # noqa: E402
 from wiring.token_memory import build_token_memory  # noqa: E402
 from wiring.translation import evaluate_translation  # noqa: E402
 
 SPLITS = ["val", "test_2016_flickr"]
-
-
-def translate_wall(model: Path, task1: Path, memory: Path | None) -> float:
-    """Seconds of one whole ``qkv translate`` run (process start, loading, retrieval with
-    the model's training k, beam 4) over the 1,000 test_2016_flickr sources, with the token
-    memory ``memory`` or without one."""
-    import subprocess
-
-    from decoder.data import find_split
-
-    k = int((json.loads((model / "config.json").read_text()).get("training") or {})
-            .get("k", 0))
-    with tempfile.TemporaryDirectory() as tmp:
-        cmd = [str(ROOT / ".venv/bin/qkv"), "translate", "--model", str(model),
-               "--input", str(find_split(task1, "test_2016_flickr", "en")),
-               "--output", f"{tmp}/out.fr", "--k", str(k), "--beam", "4", "--no-progress"]
-        if k > 0:
-            cmd += ["--memory-src", str(find_split(task1, "train", "en")),
-                    "--memory-tgt", str(find_split(task1, "train", "fr"))]
-        if memory is not None:
-            cmd += ["--knn-memory", str(memory)]
-        t0 = time.perf_counter()
-        subprocess.run(cmd, check=True, cwd=ROOT, capture_output=True)
-        return time.perf_counter() - t0
 
 
 def paired_bootstrap(refs: list[str], base: list[str], other: list[str], samples: int,
@@ -102,8 +80,10 @@ def main() -> None:
             built.append((name, info))
             print("built", name, info, flush=True)
         meta = json.loads((memory / "memory.json").read_text())
-        walls.append((name, translate_wall(model, task1, None),
-                      translate_wall(model, task1, memory)))
+        k = int((json.loads((model / "config.json").read_text()).get("training") or {})
+                .get("k", 0))  # qkv translate retrieves as the decoder was trained
+        walls.append((name, translate_wall(model, task1, k), translate_wall(model, task1, k,
+                                                                           memory)))
         print("qkv translate", walls[-1], flush=True)
         size = sum(f.stat().st_size for f in memory.iterdir())
         with tempfile.TemporaryDirectory() as tmp:

@@ -40,8 +40,9 @@ from wiring.translation import evaluate_translation  # noqa: E402
 SPLITS = ["val", "test_2016_flickr"]
 
 
-def translate_wall(model: Path, data: Path, k: int) -> float:
-    """Seconds of one ``qkv translate`` run over the test sources."""
+def translate_wall(model: Path, data: Path, k: int, knn_memory: Path | None = None) -> float:
+    """Seconds of one ``qkv translate`` run over the test sources (with the token memory
+    ``knn_memory`` when given)."""
     with tempfile.TemporaryDirectory() as tmp:
         cmd = [str(ROOT / ".venv/bin/qkv"), "translate", "--model", str(model),
                "--input", str(find_split(data, "test_2016_flickr", "en")),
@@ -49,6 +50,8 @@ def translate_wall(model: Path, data: Path, k: int) -> float:
         if k > 0:
             cmd += ["--memory-src", str(find_split(data, "train", "en")),
                     "--memory-tgt", str(find_split(data, "train", "fr"))]
+        if knn_memory is not None:
+            cmd += ["--knn-memory", str(knn_memory)]
         t0 = time.perf_counter()
         subprocess.run(cmd, check=True, cwd=ROOT, capture_output=True)
         wall = time.perf_counter() - t0
