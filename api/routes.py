@@ -21,6 +21,7 @@ from index import (
     hybrid_default,
 )
 from index.tenancy import check_tenant
+from wiring.token_memory import remember
 
 _ERROR_TEXTS = ((401, "Missing or wrong API key"), (404, "Unknown collection or item"),
                 (409, "Encoder/dimension mismatch, existing collection, no decoder"),
@@ -234,6 +235,7 @@ async def upsert_documents(name: CollectionName, body: s.DocumentsUpsert, reques
     items = [Item(d.id, emb.vectors[i], d.text, d.value, d.metadata, tenant)
              for i, d in enumerate(docs)]
     n = await svc.call(svc.store.upsert, name, items, svc.info_for(info.dim))
+    await svc.remember(name, info.name, docs, emb.vectors, tenant)
     cut = [d.id for d, t in zip(docs, emb.truncated, strict=True) if t]
     return json_response({"upserted": n, "truncated": cut})
 
@@ -247,6 +249,12 @@ async def delete_documents(name: CollectionName, body: s.DocumentsDelete, reques
         raise too_large(f"{len(body.ids)} ids in one request; at most "
                         f"{svc.settings.max_documents} (QKV_MAX_DOCUMENTS)")
     await svc.call(svc.store.delete, name, body.ids, tenant_of(x_tenant, body.tenant))
+    if svc.parts.token_memories:  # the deleted pairs' tokens stop voting
+        stored = (await svc.call(svc.store.describe, name)).name
+        memory = svc.token_memory_for(name, stored)
+        if memory is not None:
+            await svc.run(remember, svc.decoder_for(name, stored), memory, [], None,
+                          list(body.ids))
     return json_response({"deleted": len(set(body.ids))})
 
 

@@ -18,7 +18,7 @@ from api.batcher import DynamicBatcher
 from api.errors import conflict, invalid
 from api.metrics import Metrics
 from api.settings import Settings
-from index import EncoderInfo, Hit, StoreError, StoreUnavailableError
+from index import EncoderInfo, Hit, StoreError, StoreUnavailableError, softmax
 from index.fusion import DEFAULT_FUSION, model_dense_weight
 from wiring.components import load_components
 from wiring.demo import Seeding
@@ -150,6 +150,34 @@ class Service:
                 f"{configured}); configure one with QKV_DECODERS='{{\"{collection}\": "
                 "\"models/DECODER\"}'")
         return dec
+
+    async def remember(self, collection: str, stored: str, docs: Sequence[Any],
+                       vectors: np.ndarray, tenant: str | None) -> None:
+        """Documents just upserted into a collection with a token memory: their pairs'
+        tokens join it (a document without a value is no pair: its old tokens stop voting).
+        A decoder that reads neighbours gets each pair's nearest other pairs, as in
+        training."""
+        from wiring.token_memory import remember, trained_retrieval
+
+        memory = self.token_memory_for(collection, stored)
+        if memory is None:
+            return
+        dec = self.decoder_for(collection, stored)
+        pairs = [(d.id, d.text, d.value) for d in docs if d.value]
+        rows = [i for i, d in enumerate(docs) if d.value]
+        removed = [d.id for d in docs if not d.value]
+        k, t = trained_retrieval(dec)
+        nbrs = None
+        if k > 0 and pairs:
+            found = await self.search_many(collection, vectors[rows], k + 1, None, False,
+                                           "Session", mode="dense", tenant=tenant)
+            nbrs = []
+            for (pid, _, _), hits in zip(pairs, found, strict=True):
+                kept = [h for h in hits if h.id != pid][:k]
+                w = softmax(np.array([h.score for h in kept], np.float32), t)
+                nbrs.append([(h.value or h.text or "", float(x))
+                             for h, x in zip(kept, w, strict=True)])
+        await self.run(remember, dec, memory, pairs, nbrs, removed)
 
     def token_memory_for(self, collection: str, *names: str) -> Any:
         """The token memory configured for ``collection`` (or another name of it), or None."""

@@ -26,6 +26,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import threading
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -63,10 +64,70 @@ class TokenMemory:
     values: np.ndarray
     rows: np.ndarray
     meta: dict[str, Any] = field(default_factory=dict)
+    path: Path | None = None  # where it was read from: changes are appended there
+    dead: np.ndarray = field(default_factory=lambda: np.zeros(0, bool))  # per pair row
+    lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     @property
     def size(self) -> int:
         return int(self.values.shape[0])
+
+    @property
+    def ids(self) -> list[str]:
+        """Pair ids by row (row numbers when it was built without ids)."""
+        if "ids" not in self.meta:
+            self.meta["ids"] = [str(r) for r in range(int(self.meta.get("pairs") or (
+                int(self.rows.max()) + 1 if self.size else 0)))]
+        ids: list[str] = self.meta["ids"]
+        if len(self.dead) < len(ids):
+            self.dead = np.concatenate([self.dead, np.zeros(len(ids) - len(self.dead), bool)])
+        return ids
+
+    def remove_pairs(self, pair_ids: Sequence[str]) -> int:
+        """Pairs deleted from the translation memory: their tokens no longer vote (their
+        keys stay in the index, masked). Returns the pairs found."""
+        with self.lock:
+            return self._remove(set(pair_ids))
+
+    def _remove(self, gone: set[str]) -> int:
+        ids = self.ids
+        rows = [r for r, i in enumerate(ids) if i in gone and not self.dead[r]]
+        self.dead[rows] = True
+        return len(rows)
+
+    def add_pairs(self, keys: np.ndarray, values: np.ndarray, local_rows: np.ndarray,
+                  pair_ids: Sequence[str]) -> None:
+        """Pairs added to (or replaced in) the translation memory: ``local_rows`` index
+        ``pair_ids``; an id the memory has already is replaced (its old tokens masked)."""
+        with self.lock:
+            self._remove(set(pair_ids))
+            base = len(self.ids)
+            self.meta["ids"] = self.ids + [str(i) for i in pair_ids]
+            self.ids  # noqa: B018 (grows ``dead`` with them)
+            self.index.add(np.ascontiguousarray(keys, dtype=np.float32))
+            self.values = np.concatenate([self.values, np.asarray(values, np.int32)])
+            self.rows = np.concatenate([self.rows, np.asarray(local_rows, np.int32) + base])
+
+    def append_change(self, keys: np.ndarray, values: np.ndarray, local_rows: np.ndarray,
+                      pair_ids: Sequence[str], removed: Sequence[str]) -> None:
+        """Apply a change (``removed`` pairs, then added ones) and, when the memory was
+        read from a directory, append it there (``changes/N.npz``, written whole before
+        it is named): :meth:`load` applies them in order, so it survives a restart."""
+        if removed:
+            self.remove_pairs(removed)
+        if len(pair_ids):
+            self.add_pairs(keys, values, local_rows, pair_ids)
+        if self.path is None:
+            return
+        changes = self.path / "changes"
+        changes.mkdir(exist_ok=True)
+        with self.lock:
+            n = len(list(changes.glob("*.npz")))
+            tmp = changes / f"{n:06d}.tmp.npz"
+            np.savez(tmp, keys=np.asarray(keys, np.float16), values=values,
+                     rows=local_rows, ids=np.array(list(pair_ids), dtype=str),
+                     removed=np.array(list(removed), dtype=str))
+            os.replace(tmp, changes / f"{n:06d}.npz")
 
     @classmethod
     def build(cls, keys: np.ndarray, values: np.ndarray, rows: np.ndarray, decoder_name: str,
@@ -104,10 +165,22 @@ class TokenMemory:
         """(squared distances (R, k), key rows (R, k), -1 where fewer than k exist). Safe
         from several threads at once (``nprobe`` goes with the call, not the index)."""
         x = np.ascontiguousarray(q, dtype=np.float32)
-        if hasattr(self.index, "nprobe"):
-            params = _faiss().SearchParametersIVF(nprobe=nprobe)
-            return self.index.search(x, k, params=params)  # type: ignore[no-any-return]
-        return self.index.search(x, k)  # type: ignore[no-any-return]
+        with self.lock:
+            dead = self.dead.any()
+            deep = 2 * k + 16 if dead else k  # removed pairs' keys come first, then are cut
+            if hasattr(self.index, "nprobe"):
+                params = _faiss().SearchParametersIVF(nprobe=nprobe)
+                d, i = self.index.search(x, deep, params=params)
+            else:
+                d, i = self.index.search(x, deep)
+            if dead:  # removed pairs' tokens: as if absent
+                gone = (i >= 0) & self.dead[self.rows[np.maximum(i, 0)]]
+                i = np.where(gone, -1, i)
+                d = np.where(gone, np.float32(np.inf), d)
+                order = np.argsort(d, axis=1, kind="stable")
+                d = np.take_along_axis(d, order, 1)[:, :k]
+                i = np.take_along_axis(i, order, 1)[:, :k]
+        return d, i
 
     def pair_id(self, key: int) -> str:
         """The id of the pair key ``key`` came from (its row number without ``ids``)."""
@@ -130,6 +203,8 @@ class TokenMemory:
         tmp.mkdir(parents=True)
         _faiss().write_index(self.index, str(tmp / "keys.faiss"))
         np.savez(tmp / "values.npz", values=self.values, rows=self.rows)
+        if self.dead.any():
+            raise ValueError("save a memory with removed pairs by building it again")
         meta = {**self.meta, "keys": self.size}
         (tmp / "memory.json").write_text(json.dumps(meta, indent=2) + "\n")
         if out.exists():
@@ -155,6 +230,13 @@ class TokenMemory:
             raise ValueError(f"{p}: {memory.index.ntotal} keys but {memory.size} values")
         if decoder_fingerprint is not None:
             memory.check(decoder_fingerprint)
+        for change in sorted((p / "changes").glob("[0-9]*[0-9].npz")):
+            with np.load(change) as f:
+                memory.remove_pairs([str(i) for i in f["removed"]])
+                if len(f["ids"]):
+                    memory.add_pairs(f["keys"], f["values"], f["rows"],
+                                     [str(i) for i in f["ids"]])
+        memory.path = p
         return memory
 
 

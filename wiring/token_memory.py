@@ -9,6 +9,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from decoder.data import read_pairs
 from decoder.knn import TokenMemory, collect_keys
 
@@ -81,3 +83,28 @@ def build_token_memory(model: Path, data: Path | None, out: Path, split: str = "
     return {"pairs": len(sources), "keys": memory.size, "layout": memory.meta["layout"],
             "bytes": size, "bytes_per_pair": round(size / max(1, len(sources))),
             "keys_s": round(t1 - t0, 1), "index_s": round(t2 - t1, 1)}
+
+
+def trained_retrieval(dec: Any) -> tuple[int, float]:
+    """(k, temperature) the decoder was trained with: the neighbours it reads."""
+    from index.attend import DEFAULT_TEMPERATURE
+
+    training = dec.meta.get("training") or {}
+    t = (training.get("retrieval") or {}).get("temperature") or DEFAULT_TEMPERATURE
+    return int(training.get("k", 0)), float(t)
+
+
+def remember(dec: Any, memory: TokenMemory, pairs: list[tuple[str, str, str]],
+             neighbours: list[list[tuple[str, float]]] | None, removed: list[str]) -> int:
+    """Pairs (id, source, target) upserted into a translation memory, and ids deleted from
+    it: their tokens join the token memory (replacing an id's old ones) or stop voting,
+    durably (:meth:`TokenMemory.append_change`), without rebuilding it. Returns the tokens
+    added."""
+    keys, values, rows = collect_keys(dec, [p[1] for p in pairs], [p[2] for p in pairs],
+                                      neighbours) if pairs else (None, None, None)
+    if keys is None or values is None or rows is None:
+        memory.append_change(np.zeros((0, dec.config.d_model), np.float16),
+                             np.zeros(0, np.int32), np.zeros(0, np.int32), [], removed)
+        return 0
+    memory.append_change(keys, values, rows, [p[0] for p in pairs], removed)
+    return int(len(values))

@@ -86,3 +86,49 @@ def test_a_memory_of_another_decoder_is_refused_at_start(
         make_client(decoders={"tm_knn": str(other)}, token_memories={"tm_knn": str(memory)})
     with pytest.raises(ValueError, match="no decoder"):
         make_client(token_memories={"tm_knn": str(memory)})
+
+
+def test_pairs_added_through_the_api_vote_at_once_and_after_a_restart(
+        make_client: MakeClient, setup: tuple[Path, Path, Path], tmp_path: Path) -> None:
+    """The translation memory grows: the new pair's tokens join the token memory without a
+    rebuild (the untrained decoder, memory alone, writes its target), survive a restart,
+    and stop voting once the pair is deleted."""
+    import shutil
+
+    dec, built, _ = setup
+    memory = tmp_path / "memory"
+    shutil.copytree(built, memory)
+    changes = memory / "changes"
+    had = set(changes.iterdir()) if changes.is_dir() else set()
+    known = {en for en, _ in PAIRS}
+    source, target = next(p for p in toy_pairs(60, seed=9) if p[0] not in known)
+    settings = {"decoders": {"tm_grow": str(dec)}, "token_memories": {"tm_grow": str(memory)}}
+    client = make_client(**settings)
+    client.delete("/v1/collections/tm_grow")
+    assert client.post("/v1/collections", json={"name": "tm_grow"}).status_code == 201
+    exact = {"k": 1, "lambda": 1.0, "temperature": 1.0, "adaptive": False,
+             "return_votes": True}
+    ask = {"query": source, "top_k": 0, "beam": 1, "knn": exact}
+    before = client.post("/v1/collections/tm_grow/generate", json=ask).json()
+    assert before["text"] != target
+    assert all(v["id"] != "new-1" for t in before["knn"]["tokens"] for v in t["votes"])
+
+    r = client.post("/v1/collections/tm_grow/documents",
+                    json={"documents": [{"id": "new-1", "text": source, "value": target}]})
+    assert r.status_code == 200, r.text
+    after = client.post("/v1/collections/tm_grow/generate", json=ask).json()
+    assert after["text"] == target
+    assert after["knn"]["keys"] > before["knn"]["keys"]
+    assert all(t["votes"][0]["id"] == "new-1" for t in after["knn"]["tokens"])
+    assert len(set(changes.iterdir()) - had) == 1  # one change, appended beside the memory
+
+    again = make_client(**settings)  # a restart reads the change back
+    restarted = again.post("/v1/collections/tm_grow/generate", json=ask).json()
+    assert restarted["text"] == target and restarted["knn"] == after["knn"]
+
+    r = again.request("DELETE", "/v1/collections/tm_grow/documents", json={"ids": ["new-1"]})
+    assert r.status_code == 200, r.text
+    gone = again.post("/v1/collections/tm_grow/generate", json=ask).json()
+    assert gone["text"] != target
+    assert all(v["id"] != "new-1" for t in gone["knn"]["tokens"] for v in t["votes"])
+    again.delete("/v1/collections/tm_grow")
