@@ -203,15 +203,23 @@ def run_load(server: Server, name: str, path: str, requests: list[dict], clients
 
 
 def ensure_collection(store: str, model: str, docs: Path) -> str:
-    """``bench_ingest`` with the ingest benchmark's 100,000 docs in ``store``. The check runs
+    """``bench_ingest`` with the ingest benchmark's 100,000 docs in ``store``, made by the
+    served encoder (one made by another is dropped: the service would refuse to search
+    it with this one, 409, as it did in a run before this check). The check runs
     in a child process: Milvus Lite keeps its file locked for as long as the process that
     opened it lives."""
-    check = ("import sys; from index import open_store; s = open_store(sys.argv[1], "
-             "timeout=900); ok = 'bench_ingest' in s.list_collections() and "
-             "s.count('bench_ingest') >= 100_000; print(int(ok))")
-    out = subprocess.run([sys.executable, "-c", check, store], cwd=ROOT, check=True,
+    check = ("import sys; from index import open_store; "
+             "from wiring.components import load_encoder; "
+             "fp = load_encoder(sys.argv[2], 'cpu').fingerprint; "
+             "s = open_store(sys.argv[1], timeout=900); "
+             "there = 'bench_ingest' in s.list_collections(); "
+             "made = there and s.describe('bench_ingest').encoder; "
+             "stale = bool(made) and made.fingerprint != fp; "
+             "stale and s.drop('bench_ingest'); "
+             "ok = there and not stale and s.count('bench_ingest') >= 100_000; print(int(ok))")
+    out = subprocess.run([sys.executable, "-c", check, store, model], cwd=ROOT, check=True,
                          capture_output=True, text=True).stdout
-    if out.strip().endswith("1"):
+    if out.strip().endswith("1"):  # (made by another encoder: dropped, indexed again)
         return "existing"
     state = VAR / f"api-jobs-{abs(hash(store)) % 10**6}"
     shutil.rmtree(state, ignore_errors=True)
