@@ -153,13 +153,6 @@ class TokenMemory:
                 "layout": layout, "dim": d}
         return cls(index, np.asarray(values, np.int32), np.asarray(rows, np.int32), meta)
 
-    def add(self, keys: np.ndarray, values: np.ndarray, rows: np.ndarray) -> None:
-        """More keys (e.g. the tokens of pairs added to the translation memory), without
-        retraining: they are coded with the quantisers the memory has."""
-        self.index.add(np.ascontiguousarray(keys, dtype=np.float32))
-        self.values = np.concatenate([self.values, np.asarray(values, np.int32)])
-        self.rows = np.concatenate([self.rows, np.asarray(rows, np.int32)])
-
     def search(self, q: np.ndarray, k: int, nprobe: int = 8
                ) -> tuple[np.ndarray, np.ndarray]:
         """(squared distances (R, k), key rows (R, k), -1 where fewer than k exist). Safe

@@ -90,10 +90,14 @@ def test_added_keys_vote_without_rebuilding(dec: decoder.Decoder) -> None:
     k1, v1, r1 = collect_keys(dec, [s for s, _ in first], [t for _, t in first])
     memory = TokenMemory.build(k1, v1, r1, dec.name, dec.fingerprint)
     k2, v2, r2 = collect_keys(dec, [s for s, _ in later], [t for _, t in later])
-    memory.add(k2, v2, r2 + len(first))
-    mix = KnnMixer(memory, KnnOptions(k=1, temperature=1.0, adaptive=False))
+    memory.add_pairs(k2, v2, r2, [f"later-{i}" for i in range(len(later))])
+    assert memory.ids[-1] == f"later-{len(later) - 1}" and len(memory.ids) == len(PAIRS)
+    mix = KnnMixer(memory, KnnOptions(k=1, temperature=1.0, lam=1.0, adaptive=False))
     assert dec.translate([s for s, _ in later[:4]], beam=1, mix=mix) == [
         t for _, t in later[:4]]
+    assert memory.remove_pairs(["later-0", "nope"]) == 1  # its tokens stop voting
+    _, found = memory.search(k2[r2 == 0].astype(np.float32), 3)
+    assert not np.isin(memory.rows[found[found >= 0]], [len(first)]).any()
 
 
 def test_ivf_pq_finds_what_exact_search_finds() -> None:
