@@ -21,7 +21,6 @@ from index import (
     hybrid_default,
 )
 from index.tenancy import check_tenant
-from wiring.token_memory import remember
 
 _ERROR_TEXTS = ((401, "Missing or wrong API key"), (404, "Unknown collection or item"),
                 (409, "Encoder/dimension mismatch, existing collection, no decoder"),
@@ -251,10 +250,7 @@ async def delete_documents(name: CollectionName, body: s.DocumentsDelete, reques
     await svc.call(svc.store.delete, name, body.ids, tenant_of(x_tenant, body.tenant))
     if svc.parts.token_memories:  # the deleted pairs' tokens stop voting
         stored = (await svc.call(svc.store.describe, name)).name
-        memory = svc.token_memory_for(name, stored)
-        if memory is not None:
-            await svc.run(remember, svc.decoder_for(name, stored), memory, [], None,
-                          list(body.ids))
+        await svc.remember(name, stored, removed=list(body.ids))
     return json_response({"deleted": len(set(body.ids))})
 
 

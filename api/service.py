@@ -151,11 +151,13 @@ class Service:
                 "\"models/DECODER\"}'")
         return dec
 
-    async def remember(self, collection: str, stored: str, docs: Sequence[Any],
-                       vectors: np.ndarray, tenant: str | None) -> None:
-        """Documents just upserted into a collection with a token memory: their pairs'
-        tokens join it (a document without a value is no pair: its old tokens stop voting).
-        A decoder that reads neighbours gets each pair's nearest other pairs, as in
+    async def remember(self, collection: str, stored: str, docs: Sequence[Any] = (),
+                       vectors: np.ndarray | None = None, tenant: str | None = None,
+                       removed: Sequence[str] = ()) -> None:
+        """Documents just upserted into (``docs``, with their ``vectors``) or deleted from
+        (``removed`` ids) a collection with a token memory: upserted pairs' tokens join it,
+        deleted ones stop voting, and so do a document's without a value (no pair). A
+        decoder that reads neighbours gets each new pair's nearest other pairs, as in
         training."""
         from wiring.token_memory import remember, trained_retrieval
 
@@ -165,10 +167,10 @@ class Service:
         dec = self.decoder_for(collection, stored)
         pairs = [(d.id, d.text, d.value) for d in docs if d.value]
         rows = [i for i, d in enumerate(docs) if d.value]
-        removed = [d.id for d in docs if not d.value]
+        removed = [*removed, *(d.id for d in docs if not d.value)]
         k, t = trained_retrieval(dec)
         nbrs = None
-        if k > 0 and pairs:
+        if k > 0 and pairs and vectors is not None:
             found = await self.search_many(collection, vectors[rows], k + 1, None, False,
                                            "Session", mode="dense", tenant=tenant)
             nbrs = []

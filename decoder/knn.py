@@ -258,6 +258,22 @@ class KnnOptions:
             raise ValueError(f"knn k must be in [1, 1024], got {self.k}")
 
 
+def vote_weights(d: np.ndarray, i: np.ndarray, o: KnnOptions
+                 ) -> tuple[np.ndarray, np.ndarray]:
+    """Of a search's (distances, keys) (R, k): each voter's weight softmax(−d / T) over
+    the keys found (0 where none: key -1), and each row's λ (0 for a row without keys;
+    scaled by 1 − d₀ / reach when adaptive)."""
+    valid = i >= 0
+    logits = np.where(valid, -d.astype(np.float64) / o.temperature, -np.inf)
+    top = logits.max(axis=1, keepdims=True)
+    e = np.where(valid, np.exp(logits - np.where(np.isfinite(top), top, 0.0)), 0.0)
+    w = e / np.maximum(e.sum(axis=1, keepdims=True), 1e-300)
+    lam = np.full(len(d), o.lam) * valid.any(axis=1)
+    if o.adaptive:
+        lam = lam * np.clip(1.0 - np.where(valid[:, 0], d[:, 0], np.inf) / o.reach, 0.0, 1.0)
+    return w.astype(np.float32), lam.astype(np.float32)
+
+
 class KnnMixer:
     """The :class:`decoder.search.Mixer` of a token memory (see the module docstring);
     ``steps`` counts the rows searched, ``lam_sum`` the λ given them (mean λ = the ratio)."""
@@ -268,22 +284,13 @@ class KnnMixer:
         self.steps, self.lam_sum = 0, 0.0
 
     def __call__(self, states: torch.Tensor, lp: torch.Tensor) -> torch.Tensor:
-        o = self.o
-        d_np, i_np = self.memory.search(states.float().cpu().numpy(), o.k, o.nprobe)
-        valid = torch.from_numpy(i_np >= 0).to(lp.device)
-        d = torch.from_numpy(d_np).to(lp.device).float()
-        vals = torch.from_numpy(self.memory.values[np.maximum(i_np, 0)]).to(lp.device).long()
-        logits = (-d / o.temperature).masked_fill(~valid, float("-inf"))
-        w = torch.softmax(logits, dim=1).nan_to_num(0.0)  # a row without keys: all 0
-        p_knn = torch.zeros_like(lp).scatter_add_(1, vals, w)
-        any_key = valid.any(dim=1)
-        if o.adaptive:
-            lam = o.lam * (1.0 - d[:, 0] / o.reach).clamp(0.0, 1.0) * any_key
-        else:
-            lam = o.lam * any_key.float()
-        self.steps += int(lam.numel())
-        self.lam_sum += float(lam.sum())
-        lam = lam.unsqueeze(1)
+        d, i = self.memory.search(states.float().cpu().numpy(), self.o.k, self.o.nprobe)
+        w_np, lam_np = vote_weights(d, i, self.o)
+        vals = torch.from_numpy(self.memory.values[np.maximum(i, 0)]).to(lp.device).long()
+        p_knn = torch.zeros_like(lp).scatter_add_(1, vals, torch.from_numpy(w_np).to(lp))
+        self.steps += len(lam_np)
+        self.lam_sum += float(lam_np.sum())
+        lam = torch.from_numpy(lam_np).to(lp).unsqueeze(1)
         return torch.log(lam * p_knn + (1.0 - lam) * lp.exp())
 
 
@@ -349,20 +356,17 @@ def votes(dec: Any, source: str, neighbours: Sequence[tuple[str, float]], ids: l
     states, tgt_out = _states(dec, src_ids, [ids], [list(neighbours)] if neighbours else None)
     n = len(ids) + 1
     d_np, i_np = memory.search(states[0, :n].numpy(), options.k, options.nprobe)
+    w_all, lam_all = vote_weights(d_np, i_np, options)  # as the mixer weighed them
     out = []
     for t in range(n):
         valid = i_np[t] >= 0
-        d, keys = d_np[t][valid], i_np[t][valid]
-        w = np.exp(-(d - d.min()) / options.temperature) if len(d) else d
-        w = w / w.sum() if len(w) else w
-        lam = options.lam if len(d) else 0.0
-        if options.adaptive and len(d):
-            lam *= float(np.clip(1.0 - d[0] / options.reach, 0.0, 1.0))
+        w, keys = w_all[t][valid], i_np[t][valid]
         token = int(tgt_out[0, t])
         vals = memory.values[keys]
         order = np.argsort(-w, kind="stable")[:top]
         out.append({
-            "token": dec.tokenizer.id_to_token(token) or "", "lambda": round(lam, 4),
+            "token": dec.tokenizer.id_to_token(token) or "",
+            "lambda": round(float(lam_all[t]), 4),
             "p_memory": round(float(w[vals == token].sum()), 4),
             "votes": [{"id": memory.pair_id(int(keys[j])),
                        "token": dec.tokenizer.id_to_token(int(vals[j])) or "",

@@ -9,8 +9,6 @@ import time
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
 from decoder.data import read_pairs
 from decoder.knn import TokenMemory, collect_keys
 
@@ -24,27 +22,12 @@ def pair_neighbours(dec: Any, sources: list[str], targets: list[str], encoder_di
     was trained."""
     from wiring.translation import memory_for
 
-    k = int((dec.meta.get("training") or {}).get("k", 0))
+    k, _ = trained_retrieval(dec)
     if k == 0:
         return None
     tm, t = memory_for(dec, sources, targets, None, encoder_dir, cache, device)
     found = tm.search(sources, k, list(range(len(sources))), t, xq=tm.xb)
     return [[(targets[j], w) for j, w in row] for row in found]
-
-
-def read_pairs_jsonl(path: Path) -> tuple[list[str], list[str], list[str]]:
-    """(ids, sources, targets) of a translation memory's JSONL(.gz) rows ``{"id", "text":
-    source, "value": target}`` (the demo memory's format); a bad row is a ``ValueError``."""
-    from wiring.demo import read_jsonl
-
-    ids, sources, targets = [], [], []
-    for n, row in enumerate(read_jsonl(path), 1):
-        if not all(isinstance(row.get(f), str) for f in ("text", "value")):
-            raise ValueError(f"{path}:{n}: needs string 'text' and 'value'")
-        ids.append(str(row.get("id", n - 1)))
-        sources.append(row["text"])
-        targets.append(row["value"])
-    return ids, sources, targets
 
 
 def build_token_memory(model: Path, data: Path | None, out: Path, split: str = "train",
@@ -57,11 +40,12 @@ def build_token_memory(model: Path, data: Path | None, out: Path, split: str = "
     ``pairs_jsonl``, whose ids it keeps: votes name them) with the decoder ``model`` into
     ``out``; returns what was built (keys, bytes, seconds)."""
     import decoder
+    from wiring.translation import read_memory_rows
 
     dec = decoder.load(model, device=device)
     ids: list[str] | None = None
     if pairs_jsonl is not None:
-        ids, sources, targets = read_pairs_jsonl(pairs_jsonl)
+        ids, sources, targets = read_memory_rows(pairs_jsonl)
         source = str(pairs_jsonl)
     else:
         assert data is not None, "give data (and split) or pairs_jsonl"
@@ -101,10 +85,6 @@ def remember(dec: Any, memory: TokenMemory, pairs: list[tuple[str, str, str]],
     durably (:meth:`TokenMemory.append_change`), without rebuilding it. Returns the tokens
     added."""
     keys, values, rows = collect_keys(dec, [p[1] for p in pairs], [p[2] for p in pairs],
-                                      neighbours) if pairs else (None, None, None)
-    if keys is None or values is None or rows is None:
-        memory.append_change(np.zeros((0, dec.config.d_model), np.float16),
-                             np.zeros(0, np.int32), np.zeros(0, np.int32), [], removed)
-        return 0
+                                      neighbours)  # empty arrays for no pairs
     memory.append_change(keys, values, rows, [p[0] for p in pairs], removed)
     return int(len(values))

@@ -55,7 +55,15 @@ def training_retriever(data: Path, src_lang: str, tgt_lang: str, encoder_dir: Pa
 def read_memory_jsonl(path: Path) -> tuple[list[str], list[str]]:
     """(sources, targets) of JSONL rows ``{"text": source, "value": target}``; a bad row is a
     ``ValueError`` naming its line."""
-    sources, targets = [], []
+    _, sources, targets = read_memory_rows(path)
+    return sources, targets
+
+
+def read_memory_rows(path: Path) -> tuple[list[str], list[str], list[str]]:
+    """(ids, sources, targets) of JSONL rows ``{"id", "text": source, "value": target}``
+    (a row without an id gets its line number); a bad row is a ``ValueError`` naming its
+    line."""
+    ids, sources, targets = [], [], []
     for n, line in enumerate(read_lines(path), 1):
         if not line.strip():
             continue
@@ -67,9 +75,10 @@ def read_memory_jsonl(path: Path) -> tuple[list[str], list[str]]:
                              ) from e
         if not isinstance(source, str) or not isinstance(target, str):
             raise ValueError(f"{path}:{n}: 'text' and 'value' must be strings")
+        ids.append(str(row.get("id", n)))
         sources.append(source)
         targets.append(target)
-    return sources, targets
+    return ids, sources, targets
 
 
 def memory_for(dec: Any, sources: list[str], targets: list[str], temperature: float | None,
