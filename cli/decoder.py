@@ -57,6 +57,9 @@ def train_decoder(
     device: str | None = typer.Option(None, help="cpu, cuda, cuda:1 ... (default: auto)."),
     stop_after: int | None = typer.Option(
         None, min=1, help="Stop this process after N steps (checkpointed; rerun resumes)."),
+    train_fraction: float = typer.Option(
+        1.0, min=0.0, max=1.0, help="Train on this seeded share of the train pairs (k = 0 "
+        "only); the rest stay unseen, e.g. for bench/translate.py adaptation."),
     vocab_size: int = typer.Option(8000, min=300, help="Joint BPE vocabulary size."),
     d_model: int = typer.Option(256, min=8),
     encoder_layers: int = typer.Option(3, min=1),
@@ -101,7 +104,7 @@ def train_decoder(
         steps=steps, batch_size=batch_size, lr=lr, weight_decay=weight_decay,
         warmup_steps=warmup_steps, label_smoothing=label_smoothing, vocab_size=vocab_size,
         eval_every=eval_every, checkpoint_every=checkpoint_every, seed=seed, device=device,
-        stop_after=stop_after, retrieval=retrieval, arch=arch)
+        stop_after=stop_after, train_fraction=train_fraction, retrieval=retrieval, arch=arch)
     path = train(cfg, retrieve)
     typer.echo(f"decoder checkpoint: {path}")
 

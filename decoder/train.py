@@ -67,8 +67,20 @@ class TrainConfig:
     seed: int = 0
     device: str | None = None
     stop_after: int | None = None  # end this process after N steps (resumable), e.g. a budget
+    train_fraction: float = 1.0  # train on this share of the train pairs (train_subset)
     retrieval: dict[str, Any] = field(default_factory=dict)  # who retrieved: recorded, cache key
     arch: dict[str, Any] = field(default_factory=dict)
+
+
+def train_subset(n: int, fraction: float, seed: int) -> list[int]:
+    """The indices of the train pairs a run with ``train_fraction`` trains on: a seeded
+    random share, in corpus order (the rest are pairs the decoder never saw)."""
+    if not 0.0 < fraction <= 1.0:
+        raise ValueError(f"train_fraction must be in (0, 1], got {fraction}")
+    if fraction == 1.0:
+        return list(range(n))
+    keep = np.random.default_rng(seed).permutation(n)[: max(1, round(n * fraction))]
+    return sorted(int(i) for i in keep)
 
 
 def lr_at(step: int, cfg: TrainConfig) -> float:
@@ -205,6 +217,11 @@ def train(cfg: TrainConfig, retrieve: Retrieve | None = None) -> Path:
     device = pick_device(cfg.device)
     out = Path(cfg.out_dir)
     train_pairs = read_pairs(cfg.data_dir, "train", cfg.src_lang, cfg.tgt_lang)
+    if cfg.train_fraction < 1.0:
+        if cfg.k > 0:  # the training retriever indexes every train pair
+            raise ValueError("train_fraction < 1 trains the baseline only (k = 0)")
+        train_pairs = [train_pairs[i] for i in
+                       train_subset(len(train_pairs), cfg.train_fraction, cfg.seed)]
     val_pairs = read_pairs(cfg.data_dir, "val", cfg.src_lang, cfg.tgt_lang)
     tok = _tokenizer(out, train_pairs, cfg.vocab_size)
     arch = DecoderConfig(**{**cfg.arch, "vocab_size": tok.get_vocab_size()})

@@ -10,7 +10,7 @@ from safetensors.torch import load_file
 
 import decoder
 from decoder.data import read_pairs
-from decoder.train import BatchPlan, TrainConfig, lr_at, train
+from decoder.train import BatchPlan, TrainConfig, lr_at, train, train_subset
 
 ARCH = {"d_model": 32, "n_encoder_layers": 1, "n_decoder_layers": 1, "n_heads": 2,
         "d_ff": 64, "max_tokens": 32, "dropout": 0.1}
@@ -87,6 +87,18 @@ def test_baseline_needs_no_retriever_and_k_needs_one(task1_dir: Path, tmp_path: 
     assert json.loads((out / "config.json").read_text())["training"]["k"] == 0
     with pytest.raises(ValueError, match="retrieve"):
         train(_cfg(task1_dir, tmp_path / "nok", k=2, steps=3))
+
+
+def test_a_half_trained_decoder_sees_a_seeded_half(task1_dir: Path, tmp_path: Path) -> None:
+    half = train_subset(60, 0.5, seed=3)
+    assert len(half) == 30 and half == sorted(set(half)) and half == train_subset(60, 0.5, 3)
+    assert half != train_subset(60, 0.5, seed=4) and train_subset(5, 1.0, 0) == list(range(5))
+    with pytest.raises(ValueError, match="train_fraction"):
+        train_subset(10, 0.0, 0)
+    out = train(_cfg(task1_dir, tmp_path / "half", k=0, steps=2, train_fraction=0.5, seed=3))
+    assert json.loads((out / "config.json").read_text())["training"]["pairs"]["train"] == 30
+    with pytest.raises(ValueError, match="baseline only"):
+        train(_cfg(task1_dir, tmp_path / "nok", steps=2, train_fraction=0.5), _retriever(task1_dir))
 
 
 def test_batches_cover_each_epoch_once_grouped_by_length_and_replay() -> None:
