@@ -21,7 +21,7 @@ import json
 import logging
 import os
 import shutil
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -249,6 +249,15 @@ class FaissStore:
         if tenant is None:
             return len(col.items)
         return sum(it.tenant == tenant for it in list(col.items.values()))
+
+    def scan(self, collection: str, after: str | None = None, batch_size: int = 1000
+             ) -> Iterator[list[Item]]:
+        col = self._load(collection)
+        check_tenant(col.info, None)
+        ids = sorted(i for i in list(col.items) if after is None or i > after)
+        for start in range(0, len(ids), batch_size):
+            page = [col.items.get(i) for i in ids[start : start + batch_size]]
+            yield [it for it in page if it is not None]  # deleted since the listing: gone
 
     def search(
         self,

@@ -36,6 +36,13 @@ def is_missing(e: Exception) -> bool:
     return _MISSING.search(str(e)) is not None
 
 
+def version_at_least(version: str, least: tuple[int, int]) -> bool:
+    """Whether a Milvus version string (``v2.3.5-lite``, ``v2.5.16``) is ``least`` or later;
+    Milvus Lite 3.x (``milvus_lite-3.2.2``) counts as new."""
+    m = re.search(r"(\d+)\.(\d+)", version)
+    return not m or (int(m[1]), int(m[2])) >= least
+
+
 def connect(uri: str, token: str, timeout: float) -> Any:
     """A ``MilvusClient`` of its own for ``uri`` (a path is a Milvus Lite file: its
     directory is made, its noise filtered)."""

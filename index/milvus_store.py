@@ -24,9 +24,8 @@ from __future__ import annotations
 
 import json
 import logging
-import re
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any, TypeVar
 
 import numpy as np
@@ -34,7 +33,7 @@ import numpy as np
 from index.aliases import AliasCache, check_create, check_drop, checked_set
 from index.filters import Filter, quote, to_milvus_expr
 from index.fusion import DEFAULT_DENSE_WEIGHT, DEFAULT_FUSION, candidates, check_fusion, fuse
-from index.milvus_conn import connect, is_missing, is_unavailable
+from index.milvus_conn import connect, is_missing, is_unavailable, version_at_least
 from index.milvus_schema import (
     BM25_FIELD,
     ENCODER_PROPERTY,
@@ -75,6 +74,8 @@ BM25_MIN_VERSION = (2, 5)  # the first Milvus server with the BM25 function
 # 20 for `tenant == "acme"`, in a /tmp script): there the tenant is a plain field
 PARTITION_KEY_MIN_VERSION = (2, 4)
 T = TypeVar("T")
+
+
 class MilvusStore:
     """:class:`index.store.VectorStore` on Milvus Lite (a file path) or a Milvus server."""
 
@@ -187,19 +188,16 @@ class MilvusStore:
         return self._bm25
 
     def _version_at_least(self, least: tuple[int, int]) -> bool:
-        """Whether the server is Milvus ``least`` or later (Milvus Lite counts as new)."""
-        version = self.server_version()  # Lite 3.x: milvus_lite-3.2.2; PyPI milvus: v2.3.5-lite
-        m = re.search(r"(\d+)\.(\d+)", version)
-        return not m or (int(m[1]), int(m[2])) >= least
+        return version_at_least(self.server_version(), least)
 
     def _check_bm25(self) -> None:
         """Refuse, naming the version, a server without the BM25 function (Milvus < 2.5)."""
-        if not self._version_at_least(BM25_MIN_VERSION):
-            version = self.server_version()
+        version = self.server_version()
+        if not version_at_least(version, BM25_MIN_VERSION):
             raise UnsupportedError(
                 f"Milvus {version} at {self.uri} has no BM25 full-text search (it came in "
-                f"Milvus {'.'.join(map(str, BM25_MIN_VERSION))}); create the collection "
-                "without hybrid, or use Milvus Lite or a Milvus >= 2.5 server")
+                "Milvus 2.5); create the collection without hybrid, or use Milvus Lite or a "
+                "Milvus >= 2.5 server")
 
     def drop(self, collection: str) -> None:
         self._aliases.invalidate()
@@ -347,21 +345,25 @@ class MilvusStore:
                 timeout=self.timeout))
         return int(res[0]["count(*)"])
 
-    def search(
-        self,
-        collection: str,
-        xq: np.ndarray,
-        k: int,
-        filter: Filter | None = None,
-        encoder: EncoderInfo | None = None,
-        with_vectors: bool = False,
-        consistency: str = "Session",
-        query_text: Sequence[str] | None = None,
-        mode: str | None = None,
-        fusion: str = DEFAULT_FUSION,
-        dense_weight: float = DEFAULT_DENSE_WEIGHT,
-        tenant: str | None = None,
-    ) -> list[list[Hit]]:
+    def scan(self, collection: str, after: str | None = None, batch_size: int = 1000
+             ) -> Iterator[list[Item]]:
+        # The ids first, then pages of gets: neither a query with a limit nor pymilvus'
+        # query_iterator pages in id order on every backend (2.3.5 skipped half the rows)
+        collection = self._aliases.resolve(collection)
+        check_tenant(self._ready(collection), None)
+        rows = self._call("scan", lambda c: c.query(
+            collection, filter=f"id > {quote(after or '')}", output_fields=["id"],
+            consistency_level="Strong", timeout=self.timeout))
+        ids = sorted(str(r["id"]) for r in rows)
+        for start in range(0, len(ids), batch_size):
+            yield self.get(collection, ids[start : start + batch_size])
+
+    def search(self, collection: str, xq: np.ndarray, k: int, filter: Filter | None = None,
+               encoder: EncoderInfo | None = None, with_vectors: bool = False,
+               consistency: str = "Session", query_text: Sequence[str] | None = None,
+               mode: str | None = None, fusion: str = DEFAULT_FUSION,
+               dense_weight: float = DEFAULT_DENSE_WEIGHT, tenant: str | None = None,
+               ) -> list[list[Hit]]:
         check_search_args(k, consistency)
         check_fusion(fusion, dense_weight)
         collection = self._aliases.resolve(collection)

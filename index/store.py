@@ -14,7 +14,7 @@ or ``hybrid`` (both, fused: see :mod:`index.fusion`).
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
@@ -191,6 +191,13 @@ class VectorStore(Protocol):
 
     def count(self, collection: str, tenant: str | None = None) -> int:
         """Exact number of items (the tenant's, in a multi-tenant collection; strong read)."""
+        ...
+
+    def scan(self, collection: str, after: str | None = None, batch_size: int = 1000
+             ) -> Iterator[list[Item]]:
+        """Every item of a (single-tenant) collection whose id sorts after ``after`` (all
+        when None), with its vector, in pages of up to ``batch_size`` in id order: a job
+        that remembers the last id of the pages it finished resumes from there."""
         ...
 
     def close(self) -> None: ...

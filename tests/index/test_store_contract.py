@@ -67,6 +67,25 @@ def test_round_trip_count_and_get(store: VectorStore, collection: str) -> None:
     np.testing.assert_allclose(g3.vector, items[3].vector, atol=1e-6)
 
 
+def test_scan_pages_every_item_in_id_order_and_resumes_after_an_id(
+        store: VectorStore, collection: str) -> None:
+    store.create(collection, D, ENC)
+    items = make_items(45)
+    store.upsert(collection, items[::2], ENC)  # written in two rounds, out of id order
+    store.upsert(collection, items[1::2], ENC)
+    store.delete(collection, ["doc-7"])
+    pages = list(store.scan(collection, batch_size=10))
+    ids = [it.id for page in pages for it in page]
+    want = sorted(it.id for it in items if it.id != "doc-7")
+    assert ids == want and max(len(p) for p in pages) <= 10 and len(pages) >= 5
+    got = {it.id: it for page in pages for it in page}
+    assert got["doc-3"].value == "value 3" and got["doc-3"].metadata["n"] == 3
+    np.testing.assert_allclose(got["doc-3"].vector, items[3].vector, atol=1e-6)
+    rest = [it.id for page in store.scan(collection, after=want[19], batch_size=7) for it in page]
+    assert rest == want[20:]
+    assert list(store.scan(collection, after=want[-1])) == []
+
+
 def test_upsert_replaces_and_last_duplicate_wins(store: VectorStore, collection: str) -> None:
     store.create(collection, D)
     items = make_items(10)
