@@ -7,7 +7,7 @@ import logging
 
 import typer
 
-from cli import alias, decoder, encoder, index, serve, stack
+from cli import alias, decoder, encoder, index, serve, stack, token_memory
 
 app = typer.Typer(help="qkv: retrieval-augmented embedding service.", no_args_is_help=True)
 
@@ -24,5 +24,6 @@ encoder.register(app)
 index.register(app)
 serve.register(app)
 decoder.register(app)
+token_memory.register(app)
 stack.register(app)
 alias.register(app)

@@ -252,42 +252,7 @@ def eval_decoder(
         typer.echo(json.dumps(row))
 
 
-def build_token_memory(
-    model: Path = typer.Option(..., "--model", help="Decoder checkpoint directory."),
-    data: Path | None = typer.Option(None, "--data", help="Folder with SPLIT.{en,fr}[.gz]."),
-    pairs: Path | None = typer.Option(
-        None, "--pairs", dir_okay=False, exists=True,
-        help="Instead of --data: JSONL(.gz) rows {id, text: source, value: target}, e.g. the "
-             "demo memory data/demo/multi30k-en-fr.jsonl.gz (votes name these ids)."),
-    out: Path = typer.Option(..., "--out", file_okay=False, help="Memory directory."),
-    split: str = typer.Option("train", "--split", help="The pairs of --data to remember."),
-    encoder_dir: Path = typer.Option(DEFAULT_ENCODER, "--encoder"),
-    memory_cache: str = typer.Option("var/tm-cache", "--memory-cache"),
-    batch_size: int = typer.Option(64, min=1),
-    device: str | None = typer.Option(None),
-) -> None:
-    """Token memory (kNN-MT) of a split's pairs: the decoder's state before each target
-    token, stored with that token; for eval-decoder --knn-memory."""
-    from wiring import runtime
-
-    runtime.configure()
-    import json
-
-    from wiring.token_memory import build_token_memory as build
-
-    if (data is None) == (pairs is None):
-        raise typer.BadParameter("give --data (with --split) or --pairs")
-    try:
-        info = build(model, data, out, split, encoder_dir=encoder_dir,
-                     memory_cache=memory_cache, device=device, batch_size=batch_size,
-                     pairs_jsonl=pairs)
-    except ValueError as e:  # a bad --pairs row
-        raise typer.BadParameter(str(e), param_hint="--pairs") from e
-    typer.echo(json.dumps(info))
-
-
 def register(app: typer.Typer) -> None:
     app.command("train-decoder")(train_decoder)
     app.command("translate")(translate)
     app.command("eval-decoder")(eval_decoder)
-    app.command("build-token-memory")(build_token_memory)
