@@ -124,8 +124,9 @@ def translate(
     output: Path = typer.Option(..., "--output", dir_okay=False, help="One output a line."),
     k: int = typer.Option(4, "--k", min=0, help="Neighbours per sentence; 0 = none."),
     beam: int = typer.Option(4, "--beam", min=1, help="Beam size; 1 = greedy."),
-    plot: Path | None = typer.Option(None, "--plot", dir_okay=False,
-                                     help="PNG of the cross-attention (one sentence only)."),
+    plot: Path | None = typer.Option(
+        None, "--plot", dir_okay=False, help="PNG of the cross-attention (one sentence only); "
+        "with a token memory, PLOT-votes.png of its votes too."),
     encoder_dir: Path = typer.Option(DEFAULT_ENCODER, "--encoder",
                                      help="qkv encoder that keys the memory."),
     temperature: float | None = typer.Option(
@@ -202,6 +203,12 @@ def translate(
         texts = [g.text for g in gens]
         i = next(i for i, ln in enumerate(lines) if ln.strip())
         plot_attention(gens[i], [w for _, w in neighbours[i]], plot)
+        if mix is not None:  # and who voted for each output token, beside it
+            from decoder.knn import votes
+            from decoder.plot import plot_votes
+
+            plot_votes(votes(dec, lines[i], neighbours[i], gens[i].ids, mix.memory, mix.o),
+                       plot.with_name(f"{plot.stem}-votes{plot.suffix}"))
     output.parent.mkdir(parents=True, exist_ok=True)
     output.write_text("".join(t.replace("\n", " ") + "\n" for t in texts), encoding="utf-8")
     if mix is not None:

@@ -1,5 +1,6 @@
 """The decoder's cross-attention map as a picture: output tokens (rows) × memory tokens
-(columns: the source's, then each neighbour's), neighbours split by lines."""
+(columns: the source's, then each neighbour's), neighbours split by lines; and the token
+memory's votes for each output token (:func:`plot_votes`)."""
 
 from __future__ import annotations
 
@@ -39,3 +40,45 @@ def plot_attention(gen: Any, weights: list[float], path: Path) -> None:
     fig.savefig(path, dpi=120)
     plt.close(fig)
     log.info("attention map in %s", path)
+
+
+def vote_cells(tokens: list[dict[str, Any]]) -> list[list[str]]:
+    """Per output token, its voters as cell labels: ``token`` (pair id) weight."""
+    return [[f"{v['token']}\n{v['id']}  {v['weight']:.2f}" for v in t["votes"]] for t in tokens]
+
+
+def plot_votes(tokens: list[dict[str, Any]], path: Path) -> list[list[str]]:
+    """The token memory's votes (:func:`decoder.knn.votes`) as a picture: output tokens
+    (rows) × their heaviest voters (columns, by weight), each cell the voted token, the pair
+    it comes from and its weight; beside each row λ and the memory's probability of the
+    token written. Returns the cells' labels."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import numpy as np
+
+    cells = vote_cells(tokens)
+    cols = max((len(r) for r in cells), default=0)
+    w = np.full((len(tokens), max(1, cols)), np.nan, np.float32)
+    for r, t in enumerate(tokens):
+        for c, v in enumerate(t["votes"]):
+            w[r, c] = v["weight"]
+    fig, ax = plt.subplots(figsize=(3 + 1.8 * cols, 1.2 + 0.45 * len(tokens)))
+    ax.imshow(w, aspect="auto", cmap="Blues", vmin=0.0, vmax=1.0)
+    for r, row in enumerate(cells):
+        for c, label in enumerate(row):
+            same = tokens[r]["votes"][c]["token"] == tokens[r]["token"]
+            ax.text(c, r, label, ha="center", va="center", fontsize=6,
+                    color="black" if same else "firebrick")
+    ax.set_yticks(range(len(tokens)), [f"{t['token']}  λ={t['lambda']:.2f} "
+                                       f"p={t['p_memory']:.2f}" for t in tokens], fontsize=7)
+    ax.set_xticks(range(max(1, cols)), [f"voter {c + 1}" for c in range(max(1, cols))],
+                  fontsize=7)
+    ax.set_title("token memory votes (red: a voter for another token)", fontsize=8)
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    log.info("token memory votes in %s", path)
+    return cells

@@ -73,6 +73,36 @@ def test_translate_plot_draws_the_attention_map(
     assert result.exit_code != 0 and "one sentence" in result.output  # type: ignore[attr-defined]
 
 
+def test_translate_plot_with_a_token_memory_draws_its_votes(
+    tiny_decoder_dir: Path, tiny_encoder_dir: Path, tmp_path: Path
+) -> None:
+    import decoder
+    from decoder.knn import KnnOptions, TokenMemory, collect_keys, votes
+    from decoder.plot import plot_votes
+    from decoder.testing import toy_pairs
+
+    dec = decoder.load(tiny_decoder_dir, device="cpu")
+    pairs = toy_pairs(20, seed=2)
+    keys, values, rows = collect_keys(dec, [s for s, _ in pairs], [t for _, t in pairs])
+    memory = TokenMemory.build(keys, values, rows, dec.name, dec.fingerprint)
+    memory.save(tmp_path / "tokens")
+    png = tmp_path / "att.png"
+    result, out = _translate(tiny_decoder_dir, tiny_encoder_dir, tmp_path, [pairs[3][0]],
+                             "--k", "0", "--plot", str(png), "--knn-memory",
+                             str(tmp_path / "tokens"), "--knn-k", "3")
+    assert result.exit_code == 0, result.output  # type: ignore[attr-defined]
+    drawn = tmp_path / "att-votes.png"
+    assert drawn.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and drawn.stat().st_size > 5000
+    # what it draws: per output token its 3 voters, each the token, its pair and weight
+    gen = dec.generate(pairs[3][0], beam=2)
+    tokens = votes(dec, pairs[3][0], [], gen.ids, memory, KnnOptions(k=3))
+    cells = plot_votes(tokens, tmp_path / "again.png")
+    assert len(cells) == len(gen.ids) + 1 and all(len(r) == 3 for r in cells)
+    first = tokens[0]["votes"][0]
+    assert cells[0][0] == f"{first['token']}\n{first['id']}  {first['weight']:.2f}"
+    assert first["id"] in {str(i) for i in range(len(pairs))}
+
+
 def test_translation_memory_leaves_the_pair_itself_out(
     tiny_encoder_dir: Path, tmp_path: Path
 ) -> None:
