@@ -46,9 +46,10 @@ typecheck: $(STAMP)
 # The service on 127.0.0.1:8000: shipped encoder, embedded Milvus Lite file under var/, and
 # on first start a `docs` collection from the demo corpus (chunked Python documentation)
 # and a `tm-en-fr` translation memory (the 29,000 Multi30k training pairs) whose generate
-# translates English to French with the shipped decoder.
+# translates English to French with the shipped decoder, and once filled that collection's
+# token memory (kNN-MT), built in the background under var/knn/ and read on later starts.
 DEMO := --demo data/demo/python-docs.jsonl.gz --demo-tm data/demo/multi30k-en-fr.jsonl.gz \
-	--decoder tm-en-fr=models/decoder-en-fr
+	--decoder tm-en-fr=models/decoder-en-fr --demo-token-memory var/knn/tm-en-fr
 
 run: $(STAMP)
 	mkdir -p var

@@ -24,6 +24,7 @@ from api import embedding_routes, errors, retrieval_routes, routes, tei_routes, 
 from api.errors import ApiError, error_response
 from api.metrics import Metrics, MetricsMiddleware
 from api.settings import Settings
+from index import collection_name
 
 log = logging.getLogger(__name__)
 
@@ -110,11 +111,13 @@ def without_auth(schema: dict[str, Any]) -> None:
     schema.get("components", {}).pop("securitySchemes", None)
 
 
-async def fill_demos(svc: Any, plans: list[Any], stop: threading.Event) -> None:
+async def fill_demos(svc: Any, plans: list[Any], stop: threading.Event,
+                     token_memory: Any = None) -> None:
     """Fill the prepared demo collections one after the other, off the event loop (the
-    encoder shares the cores with requests meanwhile); a failure is logged and shown by
-    ``/ready``, and the next start tries again."""
-    from wiring.demo import fill_demo
+    encoder shares the cores with requests meanwhile), then give the translation memory
+    its token memory (``token_memory``: its :class:`wiring.demo.Seeding`); a failure is
+    logged and shown by ``/ready``, and the next start tries again."""
+    from wiring.demo import demo_token_memory, fill_demo
 
     for plan in plans:
         try:
@@ -123,6 +126,32 @@ async def fill_demos(svc: Any, plans: list[Any], stop: threading.Event) -> None:
             plan.progress.state, plan.progress.error = "failed", f"{type(e).__name__}: {e}"
             log.exception("demo collection %r not filled; the next start tries again",
                           plan.collection)
+    settings = svc.settings
+    if token_memory is None:
+        return
+    tm = next((p for p in plans if p.collection == token_memory.collection), None)
+    if stop.is_set() or tm is None or tm.progress.state != "complete":
+        token_memory.state = "stopped" if stop.is_set() else "failed"
+        token_memory.error = None if stop.is_set() else "the collection was not filled"
+        return
+    try:
+        await svc.run(demo_token_memory, svc.parts, settings.demo_tm_collection,
+                      settings.demo_token_memory, token_memory, stop, settings.store)
+    except Exception as e:
+        token_memory.state, token_memory.error = "failed", f"{type(e).__name__}: {e}"
+        log.exception("the demo token memory was not built; the next start tries again")
+
+
+def demo_tokens(svc: Any, settings: Settings) -> Any:
+    """The progress of the demo translation memory's token memory, or None when there is
+    none to give it (no setting, no decoder, or one configured in ``token_memories``)."""
+    from wiring.demo import Seeding
+
+    stored = collection_name(settings.demo_tm_collection)
+    if (settings.demo_tm is None or settings.demo_token_memory is None
+            or stored not in svc.parts.decoders or stored in svc.parts.token_memories):
+        return None
+    return Seeding(stored, kind="token memory")
 
 
 def create_app(settings: Settings | None = None, banner: str | None = None) -> FastAPI:
@@ -152,8 +181,11 @@ def create_app(settings: Settings | None = None, banner: str | None = None) -> F
                 log.warning("demo collection %r not created (store: %s); it will be on a "
                             "later start", collection, e)
         svc.seeding = {p.collection: p.progress for p in plans}
+        tokens = demo_tokens(svc, settings)
+        if tokens is not None:
+            svc.seeding[f"{tokens.collection} token memory"] = tokens
         stop = threading.Event()
-        filler = asyncio.create_task(fill_demos(svc, plans, stop))
+        filler = asyncio.create_task(fill_demos(svc, plans, stop, tokens))
         if banner:
             filling = ("\nqkv: the demo collections are being filled in the background "
                        "(GET /ready shows how far; their searches say so meanwhile)"

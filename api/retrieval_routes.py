@@ -153,6 +153,14 @@ def hits_out(hits: list[Hit], weights: np.ndarray, fields: Sequence[str]) -> lis
     return out
 
 
+def reads_neighbours(dec: Any) -> bool:
+    """Whether the decoder reads retrieved neighbours: unless its training record says it
+    was trained without them (k = 0); a checkpoint without one (an untrained test
+    decoder) reads them."""
+    training = dec.meta.get("training")
+    return not training or int(training.get("k", 0)) > 0
+
+
 def with_seeding(svc: Service, name: str, out: dict[str, Any]) -> dict[str, Any]:
     """``out`` with ``seeding`` while ``name`` is a demo collection still being filled."""
     seeding = svc.seeding_of(name)
@@ -222,7 +230,9 @@ async def attend(name: CollectionName, body: s.SearchRequest, request: Request,
 async def generate(name: CollectionName, body: s.GenerateRequest, request: Request,
                    x_tenant: TenantHeader = None) -> Response:
     """Retrieve ``top_k`` neighbours, weight them, and decode with the collection's decoder
-    (each neighbour's value is read with its weight as an attention bias)."""
+    (a decoder trained with neighbours reads each one's value with its weight as an
+    attention bias; one trained without them reads none), mixing in the votes of the
+    collection's token memory when it has one."""
     svc = service(request)
     info = await svc.call(svc.store.describe, name)  # 404 first
     dec = svc.decoder_for(name, info.name)  # then 409 without a decoder
@@ -239,7 +249,10 @@ async def generate(name: CollectionName, body: s.GenerateRequest, request: Reque
     else:
         cosines = np.zeros(0, np.float32)
     weights = softmax(cosines, t)
-    neighbours_read = [(h.value or h.text, float(w)) for h, w in zip(hits, weights, strict=True)]
+    # a decoder trained without neighbours (k = 0, the shipped one) reads none: they are
+    # returned, and its retrieval is the token memory's
+    neighbours_read = [(h.value or h.text, float(w)) for h, w in zip(hits, weights, strict=True)
+                       if reads_neighbours(dec)]
     memory, options = knn_for(svc, name, info.name, body.knn)
     mix = KnnMixer(memory, options) if memory is not None and options is not None else None
     gen = await svc.run(dec.generate, body.query, neighbours_read, beam=body.beam,

@@ -110,8 +110,8 @@ class Service:
             await self.call(self.store.list_collections)
         except StoreError as e:
             return False, f"store not reachable: {e}"
-        filling = [f"{p.collection} {p.written} of {p.of}" for p in self.seeding.values()
-                   if not p.done]
+        filling = [f"{p.collection}{'' if p.kind == 'documents' else ' ' + p.kind} "
+                   f"{p.written} of {p.of}" for p in self.seeding.values() if not p.done]
         if filling:
             return True, "ok; demo collections filling in the background: " + ", ".join(filling)
         return True, "ok"

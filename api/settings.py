@@ -97,6 +97,10 @@ class Settings(BaseSettings):
                                  "when it does not exist.")
     demo_tm_collection: str = Field("tm-en-fr", description="Name of the demo translation "
                                     "memory (give it a decoder in `decoders`).")
+    demo_token_memory: Path | None = Field(
+        None, description="Directory of the demo translation memory's token memory (kNN-MT): "
+        "read when built before, else built from the filled collection in the background "
+        "(resumable) and used by generate once built. Ignored when `token_memories` names one.")
 
     @field_validator("decoders", mode="before")
     @classmethod
@@ -119,6 +123,11 @@ class Settings(BaseSettings):
                                  f"collection {stored!r}")
             seen[stored] = name
         return value
+
+    @field_validator("demo_token_memory", mode="before")
+    @classmethod
+    def _no_token_memory(cls, value: Any) -> Any:
+        return None if isinstance(value, str) and not value.strip() else value
 
     @field_validator("demo_collection", "demo_tm_collection")
     @classmethod

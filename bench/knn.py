@@ -1,6 +1,6 @@
 """Token memory (kNN-MT) against the same decoder without it, side by side in one run.
 
-Usage: python bench/knn.py --data ../shared/data [--models decoder-en-fr-baseline,...]
+Usage: python bench/knn.py --data ../shared/data [--models decoder-en-fr,...]
        [--memories var/knn] [--samples 1000]
 
 For each shipped decoder: its token memory of the 29,000 training pairs (``qkv
@@ -23,8 +23,7 @@ import tempfile
 import time
 from pathlib import Path
 
-import numpy as np
-from workload import ROOT, append_results
+from workload import ROOT, append_results, paired_bootstrap
 
 from wiring import runtime  # noqa: E402
 
@@ -40,32 +39,10 @@ from wiring.translation import evaluate_translation  # noqa: E402
 SPLITS = ["val", "test_2016_flickr"]
 
 
-def paired_bootstrap(refs: list[str], base: list[str], other: list[str], samples: int,
-                     seed: int = 12345) -> tuple[float, float, float]:
-    """(BLEU(other) − BLEU(base), and the 2.5th and 97.5th percentiles of that difference
-    over ``samples`` resamplings of the sentences)."""
-    from sacrebleu.metrics import BLEU
-
-    bleu = BLEU()
-    a = np.array(bleu._extract_corpus_statistics(base, [refs]), dtype=np.float64)
-    b = np.array(bleu._extract_corpus_statistics(other, [refs]), dtype=np.float64)
-
-    def score(stats: np.ndarray) -> float:
-        return float(bleu._compute_score_from_stats(list(stats)).score)
-
-    rng = np.random.default_rng(seed)
-    diffs = []
-    for _ in range(samples):
-        idx = rng.integers(0, len(refs), len(refs))
-        diffs.append(score(b[idx].sum(0)) - score(a[idx].sum(0)))
-    lo, hi = np.percentile(diffs, [2.5, 97.5])
-    return score(b.sum(0)) - score(a.sum(0)), float(lo), float(hi)
-
-
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--data", type=Path, required=True)
-    ap.add_argument("--models", default="decoder-en-fr-baseline,decoder-en-fr")
+    ap.add_argument("--models", default="decoder-en-fr")
     ap.add_argument("--memories", type=Path, default=ROOT / "var/knn")
     ap.add_argument("--samples", type=int, default=1000)
     args = ap.parse_args()

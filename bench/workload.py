@@ -209,3 +209,26 @@ def append_results(section: str, path: Path = ROOT / "bench/RESULTS.md") -> None
     head = "" if path.exists() else "# Benchmark results\n\n"
     with open(path, "a", encoding="utf-8") as f:
         f.write(head + section.rstrip() + "\n\n")
+
+
+def paired_bootstrap(refs: list[str], base: list[str], other: list[str], samples: int,
+                     seed: int = 12345) -> tuple[float, float, float]:
+    """(BLEU(other) − BLEU(base), and the 2.5th and 97.5th percentiles of that difference
+    over ``samples`` resamplings of the sentences)."""
+    import numpy as np
+    from sacrebleu.metrics import BLEU
+
+    bleu = BLEU()
+    a = np.array(bleu._extract_corpus_statistics(base, [refs]), dtype=np.float64)
+    b = np.array(bleu._extract_corpus_statistics(other, [refs]), dtype=np.float64)
+
+    def score(stats: np.ndarray) -> float:
+        return float(bleu._compute_score_from_stats(list(stats)).score)
+
+    rng = np.random.default_rng(seed)
+    diffs = []
+    for _ in range(samples):
+        idx = rng.integers(0, len(refs), len(refs))
+        diffs.append(score(b[idx].sum(0)) - score(a[idx].sum(0)))
+    lo, hi = np.percentile(diffs, [2.5, 97.5])
+    return score(b.sum(0)) - score(a.sum(0)), float(lo), float(hi)

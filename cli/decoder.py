@@ -122,7 +122,8 @@ def translate(
     input: Path = typer.Option(..., "--input", dir_okay=False, exists=True,
                                help="One source sentence a line."),
     output: Path = typer.Option(..., "--output", dir_okay=False, help="One output a line."),
-    k: int = typer.Option(4, "--k", min=0, help="Neighbours per sentence; 0 = none."),
+    k: int | None = typer.Option(None, "--k", min=0, help="Neighbours per sentence; 0 = none "
+                                 "(default: the model's training k)."),
     beam: int = typer.Option(4, "--beam", min=1, help="Beam size; 1 = greedy."),
     plot: Path | None = typer.Option(
         None, "--plot", dir_okay=False, help="PNG of the cross-attention (one sentence only); "
@@ -164,9 +165,6 @@ def translate(
 
     if memory_jsonl is not None and (memory_src is not None or memory_tgt is not None):
         raise typer.BadParameter("give --memory or --memory-src/--memory-tgt, not both")
-    if k > 0 and memory_jsonl is None and (memory_src is None or memory_tgt is None):
-        raise typer.BadParameter("--k > 0 needs --memory-src and --memory-tgt, or --memory "
-                                 "(or --k 0)")
     lines = read_lines(input)
     if plot is not None and sum(1 for ln in lines if ln.strip()) != 1:
         raise typer.BadParameter("--plot draws one sentence: give an input with exactly one "
@@ -175,6 +173,17 @@ def translate(
         dec = decoder.load(model, device=device)
     except FileNotFoundError as e:
         raise typer.BadParameter(str(e), param_hint="--model") from e
+    given = memory_jsonl is not None or memory_src is not None
+    if k is None:
+        k = int((dec.meta.get("training") or {}).get("k", 0))
+        if k == 0 and given:
+            raise typer.BadParameter(
+                "this decoder was trained without neighbours (k = 0): a sentence memory is "
+                "of no use to it; give --knn-memory (a token memory) instead, or --k N to "
+                "feed the neighbours anyway", param_hint="--memory")
+    if k > 0 and memory_jsonl is None and (memory_src is None or memory_tgt is None):
+        raise typer.BadParameter("--k > 0 needs --memory-src and --memory-tgt, or --memory "
+                                 "(or --k 0)")
     mix = None
     if knn and knn_memory is not None:
         from decoder.knn import KnnMixer, KnnOptions, MemoryMismatchError, TokenMemory

@@ -19,6 +19,10 @@ DEMO = typer.Option(None, "--demo", help="JSONL(.gz) corpus loaded into the `doc
 DEMO_TM = typer.Option(None, "--demo-tm", help="JSONL(.gz) translation pairs (text: source, "
                        "value: target) loaded into the `tm-en-fr` collection on first start "
                        "(QKV_DEMO_TM).")
+DEMO_TOKEN_MEMORY = typer.Option(
+    None, "--demo-token-memory", file_okay=False, help="Directory of the demo translation "
+    "memory's token memory: read, or built in the background from the filled collection "
+    "(QKV_DEMO_TOKEN_MEMORY).")
 DECODER = typer.Option(None, "--decoder", metavar="COLLECTION=DIR", help="Decoder checkpoint "
                        "for a collection's generate; repeatable (QKV_DECODERS).")
 TOKEN_MEMORY = typer.Option(None, "--token-memory", metavar="COLLECTION=DIR", help="Token "
@@ -29,14 +33,16 @@ TOKEN_MEMORY = typer.Option(None, "--token-memory", metavar="COLLECTION=DIR", he
 def serve_settings(store: str | None = None, model: Path | None = None,
                    demo: Path | None = None, demo_tm: Path | None = None,
                    decoders: list[str] | None = None,
-                   token_memories: list[str] | None = None) -> Settings:
+                   token_memories: list[str] | None = None,
+                   demo_token_memory: Path | None = None) -> Settings:
     """The settings of ``qkv serve``: ``QKV_*`` variables, with the options given winning
     (``--decoder`` entries replace ``QKV_DECODERS`` as a whole, ``--token-memory`` ones
     ``QKV_TOKEN_MEMORIES``)."""
     from api.settings import Settings, decoder_entry
 
     overrides: dict[str, object] = {k: v for k, v in {
-        "store": store, "model": model, "demo_corpus": demo, "demo_tm": demo_tm}.items()
+        "store": store, "model": model, "demo_corpus": demo, "demo_tm": demo_tm,
+        "demo_token_memory": demo_token_memory}.items()
         if v is not None}
     if decoders:
         overrides["decoders"] = dict(decoder_entry(d) for d in decoders)
@@ -78,6 +84,7 @@ def serve(
     demo_tm: Path | None = DEMO_TM,
     decoder: list[str] | None = DECODER,
     token_memory: list[str] | None = TOKEN_MEMORY,
+    demo_token_memory: Path | None = DEMO_TOKEN_MEMORY,
     log_level: str = typer.Option("info", "--log-level"),
 ) -> None:
     """Serve the API (OpenAPI at /docs). Settings come from QKV_* variables; options win."""
@@ -89,7 +96,8 @@ def serve(
     from api.app import create_app
 
     try:
-        settings = serve_settings(store, model, demo, demo_tm, decoder, token_memory)
+        settings = serve_settings(store, model, demo, demo_tm, decoder, token_memory,
+                                  demo_token_memory)
     except ValueError as e:  # pydantic's ValidationError is one
         raise typer.BadParameter(str(e)) from e
     shown = "localhost" if host in ("127.0.0.1", "0.0.0.0") else host

@@ -29,6 +29,7 @@ def up(
     demo: Path | None = serve.DEMO,
     demo_tm: Path | None = serve.DEMO_TM,
     decoder: list[str] | None = serve.DECODER,
+    demo_token_memory: Path | None = serve.DEMO_TOKEN_MEMORY,
     timeout: float = typer.Option(600.0, "--timeout", min=1, help="Seconds to wait for both "
                                   "servers to be ready."),
     stop_timeout: float = typer.Option(10.0, "--stop-timeout", min=0, help="Seconds Milvus "
@@ -43,9 +44,11 @@ def up(
     cfg = StackConfig(var_dir=var_dir, host=host, api_port=port, milvus_port=milvus_port,
                       milvus_http_port=milvus_http_port, model=model, demo=demo,
                       demo_tm=demo_tm, decoders=tuple(decoder or ()),
+                      demo_token_memory=demo_token_memory,
                       start_timeout_s=timeout, stop_timeout_s=stop_timeout)
     try:  # the API's settings, as `qkv serve` will read them: refused here, not in its log
-        settings = serve_settings(cfg.milvus_uri, model, demo, demo_tm, decoder)
+        settings = serve_settings(cfg.milvus_uri, model, demo, demo_tm, decoder,
+                                  demo_token_memory=demo_token_memory)
     except ValueError as e:
         raise typer.BadParameter(str(e)) from e
 

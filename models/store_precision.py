@@ -3,7 +3,7 @@
 fp16 with 8-bit embedding tables (issue 13)::
 
     .venv/bin/python models/store_precision.py --precision fp16+q8 models/encoder-default \
-        models/decoder-en-fr models/decoder-en-fr-baseline
+        models/decoder-en-fr models/decoder-en-fr-baseline    # the decoders of that time
 
 The weights change (rounded), so the encoder's fingerprint does: ``config.json`` records
 the new one (``fingerprint``) and the old one (``fingerprint_fp32``); a decoder's retrieval

@@ -64,6 +64,7 @@ class StackConfig:
     demo: Path | None = None  # JSONL(.gz) loaded into the `docs` collection on first start
     demo_tm: Path | None = None  # translation pairs loaded into `tm-en-fr` on first start
     decoders: tuple[str, ...] = ()  # COLLECTION=DIR, as `qkv serve --decoder`
+    demo_token_memory: Path | None = None  # as `qkv serve --demo-token-memory`
     start_timeout_s: float = 600.0
     # Milvus 2.3 stops its coordinators first, then its nodes wait on them (over 2 minutes
     # here, without end); what it acknowledged is on disk (etcd, rocksmq's log), so after
@@ -94,6 +95,8 @@ def start_api(cfg: StackConfig) -> tuple[subprocess.Popen[bytes], Path]:
         cmd += ["--demo-tm", str(cfg.demo_tm)]
     for entry in cfg.decoders:
         cmd += ["--decoder", entry]
+    if cfg.demo_token_memory is not None:
+        cmd += ["--demo-token-memory", str(cfg.demo_token_memory)]
     log_path = cfg.var_dir / "api.log"
     with open(log_path, "ab") as out:
         proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT,

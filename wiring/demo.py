@@ -11,6 +11,9 @@ encoder's vectors.
 The service seeds in two steps: :func:`prepare_demo` (read the corpus, create the
 collection) before it answers, and :func:`fill_demo` in the background, a batch at a time,
 while :class:`Seeding` tells ``/ready`` and the searches of that collection how far it is.
+Then, when asked, :func:`demo_token_memory` gives the translation memory its token memory
+(kNN-MT): read from disk when built before, else built from the filled collection (the
+resumable job of :mod:`wiring.token_memory_job`), and used by ``generate`` from then on.
 """
 
 from __future__ import annotations
@@ -84,6 +87,7 @@ class Seeding:
     written: int = 0
     state: str = "waiting"
     error: str | None = None
+    kind: str = "documents"  # or "token memory": the collection's, built from it
 
     @property
     def done(self) -> bool:
@@ -94,6 +98,8 @@ class Seeding:
                              "written": self.written, "of": self.of}
         if self.error:
             d["error"] = self.error
+        if self.kind != "documents":
+            d["kind"] = self.kind
         return d
 
 
@@ -174,6 +180,41 @@ def seed_demo(parts: Components, corpus: Path, collection: str, batch: int = 102
     documents written (0 when it was complete). The service does the same in two steps
     (:func:`prepare_demo` before it answers, :func:`fill_demo` in the background)."""
     return fill_demo(parts, prepare_demo(parts, corpus, collection), batch)
+
+
+def demo_token_memory(parts: Components, collection: str, out: Path, progress: Seeding,
+                      stop: threading.Event | None = None, store_name: str = "") -> None:
+    """Give the (filled) demo translation memory ``collection`` its token memory at
+    ``out``: loaded when it was built before with the collection's decoder, else built
+    from the collection now (``progress`` says how far; ``stop`` ends it between pages and
+    the next start resumes it), then used by ``generate``. Pairs written into the
+    collection while it is first built are not in it."""
+    from decoder.knn import MemoryMismatchError, TokenMemory
+    from wiring.token_memory_job import build_from_collection
+
+    stored = collection_name(collection)
+    dec = parts.decoders[stored]
+    if (out / "memory.json").is_file():
+        try:
+            parts.token_memories[stored] = TokenMemory.load(out, dec.fingerprint)
+            progress.state, progress.written = "complete", progress.of
+            log.info("demo %s: token memory from %s", stored, out)
+            return
+        except MemoryMismatchError as e:
+            log.warning("demo %s: %s; building it again", stored, e)
+
+    def read(n: int, of: int) -> None:
+        progress.state, progress.of = "seeding", of
+        progress.written += n
+
+    info = build_from_collection(dec, parts.store, stored, out, store_name=store_name,
+                                 progress_bar=False, stop=stop, on_page=read)
+    if not info["done"]:
+        progress.state = "stopped"
+        return
+    parts.token_memories[stored] = TokenMemory.load(out, dec.fingerprint)
+    progress.state, progress.written = "complete", progress.of
+    log.info("demo %s: token memory built in %s: %s", stored, out, info)
 
 
 def _encode(encoder: TextEncoder, texts: list[str], what: str, batch: int = 2048

@@ -20,7 +20,9 @@ import json
 import logging
 import os
 import shutil
+import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -98,11 +100,13 @@ def _assemble(folder: Path, parts: int) -> tuple[np.ndarray, np.ndarray, np.ndar
 def build_from_collection(dec: Any, store: VectorStore, collection: str, out: Path,
                           store_name: str = "", page_size: int = 1024,
                           batch_size: int = 64, restart: bool = False,
-                          progress_bar: bool = True, stop_after_pages: int | None = None
-                          ) -> dict[str, Any]:
+                          progress_bar: bool = True, stop_after_pages: int | None = None,
+                          stop: threading.Event | None = None,
+                          on_page: Callable[[int, int], None] | None = None) -> dict[str, Any]:
     """Build (or resume building) the token memory of ``collection`` with the decoder
     ``dec`` into ``out``; returns what was built. ``stop_after_pages``: end this call
-    after that many pages (the build is resumed by the next call), e.g. a time budget."""
+    after that many pages, or once ``stop`` is set (the build is resumed by the next call).
+    ``on_page(documents read, of)`` after each page."""
     info = store.describe(collection)
     identity = {"decoder_fingerprint": dec.fingerprint, "collection": info.name,
                 "store": store_name}
@@ -113,7 +117,8 @@ def build_from_collection(dec: Any, store: VectorStore, collection: str, out: Pa
     bar = tqdm(total=total, disable=not progress_bar, desc="token memory", mininterval=2)
     t0, pages = time.perf_counter(), 0
     for page in store.scan(collection, after=state["after"], batch_size=page_size):
-        if stop_after_pages is not None and pages >= stop_after_pages:
+        if (stop_after_pages is not None and pages >= stop_after_pages) or (
+                stop is not None and stop.is_set()):
             break
         pairs = [it for it in page if it.value and it.text.strip()]
         if pairs:
@@ -127,6 +132,8 @@ def build_from_collection(dec: Any, store: VectorStore, collection: str, out: Pa
         _save_progress(folder, state)
         pages += 1
         bar.update(len(page))
+        if on_page is not None:
+            on_page(len(page), total)
     else:
         bar.close()
         t1 = time.perf_counter()

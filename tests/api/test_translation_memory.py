@@ -50,7 +50,7 @@ def head(src: Path, dst: Path, n: int) -> list[dict[str, Any]]:
 def make_run_settings() -> Settings:
     opts = make_run_options()
     return serve_settings(opts["store"], opts["model"], opts["demo"], opts["demo_tm"],
-                          opts["decoder"])
+                          opts["decoder"], demo_token_memory=opts["demo_token_memory"])
 
 
 def test_make_run_serves_the_translation_memory(make_run_settings: Settings) -> None:
@@ -60,6 +60,7 @@ def test_make_run_serves_the_translation_memory(make_run_settings: Settings) -> 
     assert s.demo_tm_collection == "tm-en-fr"
     assert s.decoders == {"tm-en-fr": Path("models/decoder-en-fr")}
     assert (ROOT / s.decoders["tm-en-fr"] / "model.safetensors").is_file()
+    assert s.demo_token_memory == Path("var/knn/tm-en-fr")  # built on the first start
     text = banner(s, "http://localhost:8000")
     assert "curl -s http://localhost:8000/v1/collections/tm-en-fr/generate" in text
     assert "curl -s http://localhost:8000/v1/collections/docs/search" in text
@@ -74,8 +75,15 @@ def test_tm_en_fr_generate_translates(make_client: MakeClient, make_run_settings
     pairs = {r["id"]: r for r in head(ROOT / s.demo_tm, tm, N_PAIRS)}
     client = make_client(  # make run's settings, on the module's fresh Lite file
         model=ROOT / s.model, demo_corpus=docs, demo_collection=s.demo_collection, demo_tm=tm,
-        demo_tm_collection=s.demo_tm_collection,
+        demo_tm_collection=s.demo_tm_collection, demo_token_memory=tmp_path / "knn",
         decoders={c: ROOT / p for c, p in s.decoders.items()})
+    seeding = {p["collection"] + p.get("kind", ""): p
+               for p in client.get("/ready").json()["seeding"]}
+    # once the translation memory is filled, its token memory is built from it
+    assert seeding["tm_en_frtoken memory"] == {"collection": "tm_en_fr", "kind": "token memory",
+                                               "state": "complete", "written": N_PAIRS,
+                                               "of": N_PAIRS}
+    built = (tmp_path / "knn" / "memory.json").stat().st_mtime_ns
 
     listed = {c["name"]: c for c in client.get("/v1/collections").json()["collections"]}
     assert set(listed) == {"docs", "tm_en_fr"}
@@ -102,6 +110,18 @@ def test_tm_en_fr_generate_translates(make_client: MakeClient, make_run_settings
     example = client.post("/v1/collections/tm-en-fr/generate",
                           json={"query": "A man is riding a bike.", "top_k": 4})
     assert example.status_code == 200 and "homme" in example.json()["text"].lower()
+    # generate used the token memory: its votes name the demo's pairs
+    voted = client.post("/v1/collections/tm-en-fr/generate", json={
+        "query": "A man is riding a bike.", "knn": {"return_votes": True}}).json()
+    assert voted["knn"]["keys"] > N_PAIRS and voted["knn"]["tokens"]
+    assert {v["id"] for t in voted["knn"]["tokens"] for v in t["votes"]} <= set(pairs)
+    # the next start reads it instead of building it again
+    again = make_client(model=ROOT / s.model, demo_tm=tm, demo_tm_collection=s.demo_tm_collection,
+                        demo_token_memory=tmp_path / "knn",
+                        decoders={c: ROOT / p for c, p in s.decoders.items()})
+    assert again.post("/v1/collections/tm-en-fr/generate",
+                      json={"query": "A dog.", "knn": {}}).json()["knn"]["keys"] > N_PAIRS
+    assert (tmp_path / "knn" / "memory.json").stat().st_mtime_ns == built
     no_decoder = client.post("/v1/collections/docs/generate", json={"query": "x"})
     assert no_decoder.status_code == 409  # the docs collection has no decoder
 

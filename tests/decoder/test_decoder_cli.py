@@ -1,5 +1,6 @@
 import gzip
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -53,8 +54,16 @@ def test_translate_k0_needs_no_memory_and_k_needs_one(
                              "--k", "0")
     assert result.exit_code == 0, result.output  # type: ignore[attr-defined]
     assert len(read_lines(out)) == 2
-    result, _ = _translate(tiny_decoder_dir, tiny_encoder_dir, tmp_path, ["A dog."])
+    result, _ = _translate(tiny_decoder_dir, tiny_encoder_dir, tmp_path, ["A dog."], "--k", "3")
     assert result.exit_code != 0 and "--memory-src" in result.output  # type: ignore[attr-defined]
+    # the tiny decoder was trained with no neighbours: by default it reads none, and a
+    # sentence memory given to it is named as of no use
+    result, out = _translate(tiny_decoder_dir, tiny_encoder_dir, tmp_path, ["A dog."])
+    assert result.exit_code == 0 and len(read_lines(out)) == 1  # type: ignore[attr-defined]
+    result, _ = _translate(tiny_decoder_dir, tiny_encoder_dir, tmp_path, ["A dog."],
+                           "--memory", str(tmp_path / "in.txt"))
+    said = " ".join(re.sub(r"[│╭╮╰╯─]", " ", result.output).split())  # type: ignore[attr-defined]
+    assert result.exit_code == 2 and "trained without neighbours (k = 0)" in said, said  # type: ignore[attr-defined]
 
 
 def test_translate_plot_draws_the_attention_map(
@@ -64,7 +73,7 @@ def test_translate_plot_draws_the_attention_map(
     png = tmp_path / "att.png"
     result, out = _translate(tiny_decoder_dir, tiny_encoder_dir, tmp_path,
                              ["", "A small dog runs in the park."], "--memory-src", str(src),
-                             "--memory-tgt", str(tgt), "--plot", str(png))
+                             "--memory-tgt", str(tgt), "--plot", str(png), "--k", "4")
     assert result.exit_code == 0, result.output  # type: ignore[attr-defined]
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 5000
     assert read_lines(out)[0] == ""

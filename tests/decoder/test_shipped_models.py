@@ -1,5 +1,6 @@
-"""The shipped English→French decoders: their records, and ``qkv translate`` /
-``qkv eval-decoder`` as a user runs them."""
+"""The shipped English→French decoder (k = 0, with a token memory: issue 16): its record,
+and ``qkv translate`` / ``qkv eval-decoder`` / ``qkv build-token-memory`` as a user runs
+them."""
 
 import json
 from pathlib import Path
@@ -7,13 +8,11 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-import encoder
 from cli.app import app
 from decoder.data import read_lines
 
 ROOT = Path(__file__).resolve().parents[2]
-RA, BASELINE = ROOT / "models/decoder-en-fr", ROOT / "models/decoder-en-fr-baseline"
-ENCODER = ROOT / "models/encoder-default"
+MODEL = ROOT / "models/decoder-en-fr"
 
 # A small hand-written memory: English captions and French translations.
 MEMORY = [
@@ -29,23 +28,14 @@ def _config(path: Path) -> dict:
     return json.loads((path / "config.json").read_text())
 
 
-def test_shipped_models_are_small_and_trained_on_the_same_budget() -> None:
-    for path in (RA, BASELINE):
-        size = sum(f.stat().st_size for f in path.iterdir())
-        assert size <= 100 * 2**20, f"{path} is {size / 2**20:.0f} MiB"
-        # each file small enough to come back from a remote GPU run (16 MiB a file)
-        assert all(f.stat().st_size <= 16 * 2**20 for f in path.iterdir())
-    ra, base = _config(RA)["training"], _config(BASELINE)["training"]
-    assert ra["k"] == 4 and base["k"] == 0
-    for key in ("steps", "batch_size", "lr", "warmup_steps", "label_smoothing", "arch"):
-        if key == "arch":
-            assert {**ra[key], "name": ""} == {**base[key], "name": ""}
-        else:
-            assert ra[key] == base[key], key
-    # it was trained with neighbours of encoder v1 (fp32 f90c5ab79d411fb2); the encoder that
-    # ships beside it (v2, issue 15) keys its memory now, its BLEU measured so (models/README)
-    assert ra["retrieval"]["encoder_fingerprint"] == "f90c5ab79d411fb2"
-    assert ra["retrieval"]["encoder_fingerprint_served"] == encoder.load(ENCODER).fingerprint
+def test_the_shipped_decoder_is_small_and_reads_no_neighbours() -> None:
+    size = sum(f.stat().st_size for f in MODEL.iterdir())
+    assert size <= 100 * 2**20, f"{MODEL} is {size / 2**20:.0f} MiB"
+    # each file small enough to come back from a remote GPU run (16 MiB a file)
+    assert all(f.stat().st_size <= 16 * 2**20 for f in MODEL.iterdir())
+    training = _config(MODEL)["training"]
+    assert training["k"] == 0 and training["steps"] == 4000 and training["batch_size"] == 256
+    assert _config(MODEL)["architecture"]["name"] == "qkv-decoder-en-fr"
 
 
 @pytest.fixture()
@@ -66,20 +56,31 @@ def _translate(model: Path, tmp_path: Path, lines: list[str], *extra: str) -> li
     return read_lines(out)
 
 
-def test_shipped_model_translates_with_its_memory(memory: tuple[Path, Path],
-                                                   tmp_path: Path) -> None:
-    src, tgt = memory
-    lines = ["A man is riding a bicycle.", "", "A dog runs on the grass " + "and " * 400 + "."]
-    got = _translate(RA, tmp_path, lines, "--memory-src", str(src), "--memory-tgt", str(tgt),
-                     "--k", "4", "--beam", "4")
+def test_shipped_model_translates_without_a_memory(tmp_path: Path) -> None:
+    lines = ["Two children are playing in the water.", "", "A dog runs " + "and " * 400 + "."]
+    got = _translate(MODEL, tmp_path, lines, "--k", "0", "--beam", "4")
     assert len(got) == 3 and got[1] == ""
-    assert "homme" in got[0] and "vélo" in got[0]
+    assert "enfants" in got[0] and "eau" in got[0]
     assert "chien" in got[2]  # the over-long line was cut, not dropped
 
 
-def test_shipped_baseline_translates_without_memory(tmp_path: Path) -> None:
-    got = _translate(BASELINE, tmp_path, ["Two children are playing in the water."], "--k", "0")
-    assert "enfants" in got[0] and "eau" in got[0]
+def test_its_token_memory_of_a_few_pairs_steers_it_to_their_words(tmp_path: Path) -> None:
+    jsonl = tmp_path / "tm.jsonl"
+    jsonl.write_text("".join(json.dumps({"id": f"m{i}", "text": s, "value": t}) + "\n"
+                             for i, (s, t) in enumerate(MEMORY)))
+    result = CliRunner().invoke(app, [
+        "build-token-memory", "--model", str(MODEL), "--pairs", str(jsonl),
+        "--out", str(tmp_path / "tokens")])
+    assert result.exit_code == 0, result.output
+    line = [MEMORY[4][0]]
+    plain = _translate(MODEL, tmp_path, line, "--k", "0")
+    # the memory alone (λ = 1, nearest token): the memory's own target, word for word
+    exact = _translate(MODEL, tmp_path, line, "--k", "0", "--knn-memory", str(tmp_path / "tokens"),
+                       "--knn-k", "1", "--knn-lambda", "1", "--knn-fixed")
+    assert exact == [MEMORY[4][1]], (plain, exact)
+    off = _translate(MODEL, tmp_path, line, "--k", "0", "--knn-memory",
+                     str(tmp_path / "tokens"), "--no-knn")
+    assert off == plain
 
 
 def test_eval_decoder_prints_bleu_with_its_signature(tiny_decoder_dir: Path,
@@ -107,9 +108,9 @@ def test_memory_can_be_the_services_jsonl(memory: tuple[Path, Path], tmp_path: P
             f.write(json.dumps({"id": str(i), "text": s, "value": t}) + "\n")
     src, tgt = memory
     line = ["A woman in a red dress is dancing."]
-    from_files = _translate(RA, tmp_path, line, "--memory-src", str(src), "--memory-tgt",
-                            str(tgt))
-    assert _translate(RA, tmp_path, line, "--memory", str(jsonl)) == from_files
+    from_files = _translate(MODEL, tmp_path, line, "--memory-src", str(src), "--memory-tgt",
+                            str(tgt), "--k", "2")
+    assert _translate(MODEL, tmp_path, line, "--memory", str(jsonl), "--k", "2") == from_files
     assert "femme" in from_files[0]
 
 
@@ -118,7 +119,8 @@ def test_a_bad_memory_row_is_a_clear_error(tmp_path: Path) -> None:
     bad.write_text('{"text": "A dog.", "value": "Un chien."}\n{"text": "A cat."}\n')
     inp = tmp_path / "in.en"
     inp.write_text("A dog.\n")
-    result = CliRunner().invoke(app, ["translate", "--model", str(RA), "--input", str(inp),
-                                      "--output", str(tmp_path / "o"), "--memory", str(bad)])
+    result = CliRunner().invoke(app, ["translate", "--model", str(MODEL), "--input", str(inp),
+                                      "--output", str(tmp_path / "o"), "--memory", str(bad),
+                                      "--k", "2"])
     assert result.exit_code == 2 and "tm.jsonl:2" in result.output
     assert not (tmp_path / "o").exists()

@@ -23,7 +23,7 @@ from encoder.checkpoint import (
 )
 
 ROOT = Path(__file__).resolve().parents[2]
-SHIPPED = ["encoder-default", "decoder-en-fr", "decoder-en-fr-baseline"]
+SHIPPED = ["encoder-default", "decoder-en-fr"]
 TEXTS = ["A man is playing a flute.", "How do I read a JSON file?", "", "ünïcödé 🙂"]
 
 
