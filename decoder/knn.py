@@ -37,7 +37,7 @@ import torch
 from tqdm import tqdm
 
 from decoder import batch as batching
-from decoder.tokenizer import encode
+from decoder.tokenizer import encode, token_strings
 
 FLAT_BELOW = 20_000  # keys: exact search below this, IVF-PQ from here on
 PQ_M = 64  # bytes a key in IVF-PQ
@@ -364,11 +364,12 @@ def votes(dec: Any, source: str, neighbours: Sequence[tuple[str, float]], ids: l
         token = int(tgt_out[0, t])
         vals = memory.values[keys]
         order = np.argsort(-w, kind="stable")[:top]
+        shown = token_strings(dec.tokenizer, [token, *(int(vals[j]) for j in order)])
         out.append({
-            "token": dec.tokenizer.id_to_token(token) or "",
+            "token": shown[0],
             "lambda": round(float(lam_all[t]), 4),
             "p_memory": round(float(w[vals == token].sum()), 4),
-            "votes": [{"id": memory.pair_id(int(keys[j])),
-                       "token": dec.tokenizer.id_to_token(int(vals[j])) or "",
-                       "weight": round(float(w[j]), 4)} for j in order]})
+            "votes": [{"id": memory.pair_id(int(keys[j])), "token": piece,
+                       "weight": round(float(w[j]), 4)} for j, piece in zip(order, shown[1:],
+                                                                             strict=True)]})
     return out
