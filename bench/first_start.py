@@ -1,5 +1,5 @@
 """First start and second start of the service as ``make run`` starts it, timed until the
-demo is usable.
+demo is usable, and until its token memory is built.
 
 Usage: python bench/first_start.py [--runs 2] [--no-vectors]
 
@@ -47,40 +47,49 @@ def usable(base: str) -> bool:
             and bool(g.json()["text"]))
 
 
-def filled(base: str) -> bool:
-    """Every demo collection is filled (``/ready``'s ``seeding``: all complete)."""
+def filled(base: str) -> tuple[bool, bool]:
+    """(every demo collection is filled, and the translation memory's token memory is
+    built): ``/ready``'s ``seeding`` entries complete."""
     try:
         r = httpx.get(f"{base}/ready", timeout=5)
     except httpx.HTTPError:
-        return False
-    return r.status_code == 200 and all(p["state"] == "complete"
-                                        for p in r.json().get("seeding") or [])
+        return False, False
+    if r.status_code != 200:
+        return False, False
+    seeding = r.json().get("seeding") or []
+    return (all(p["state"] == "complete" for p in seeding if "kind" not in p),
+            all(p["state"] == "complete" for p in seeding))
 
 
-def start(store: Path, demo_dir: Path) -> tuple[float, float]:
-    """Seconds from launching ``qkv serve`` until the demo is usable, and until its
-    collections are filled; the server is stopped afterwards."""
+def start(store: Path, demo_dir: Path) -> tuple[float, float, float]:
+    """Seconds from launching ``qkv serve`` until the demo is usable, until its
+    collections are filled, and until the token memory is built (or read); the server is
+    stopped afterwards."""
     port = free_port()
     base = f"http://127.0.0.1:{port}"
     cmd = [QKV, "serve", "--port", str(port), "--store", str(store),
            "--model", "models/encoder-default", "--demo", str(demo_dir / CORPUS),
            "--demo-tm", str(demo_dir / TM), "--decoder", "tm-en-fr=models/decoder-en-fr",
-           "--log-level", "warning"]
+           "--demo-token-memory", str(store.with_suffix(".knn")), "--log-level", "warning"]
     log = open(VAR / f"serve-{port}.log", "w")  # noqa: SIM115
     t0 = time.perf_counter()
     proc = subprocess.Popen(cmd, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT,
                             env={**os.environ, "TQDM_DISABLE": "1"})
-    answered = None
+    answered = collections = None
     try:
-        while time.perf_counter() - t0 < 900:
+        while time.perf_counter() - t0 < 1200:
             if proc.poll() is not None:
                 raise SystemExit(f"server exited {proc.returncode}; see {log.name}")
             if answered is None and usable(base):
                 answered = time.perf_counter() - t0
-            if answered is not None and filled(base):
-                return answered, time.perf_counter() - t0
+            if answered is not None:
+                done, tokens = filled(base)
+                if done and collections is None:
+                    collections = time.perf_counter() - t0
+                if tokens and collections is not None:
+                    return answered, collections, time.perf_counter() - t0
             time.sleep(0.1)
-        raise SystemExit(f"not usable and filled after 900 s; see {log.name}")
+        raise SystemExit(f"not usable and filled after 1200 s; see {log.name}")
     finally:
         stop_tree(proc)
         log.close()
@@ -103,12 +112,14 @@ def main() -> None:
     for label, demo_dir in setups:
         for run in range(args.runs):
             store = VAR / f"{label.replace(' ', '-')}-{run}.db"
-            first, first_filled = start(store, demo_dir)
-            second, _ = start(store, demo_dir)
-            print(f"{label} run {run}: first {first:.1f} s (filled {first_filled:.1f} s), "
-                  f"second {second:.1f} s", flush=True)
+            first, first_filled, first_tokens = start(store, demo_dir)
+            second, _, second_tokens = start(store, demo_dir)
+            print(f"{label} run {run}: first {first:.1f} s (filled {first_filled:.1f} s, "
+                  f"token memory {first_tokens:.1f} s), second {second:.1f} s (token memory "
+                  f"{second_tokens:.1f} s)", flush=True)
             rows.append(f"| {label} | {run} | {first:.1f} | {first_filled:.1f} | "
-                        f"{second:.1f} | {first / second:.2f} |")
+                        f"{first_tokens:.1f} | {second:.1f} | {second_tokens:.1f} | "
+                        f"{first / second:.2f} |")
     section = "\n".join([
         f"## First start until the demo answers ({time.strftime('%Y-%m-%d')}, "
         f"{os.cpu_count()} CPUs, {platform.machine()})",
@@ -118,11 +129,13 @@ def main() -> None:
         "with `make run`'s demo options on a fresh Lite file until a search of `docs` and a "
         "generate of `tm-en-fr` both answer 200 (*first start*), and until `/ready` says "
         "both are filled (*filled*; meanwhile their answers carry `seeding`, and come from "
-        "the documents written so far); the second start reuses the file.",
+        "the documents written so far), and until the translation memory's token memory is "
+        "built from it (`--demo-token-memory`; generate uses it from then on); the second "
+        "start reuses the file and reads the token memory.",
         "",
-        "| demo vectors | run | first start (s) | filled (s) | second start (s) | "
-        "first / second |",
-        "|---|---|---|---|---|---|",
+        "| demo vectors | run | first start (s) | filled (s) | token memory built (s) | "
+        "second start (s) | token memory read (s) | first / second |",
+        "|---|---|---|---|---|---|---|---|",
         *rows,
     ])
     print(section)
