@@ -136,7 +136,7 @@ class TokenMemory:
         """A memory of ``keys`` (n, d); IVF-PQ (``nlist`` lists, default ≈ 4·√n) from
         :data:`FLAT_BELOW` keys on, exact below."""
         faiss = _faiss()
-        x = np.ascontiguousarray(keys, dtype=np.float32)
+        x = np.asarray(keys)  # float16 stays so: added a chunk at a time, in float32
         n, d = x.shape
         if n < FLAT_BELOW:
             layout = "Flat"
@@ -147,8 +147,9 @@ class TokenMemory:
             index = faiss.index_factory(d, layout)
             rng = np.random.default_rng(seed)
             sample = x[rng.choice(n, min(n, TRAIN_SAMPLE), replace=False)]
-            index.train(sample)
-        index.add(x)
+            index.train(np.ascontiguousarray(sample, dtype=np.float32))
+        for start in range(0, n, 65_536):  # a 491k-key memory never whole in float32
+            index.add(np.ascontiguousarray(x[start:start + 65_536], dtype=np.float32))
         meta = {"decoder": decoder_name, "decoder_fingerprint": decoder_fingerprint,
                 "layout": layout, "dim": d}
         return cls(index, np.asarray(values, np.int32), np.asarray(rows, np.int32), meta)
