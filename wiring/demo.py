@@ -196,16 +196,17 @@ def demo_token_memory(parts: Components, collection: str, out: Path, progress: S
     dec = parts.decoders[stored]
     if (out / "memory.json").is_file():
         try:
-            parts.token_memories[stored] = TokenMemory.load(out, dec.fingerprint)
-            progress.state, progress.written = "complete", progress.of
+            memory = TokenMemory.load(out, dec.fingerprint)
+            parts.token_memories[stored] = memory
+            progress.written = progress.of = int(memory.meta.get("pairs") or 0)
+            progress.state = "complete"
             log.info("demo %s: token memory from %s", stored, out)
             return
         except MemoryMismatchError as e:
             log.warning("demo %s: %s; building it again", stored, e)
 
     def read(n: int, of: int) -> None:
-        progress.state, progress.of = "seeding", of
-        progress.written += n
+        progress.state, progress.of, progress.written = "seeding", of, n
 
     info = build_from_collection(dec, parts.store, stored, out, store_name=store_name,
                                  progress_bar=False, stop=stop, on_page=read)

@@ -81,7 +81,7 @@ def _start(folder: Path, identity: dict[str, str], restart: bool) -> dict[str, A
         log.info("%s holds another build (%s): starting over", folder, progress.get("identity"))
     shutil.rmtree(folder, ignore_errors=True)
     folder.mkdir(parents=True)
-    return {"identity": identity, "after": None, "parts": 0, "pairs": 0, "keys": 0}
+    return {"identity": identity, "after": None, "parts": 0, "pairs": 0, "keys": 0, "read": 0}
 
 
 def _assemble(folder: Path, parts: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, list[str]]:
@@ -106,7 +106,9 @@ def build_from_collection(dec: Any, store: VectorStore, collection: str, out: Pa
     """Build (or resume building) the token memory of ``collection`` with the decoder
     ``dec`` into ``out``; returns what was built. ``stop_after_pages``: end this call
     after that many pages, or once ``stop`` is set (the build is resumed by the next call).
-    ``on_page(documents read, of)`` after each page."""
+    ``on_page(documents read so far, of)`` after each page (a resumed build counts the
+    earlier calls' too). A stop during the last step (the index of every key: about 100 s
+    for 491,000 keys on 2 cores) waits for it."""
     info = store.describe(collection)
     identity = {"decoder_fingerprint": dec.fingerprint, "collection": info.name,
                 "store": store_name}
@@ -115,10 +117,11 @@ def build_from_collection(dec: Any, store: VectorStore, collection: str, out: Pa
     k, t = trained_retrieval(dec)
     total = store.count(collection)
     bar = tqdm(total=total, disable=not progress_bar, desc="token memory", mininterval=2)
-    t0, pages = time.perf_counter(), 0
+    t0, pages, finished = time.perf_counter(), 0, True
     for page in store.scan(collection, after=state["after"], batch_size=page_size):
         if (stop_after_pages is not None and pages >= stop_after_pages) or (
                 stop is not None and stop.is_set()):
+            finished = False
             break
         pairs = [it for it in page if it.value and it.text.strip()]
         if pairs:
@@ -129,28 +132,28 @@ def build_from_collection(dec: Any, store: VectorStore, collection: str, out: Pa
             state.update(parts=state["parts"] + 1, pairs=state["pairs"] + len(pairs),
                          keys=state["keys"] + len(values))
         state["after"] = page[-1].id if page else state["after"]
+        state["read"] = state.get("read", 0) + len(page)
         _save_progress(folder, state)
         pages += 1
         bar.update(len(page))
         if on_page is not None:
-            on_page(len(page), total)
-    else:
-        bar.close()
-        t1 = time.perf_counter()
-        keys, values, rows, ids = _assemble(folder, state["parts"])
-        memory = TokenMemory.build(keys, values, rows, dec.name, dec.fingerprint)
-        memory.meta.update({"pairs": len(ids), "source": f"{store_name} {info.name}".strip(),
-                            "neighbours": k > 0, "ids": ids})
-        memory.save(out)
-        shutil.rmtree(folder, ignore_errors=True)
-        size = sum(f.stat().st_size for f in out.iterdir() if f.is_file())
-        return {"done": True, "pairs": len(ids), "keys": memory.size,
-                "layout": memory.meta["layout"], "bytes": size,
-                "bytes_per_pair": round(size / max(1, len(ids))),
-                "keys_s": round(t1 - t0, 1), "index_s": round(time.perf_counter() - t1, 1)}
+            on_page(state["read"], total)
     bar.close()
-    return {"done": False, "pairs": state["pairs"], "keys": state["keys"],
-            "after": state["after"], "keys_s": round(time.perf_counter() - t0, 1)}
+    if not finished or (stop is not None and stop.is_set()):  # the next call goes on
+        return {"done": False, "pairs": state["pairs"], "keys": state["keys"],
+                "after": state["after"], "keys_s": round(time.perf_counter() - t0, 1)}
+    t1 = time.perf_counter()
+    keys, values, rows, ids = _assemble(folder, state["parts"])
+    memory = TokenMemory.build(keys, values, rows, dec.name, dec.fingerprint)
+    memory.meta.update({"pairs": len(ids), "source": f"{store_name} {info.name}".strip(),
+                        "neighbours": k > 0, "ids": ids})
+    memory.save(out)
+    shutil.rmtree(folder, ignore_errors=True)
+    size = sum(f.stat().st_size for f in out.iterdir() if f.is_file())
+    return {"done": True, "pairs": len(ids), "keys": memory.size,
+            "layout": memory.meta["layout"], "bytes": size,
+            "bytes_per_pair": round(size / max(1, len(ids))),
+            "keys_s": round(t1 - t0, 1), "index_s": round(time.perf_counter() - t1, 1)}
 
 
 def index_token_memory(model: Path, store_uri: str, collection: str, out: Path,

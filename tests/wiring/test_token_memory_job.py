@@ -77,6 +77,26 @@ def test_a_build_cut_off_resumes_and_equals_one_in_a_go(
     assert np.allclose(d[:, 0], 0.0, atol=1e-2)
 
 
+def test_a_stop_ends_the_build_between_pages_and_progress_counts_on(
+        dec: decoder.Decoder, store: VectorStore, tmp_path: Path) -> None:
+    import threading
+
+    stop, seen = threading.Event(), []
+
+    def on_page(read: int, of: int) -> None:
+        seen.append((read, of))
+        stop.set()  # the service shutting down after the first page
+
+    out = tmp_path / "mem"
+    first = build_from_collection(dec, store, "tm", out, page_size=10, progress_bar=False,
+                                  stop=stop, on_page=on_page)
+    assert not first["done"] and seen == [(10, 32)] and not out.exists()
+    stop.clear()
+    done = build_from_collection(dec, store, "tm", out, page_size=10, progress_bar=False,
+                                 on_page=lambda read, of: seen.append((read, of)))
+    assert done["done"] and seen[1:] == [(20, 32), (30, 32), (32, 32)]
+
+
 def test_another_decoder_starts_the_build_over(
         dec: decoder.Decoder, store: VectorStore, tmp_path: Path) -> None:
     out = tmp_path / "mem"
