@@ -6,14 +6,28 @@ fusing only the top 10 of each side cost 4 % nDCG@10 in our calibration), and th
 holds the best ``k`` of every hit either side found, scored by one of:
 
 * ``convex`` (the default): each side normalised by its theoretical minimum and the list's
-  maximum, then mixed with ``dense_weight`` (Bruch, Gai & Ingber 2023, "An Analysis of
-  Fusion Functions for Hybrid Retrieval", TMM + convex combination)::
+  maximum (Bruch, Gai & Ingber 2023, "An Analysis of Fusion Functions for Hybrid
+  Retrieval", TMM), then mixed with a weight ``w_q`` for the query::
 
-      score(d) = w · (1 + cos(d)) / (1 + max cos) + (1 − w) · bm25(d) / max bm25
+      score(d) = w_q · (1 + cos(d)) / (1 + max cos) + (1 − w_q) · bm25(d) / max bm25
 
   Unlike RRF it keeps how far apart the scores are, so a weak side cannot drag a confident
-  one down; on collections we did not tune to it was the only fusion not below BM25 alone.
-  ``w`` comes with the encoder (its ``retrieval.json``): a better encoder earns more weight.
+  one down. Two refinements, chosen on dev sets by ``bench/fusion.py``:
+
+  - *A side that did not find d* gives it its own last score when its list was cut at the
+    search depth (d ranks below everything it returned, so its last score is the best
+    guess, where 0 would bury d under the other side's whole list); a side whose list is
+    shorter than the depth returned everything it matched, and adds 0.
+  - *The weight follows each side's confidence for this query*: ``dense_weight`` ``w``
+    (from the encoder's ``retrieval.json``: a better encoder earns more) is scaled by how
+    far each list's best score stands above its last::
+
+        w_q = w · c_dense / (w · c_dense + (1 − w) · c_bm25)
+        c_dense = max cos − last cos        c_bm25 = 1 − last bm25 / max bm25
+
+    A query whose BM25 scores are flat (common words only) leans on the dense side and
+    one with a rare matching term on BM25; one weight for every query was below one side
+    or the other on some dev sets. ``w`` = 1 or 0 still picks one side alone.
 * ``rrf`` (reciprocal rank fusion, Cormack et al. 2009), as Milvus' ``RRFRanker(k)``::
 
       score(d) = Σ_side 1 / (k_rrf + rank_side(d))     ranks from 1, k_rrf = 60
@@ -22,9 +36,9 @@ holds the best ``k`` of every hit either side found, scored by one of:
 
       score(d) = w · (1 + cos(d)) / 2 + (1 − w) · (2 / π) · atan(bm25(d))
 
-A side that did not find ``d`` adds 0. Ties are broken by id, so the fused order is a pure
-function of the two input lists. Every fused hit's ``sources`` maps each side that found it
-to its score there.
+For ``rrf`` and ``weighted`` a side that did not find ``d`` adds 0. Ties are broken by id,
+so the fused order is a pure function of the two input lists. Every fused hit's ``sources``
+maps each side that found it to its score there.
 """
 
 from __future__ import annotations
@@ -58,37 +72,71 @@ def check_fusion(fusion: str, dense_weight: float) -> None:
         raise ValueError(f"dense_weight must be in [0, 1], got {dense_weight}")
 
 
-def _parts(side: str, hits: Sequence[Hit], fusion: str, w: float, rrf_k: int) -> list[float]:
-    """Each hit's contribution to its fused score (see the module docstring)."""
+def _normalised(side: str, hits: Sequence[Hit], fusion: str, rrf_k: int, depth: int
+                ) -> tuple[list[float], float]:
+    """Each hit's score on ``side``, before the side's weight, and what a hit the side did
+    not find gets (see the module docstring)."""
     if fusion == "rrf":
-        return [1.0 / (rrf_k + rank) for rank in range(1, len(hits) + 1)]
+        return [1.0 / (rrf_k + rank) for rank in range(1, len(hits) + 1)], 0.0
     if fusion == "weighted":
         if side == "dense":
-            return [w * (1.0 + h.score) / 2.0 for h in hits]
-        return [(1.0 - w) * 2.0 / math.pi * math.atan(h.score) for h in hits]
+            return [(1.0 + h.score) / 2.0 for h in hits], 0.0
+        return [2.0 / math.pi * math.atan(h.score) for h in hits], 0.0
     if fusion == "convex":
         if not hits:
-            return []
-        if side == "dense":
-            top = 1.0 + max(h.score for h in hits)
-            return [w * (1.0 + h.score) / top if top > 0 else 0.0 for h in hits]
-        top = max(h.score for h in hits)
-        return [(1.0 - w) * h.score / top if top > 0 else 0.0 for h in hits]
+            return [], 0.0
+        shift = 1.0 if side == "dense" else 0.0  # cos ≥ −1, BM25 ≥ 0
+        top = shift + max(h.score for h in hits)
+        parts = [(shift + h.score) / top if top > 0 else 0.0 for h in hits]
+        return parts, (min(parts) if len(hits) >= depth else 0.0)
     raise ValueError(f"fusion must be one of {FUSIONS}, got {fusion!r}")
 
 
+def _confidence(side: str, hits: Sequence[Hit]) -> float:
+    """How far the list's best score stands above its last (the convex fusion's weight)."""
+    if not hits:
+        return 0.0
+    scores = [h.score for h in hits]
+    top, last = max(scores), min(scores)
+    if side == "dense":
+        return top - last
+    return 1.0 - last / top if top > 0 else 0.0
+
+
+def query_weight(dense: Sequence[Hit], bm25: Sequence[Hit], dense_weight: float) -> float:
+    """The convex fusion's dense weight for one query (see the module docstring)."""
+    cd = dense_weight * _confidence("dense", dense)
+    cb = (1.0 - dense_weight) * _confidence("bm25", bm25)
+    return cd / (cd + cb) if cd + cb > 0 else dense_weight
+
+
 def fuse(dense: Sequence[Hit], bm25: Sequence[Hit], k: int, fusion: str = DEFAULT_FUSION,
-         dense_weight: float = DEFAULT_DENSE_WEIGHT, rrf_k: int = RRF_K) -> list[Hit]:
-    """The top ``k`` of the two rankings fused (see the module docstring), best first."""
+         dense_weight: float = DEFAULT_DENSE_WEIGHT, rrf_k: int = RRF_K,
+         depth: int | None = None) -> list[Hit]:
+    """The top ``k`` of the two rankings fused (see the module docstring), best first.
+    ``depth`` is how deep each side was searched (``candidates(k)`` unless said)."""
+    depth = candidates(k) if depth is None else depth
     sides = {"dense": dense, "bm25": bm25}
+    if fusion == "convex":
+        w = query_weight(dense, bm25, dense_weight)
+        weights = {"dense": w, "bm25": 1.0 - w}
+    elif fusion == "weighted":
+        weights = {"dense": dense_weight, "bm25": 1.0 - dense_weight}
+    else:
+        weights = {"dense": 1.0, "bm25": 1.0}
     first: dict[str, Hit] = {}
     found: dict[str, dict[str, float]] = {}
-    score: dict[str, float] = {}
+    values: dict[str, dict[str, float]] = {}
+    fills: dict[str, float] = {}
     for side, hits in sides.items():
-        for h, part in zip(hits, _parts(side, hits, fusion, dense_weight, rrf_k), strict=True):
+        parts, fills[side] = _normalised(side, hits, fusion, rrf_k, depth)
+        values[side] = {}
+        for h, part in zip(hits, parts, strict=True):
             first.setdefault(h.id, h)
             found.setdefault(h.id, {})[side] = h.score
-            score[h.id] = score.get(h.id, 0.0) + part
+            values[side].setdefault(h.id, part)
+    score = {i: sum(weights[side] * values[side].get(i, fills[side]) for side in sides)
+             for i in first}
     order = sorted(score, key=lambda i: (-score[i], i))[:k]
     # The vector, when asked for, may only have come with the dense side's hit.
     vectors = {h.id: h.vector for hits in sides.values() for h in hits if h.vector is not None}

@@ -23,7 +23,7 @@ from index import (
     fuse,
 )
 from index.analysis import BM25_K1, analyzed
-from index.fusion import DEFAULT_DENSE_WEIGHT, candidates
+from index.fusion import DEFAULT_DENSE_WEIGHT, candidates, query_weight
 from index.milvus_schema import BM25_FIELD, bm25_query
 
 MODEL = Path(__file__).resolve().parents[2] / "models" / "encoder-default"
@@ -238,16 +238,50 @@ def test_fuse_rrf_weighted_and_ties_by_id() -> None:
 def test_fuse_convex_normalises_each_side_by_its_best() -> None:
     dense = fake_hits("dense", ["b", "a", "c"], [0.9, 0.8, -0.2])
     bm25 = fake_hits("bm25", ["a", "d"], [3.0, 1.5])
+    # each side's confidence: best minus last (dense), 1 − last / best (BM25)
+    w = 0.7 * 1.1 / (0.7 * 1.1 + 0.3 * 0.5)
+    assert query_weight(dense, bm25, 0.7) == pytest.approx(w)
     got = {h.id: h.score for h in fuse(dense, bm25, k=4, dense_weight=0.7)}
-    assert got == pytest.approx({"a": 0.7 * 1.8 / 1.9 + 0.3,
-                                 "b": 0.7,
-                                 "d": 0.3 * 0.5,
-                                 "c": 0.7 * 0.8 / 1.9})
+    # lists shorter than the depth searched: a side that missed a hit adds 0
+    assert got == pytest.approx({"a": w * 1.8 / 1.9 + (1 - w),
+                                 "b": w,
+                                 "d": (1 - w) * 0.5,
+                                 "c": w * 0.8 / 1.9})
     assert [h.id for h in fuse(dense, bm25, k=4, dense_weight=0.7)] == ["a", "b", "c", "d"]
     # w = 1 is the dense ranking, w = 0 the BM25 one (then the dense-only hits, by id)
     assert [h.id for h in fuse(dense, bm25, k=3, dense_weight=1.0)] == ["b", "a", "c"]
     assert [h.id for h in fuse(dense, bm25, k=2, dense_weight=0.0)] == ["a", "d"]
     assert fuse([], [], k=3) == []
+    # no BM25 hit at all: the dense side alone, whatever the weight
+    assert [h.id for h in fuse(dense, [], k=3, dense_weight=0.2)] == ["b", "a", "c"]
+
+
+def test_fuse_convex_weights_each_query_by_its_sides_confidence() -> None:
+    unsure = fake_hits("dense", ["a", "b", "c"], [0.60, 0.58, 0.56])  # flat cosines
+    sure = fake_hits("dense", ["a", "b", "c"], [0.9, 0.5, 0.1])
+    sharp = fake_hits("bm25", ["c", "b", "a"], [9.0, 1.0, 0.5])  # one rare term matched
+    flat = fake_hits("bm25", ["c", "b", "a"], [2.0, 1.9, 1.8])  # common words only
+    assert query_weight(unsure, sharp, 0.7) < 0.1
+    assert query_weight(sure, flat, 0.7) > 0.9
+    assert query_weight(sure, sharp, 0.7) == pytest.approx(0.7 * 0.8 / (0.7 * 0.8 + 0.3 * 17 / 18))
+    assert fuse(unsure, sharp, k=1, dense_weight=0.7)[0].id == "c"  # BM25's best
+    assert fuse(sure, flat, k=1, dense_weight=0.7)[0].id == "a"  # the dense side's best
+
+
+def test_fuse_convex_gives_a_cut_sides_missing_hits_its_last_score() -> None:
+    dense = fake_hits("dense", ["a", "b"], [0.8, 0.2])
+    bm25 = fake_hits("bm25", ["c", "b"], [4.0, 2.0])
+    w = query_weight(dense, bm25, 0.5)
+    full = {h.id: h.score for h in fuse(dense, bm25, k=3, dense_weight=0.5, depth=2)}
+    # both lists were cut at the depth: what a side did not return ranks below its last
+    assert full == pytest.approx({"a": w + (1 - w) * 0.5,
+                                  "b": w * 1.2 / 1.8 + (1 - w) * 0.5,
+                                  "c": w * 1.2 / 1.8 + (1 - w)})
+    short = {h.id: h.score for h in fuse(dense, bm25, k=3, dense_weight=0.5, depth=3)}
+    assert short == pytest.approx({"a": w, "b": w * 1.2 / 1.8 + (1 - w) * 0.5, "c": 1 - w})
+    # the default depth is the stores' candidates(k)
+    assert fuse(dense, bm25, k=3, dense_weight=0.5) == fuse(dense, bm25, 3, "convex", 0.5,
+                                                            depth=candidates(3))
 
 
 def test_no_bm25_on_dense_collections(tmp_path: Path) -> None:
