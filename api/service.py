@@ -81,9 +81,14 @@ class Service:
         of thousands of texts holds the queue no longer than its share, and requests that
         come meanwhile are batched in between."""
         ids, cut = self.tokenize(texts, truncate)
-        parts = [await self.batcher.embed(ids[i:i + EMBED_CHUNK])
-                 for i in range(0, len(ids), EMBED_CHUNK)]
-        x = parts[0] if len(parts) == 1 else np.concatenate(parts)
+        # Longest first, so the batcher's batches (cut in arrival order) hold texts of like
+        # length: short captions sent as they came went 1.4 × slower through /v1/embeddings.
+        order = np.argsort([-len(x) for x in ids], kind="stable")
+        ranked = [ids[i] for i in order]
+        parts = [await self.batcher.embed(ranked[i:i + EMBED_CHUNK])
+                 for i in range(0, len(ranked), EMBED_CHUNK)]
+        x = np.concatenate(parts) if parts else np.zeros((0, self.encoder.dim), np.float32)
+        x = x[np.argsort(order)]  # back in the caller's order
         if dim is not None and dim < x.shape[1]:  # a Matryoshka size: cut, then renormalise
             x = x[:, :dim]
         if normalize:

@@ -78,6 +78,20 @@ def test_openai_embeddings_float_and_base64(client: TestClient) -> None:
     np.testing.assert_allclose(single["data"][0]["embedding"], x[0], atol=2e-3)  # bf16 noise
 
 
+def test_embeddings_of_mixed_lengths_come_back_in_the_callers_order(client: TestClient
+                                                                   ) -> None:
+    # the service encodes longest first; each vector must still be its own text's
+    texts = ["a dog", "a cat that sleeps on a warm beach", "rain",
+             "two ducks swim in the snow"]
+    r = client.post("/v1/embeddings", json={"input": texts})
+    assert r.status_code == 200, r.text
+    batch = r.json()["data"]
+    x = np.array([d["embedding"] for d in batch], np.float32)
+    alone = np.array([client.post("/v1/embeddings", json={"input": t}).json()["data"][0]
+                      ["embedding"] for t in texts], np.float32)
+    np.testing.assert_allclose(x, alone, atol=2e-3)  # bf16 noise between paddings
+
+
 def test_openai_embeddings_errors(make_client: MakeClient) -> None:
     client = make_client(max_inputs=3)
     assert_error(client.post("/v1/embeddings", json={"input": "x", "model": "gpt-9"}), 404)
