@@ -25,6 +25,10 @@ holds the best ``k`` of every hit either side found, scored by one of:
         w_q = w · c_dense / (w · c_dense + (1 − w) · c_bm25)
         c_dense = max cos − last cos        c_bm25 = 1 − last bm25 / max bm25
 
+    where "last" is what a hit the side did not return gets: the list's last score when
+    it was cut at the depth, else the floor (cos −1, BM25 0), so a query that matched a
+    single document by a rare term trusts BM25 fully rather than not at all.
+
     A query whose BM25 scores are flat (common words only) leans on the dense side and
     one with a rare matching term on BM25; one weight for every query was below one side
     or the other on some dev sets. ``w`` = 1 or 0 still picks one side alone.
@@ -92,21 +96,27 @@ def _normalised(side: str, hits: Sequence[Hit], fusion: str, rrf_k: int, depth: 
     raise ValueError(f"fusion must be one of {FUSIONS}, got {fusion!r}")
 
 
-def _confidence(side: str, hits: Sequence[Hit]) -> float:
-    """How far the list's best score stands above its last (the convex fusion's weight)."""
+def _confidence(side: str, hits: Sequence[Hit], depth: int) -> float:
+    """How far the list's best score stands above what a hit it did not return gets: its
+    last score when the list was cut at ``depth``, else the side's floor (the convex
+    fusion's per-query weight)."""
     if not hits:
         return 0.0
     scores = [h.score for h in hits]
-    top, last = max(scores), min(scores)
+    top = max(scores)
     if side == "dense":
-        return top - last
-    return 1.0 - last / top if top > 0 else 0.0
+        return top - (min(scores) if len(hits) >= depth else -1.0)
+    if top <= 0:
+        return 0.0
+    return 1.0 - min(scores) / top if len(hits) >= depth else 1.0
 
 
-def query_weight(dense: Sequence[Hit], bm25: Sequence[Hit], dense_weight: float) -> float:
-    """The convex fusion's dense weight for one query (see the module docstring)."""
-    cd = dense_weight * _confidence("dense", dense)
-    cb = (1.0 - dense_weight) * _confidence("bm25", bm25)
+def query_weight(dense: Sequence[Hit], bm25: Sequence[Hit], dense_weight: float,
+                 depth: int = CANDIDATES) -> float:
+    """The convex fusion's dense weight for one query, each side searched ``depth`` deep
+    (see the module docstring)."""
+    cd = dense_weight * _confidence("dense", dense, depth)
+    cb = (1.0 - dense_weight) * _confidence("bm25", bm25, depth)
     return cd / (cd + cb) if cd + cb > 0 else dense_weight
 
 
@@ -118,7 +128,7 @@ def fuse(dense: Sequence[Hit], bm25: Sequence[Hit], k: int, fusion: str = DEFAUL
     depth = candidates(k) if depth is None else depth
     sides = {"dense": dense, "bm25": bm25}
     if fusion == "convex":
-        w = query_weight(dense, bm25, dense_weight)
+        w = query_weight(dense, bm25, dense_weight, depth)
         weights = {"dense": w, "bm25": 1.0 - w}
     elif fusion == "weighted":
         weights = {"dense": dense_weight, "bm25": 1.0 - dense_weight}

@@ -23,7 +23,7 @@ from index import (
     fuse,
 )
 from index.analysis import BM25_K1, analyzed
-from index.fusion import DEFAULT_DENSE_WEIGHT, candidates, query_weight
+from index.fusion import candidates, query_weight
 from index.milvus_schema import BM25_FIELD, bm25_query
 
 MODEL = Path(__file__).resolve().parents[2] / "models" / "encoder-default"
@@ -99,7 +99,8 @@ def test_paraphrase_found_by_dense_and_hybrid(hybrid: MilvusStore, embed) -> Non
     assert dense[0].id == "doc-6" and dense[0].sources == {"dense": dense[0].score}
     fused = search(hybrid, embed, PARAPHRASE, mode="hybrid")
     assert fused[0].id == "doc-6" and set(fused[0].sources or {}) == {"dense"}
-    assert fused[0].score == pytest.approx(DEFAULT_DENSE_WEIGHT)  # convex: w · 1 + (1 − w) · 0
+    # convex: no BM25 hit leaves the dense side all the weight, whatever w: 1 · 1
+    assert fused[0].score == pytest.approx(1.0)
     rrf = search(hybrid, embed, PARAPHRASE, mode="hybrid", fusion="rrf")
     assert rrf[0].id == "doc-6" and rrf[0].score == pytest.approx(1 / 61)  # rank 1 on one side
 
@@ -238,9 +239,12 @@ def test_fuse_rrf_weighted_and_ties_by_id() -> None:
 def test_fuse_convex_normalises_each_side_by_its_best() -> None:
     dense = fake_hits("dense", ["b", "a", "c"], [0.9, 0.8, -0.2])
     bm25 = fake_hits("bm25", ["a", "d"], [3.0, 1.5])
-    # each side's confidence: best minus last (dense), 1 − last / best (BM25)
-    w = 0.7 * 1.1 / (0.7 * 1.1 + 0.3 * 0.5)
+    # lists shorter than the depth: each side's confidence is its best over its floor
+    w = 0.7 * 1.9 / (0.7 * 1.9 + 0.3 * 1.0)
     assert query_weight(dense, bm25, 0.7) == pytest.approx(w)
+    # cut at the depth: best minus last (dense), 1 − last / best (BM25)
+    assert query_weight(dense, bm25, 0.7, depth=2) == pytest.approx(
+        0.7 * 1.1 / (0.7 * 1.1 + 0.3 * 0.5))
     got = {h.id: h.score for h in fuse(dense, bm25, k=4, dense_weight=0.7)}
     # lists shorter than the depth searched: a side that missed a hit adds 0
     assert got == pytest.approx({"a": w * 1.8 / 1.9 + (1 - w),
@@ -261,22 +265,30 @@ def test_fuse_convex_weights_each_query_by_its_sides_confidence() -> None:
     sure = fake_hits("dense", ["a", "b", "c"], [0.9, 0.5, 0.1])
     sharp = fake_hits("bm25", ["c", "b", "a"], [9.0, 1.0, 0.5])  # one rare term matched
     flat = fake_hits("bm25", ["c", "b", "a"], [2.0, 1.9, 1.8])  # common words only
-    assert query_weight(unsure, sharp, 0.7) < 0.1
-    assert query_weight(sure, flat, 0.7) > 0.9
-    assert query_weight(sure, sharp, 0.7) == pytest.approx(0.7 * 0.8 / (0.7 * 0.8 + 0.3 * 17 / 18))
-    assert fuse(unsure, sharp, k=1, dense_weight=0.7)[0].id == "c"  # BM25's best
-    assert fuse(sure, flat, k=1, dense_weight=0.7)[0].id == "a"  # the dense side's best
+    assert query_weight(unsure, sharp, 0.7, depth=3) < 0.1
+    assert query_weight(sure, flat, 0.7, depth=3) > 0.9
+    assert query_weight(sure, sharp, 0.7, depth=3) == pytest.approx(
+        0.7 * 0.8 / (0.7 * 0.8 + 0.3 * 17 / 18))
+    assert fuse(unsure, sharp, k=1, dense_weight=0.7, depth=3)[0].id == "c"  # BM25's best
+    assert fuse(sure, flat, k=1, dense_weight=0.7, depth=3)[0].id == "a"  # dense's best
+    # one document matched by BM25 (a rare term) is a sure match, not a flat list
+    rare = fake_hits("bm25", ["c"], [7.0])
+    assert query_weight(sure, rare, 0.7, depth=3) == pytest.approx(0.7 * 0.8 / (0.7 * 0.8 + 0.3))
+    assert [h.id for h in fuse(unsure, rare, k=3, dense_weight=0.7, depth=3)][0] == "c"
 
 
 def test_fuse_convex_gives_a_cut_sides_missing_hits_its_last_score() -> None:
     dense = fake_hits("dense", ["a", "b"], [0.8, 0.2])
     bm25 = fake_hits("bm25", ["c", "b"], [4.0, 2.0])
-    w = query_weight(dense, bm25, 0.5)
+    w = query_weight(dense, bm25, 0.5, depth=2)  # 0.6 / (0.6 + 0.5)
+    assert w == pytest.approx(0.6 / 1.1)
     full = {h.id: h.score for h in fuse(dense, bm25, k=3, dense_weight=0.5, depth=2)}
     # both lists were cut at the depth: what a side did not return ranks below its last
     assert full == pytest.approx({"a": w + (1 - w) * 0.5,
                                   "b": w * 1.2 / 1.8 + (1 - w) * 0.5,
                                   "c": w * 1.2 / 1.8 + (1 - w)})
+    w = query_weight(dense, bm25, 0.5, depth=3)  # 1.8 / (1.8 + 1)
+    assert w == pytest.approx(1.8 / 2.8)
     short = {h.id: h.score for h in fuse(dense, bm25, k=3, dense_weight=0.5, depth=3)}
     assert short == pytest.approx({"a": w, "b": w * 1.2 / 1.8 + (1 - w) * 0.5, "c": 1 - w})
     # the default depth is the stores' candidates(k)
