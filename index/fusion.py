@@ -52,6 +52,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
+from typing import NamedTuple
 
 from index.store import Hit
 
@@ -76,48 +77,45 @@ def check_fusion(fusion: str, dense_weight: float) -> None:
         raise ValueError(f"dense_weight must be in [0, 1], got {dense_weight}")
 
 
-def _normalised(side: str, hits: Sequence[Hit], fusion: str, rrf_k: int, depth: int
-                ) -> tuple[list[float], float]:
-    """Each hit's score on ``side``, before the side's weight, and what a hit the side did
-    not find gets (see the module docstring)."""
+class _Side(NamedTuple):
+    parts: list[float]  # each hit's score, before the side's weight
+    missed: float  # what a hit the side did not return gets
+    confidence: float  # how far its best stands above ``missed`` (convex only)
+
+
+def _normalised(side: str, hits: Sequence[Hit], fusion: str, rrf_k: int, depth: int) -> _Side:
+    """One side of the fusion (see the module docstring)."""
     if fusion == "rrf":
-        return [1.0 / (rrf_k + rank) for rank in range(1, len(hits) + 1)], 0.0
+        return _Side([1.0 / (rrf_k + rank) for rank in range(1, len(hits) + 1)], 0.0, 0.0)
     if fusion == "weighted":
         if side == "dense":
-            return [(1.0 + h.score) / 2.0 for h in hits], 0.0
-        return [2.0 / math.pi * math.atan(h.score) for h in hits], 0.0
+            return _Side([(1.0 + h.score) / 2.0 for h in hits], 0.0, 0.0)
+        return _Side([2.0 / math.pi * math.atan(h.score) for h in hits], 0.0, 0.0)
     if fusion == "convex":
-        if not hits:
-            return [], 0.0
         shift = 1.0 if side == "dense" else 0.0  # cos ≥ −1, BM25 ≥ 0
-        top = shift + max(h.score for h in hits)
-        parts = [(shift + h.score) / top if top > 0 else 0.0 for h in hits]
-        return parts, (min(parts) if len(hits) >= depth else 0.0)
+        top = shift + max((h.score for h in hits), default=-shift)
+        if top <= 0:
+            return _Side([0.0] * len(hits), 0.0, 0.0)
+        parts = [(shift + h.score) / top for h in hits]
+        # a list cut at the depth: a hit it missed ranks below its last; else it matched none
+        missed = min(parts) if len(hits) >= depth else 0.0
+        # in cosine units on the dense side (best − last cos), relative on BM25's
+        return _Side(parts, missed, (top if side == "dense" else 1.0) * (1.0 - missed))
     raise ValueError(f"fusion must be one of {FUSIONS}, got {fusion!r}")
 
 
-def _confidence(side: str, hits: Sequence[Hit], depth: int) -> float:
-    """How far the list's best score stands above what a hit it did not return gets: its
-    last score when the list was cut at ``depth``, else the side's floor (the convex
-    fusion's per-query weight)."""
-    if not hits:
-        return 0.0
-    scores = [h.score for h in hits]
-    top = max(scores)
-    if side == "dense":
-        return top - (min(scores) if len(hits) >= depth else -1.0)
-    if top <= 0:
-        return 0.0
-    return 1.0 - min(scores) / top if len(hits) >= depth else 1.0
+def _mix(dense_confidence: float, bm25_confidence: float, dense_weight: float) -> float:
+    cd = dense_weight * dense_confidence
+    cb = (1.0 - dense_weight) * bm25_confidence
+    return cd / (cd + cb) if cd + cb > 0 else dense_weight
 
 
 def query_weight(dense: Sequence[Hit], bm25: Sequence[Hit], dense_weight: float,
                  depth: int = CANDIDATES) -> float:
     """The convex fusion's dense weight for one query, each side searched ``depth`` deep
     (see the module docstring)."""
-    cd = dense_weight * _confidence("dense", dense, depth)
-    cb = (1.0 - dense_weight) * _confidence("bm25", bm25, depth)
-    return cd / (cd + cb) if cd + cb > 0 else dense_weight
+    return _mix(_normalised("dense", dense, "convex", RRF_K, depth).confidence,
+                _normalised("bm25", bm25, "convex", RRF_K, depth).confidence, dense_weight)
 
 
 def fuse(dense: Sequence[Hit], bm25: Sequence[Hit], k: int, fusion: str = DEFAULT_FUSION,
@@ -127,8 +125,9 @@ def fuse(dense: Sequence[Hit], bm25: Sequence[Hit], k: int, fusion: str = DEFAUL
     ``depth`` is how deep each side was searched (``candidates(k)`` unless said)."""
     depth = candidates(k) if depth is None else depth
     sides = {"dense": dense, "bm25": bm25}
+    norm = {side: _normalised(side, hits, fusion, rrf_k, depth) for side, hits in sides.items()}
     if fusion == "convex":
-        w = query_weight(dense, bm25, dense_weight, depth)
+        w = _mix(norm["dense"].confidence, norm["bm25"].confidence, dense_weight)
         weights = {"dense": w, "bm25": 1.0 - w}
     elif fusion == "weighted":
         weights = {"dense": dense_weight, "bm25": 1.0 - dense_weight}
@@ -136,16 +135,13 @@ def fuse(dense: Sequence[Hit], bm25: Sequence[Hit], k: int, fusion: str = DEFAUL
         weights = {"dense": 1.0, "bm25": 1.0}
     first: dict[str, Hit] = {}
     found: dict[str, dict[str, float]] = {}
-    values: dict[str, dict[str, float]] = {}
-    fills: dict[str, float] = {}
+    values: dict[str, dict[str, float]] = {side: {} for side in sides}
     for side, hits in sides.items():
-        parts, fills[side] = _normalised(side, hits, fusion, rrf_k, depth)
-        values[side] = {}
-        for h, part in zip(hits, parts, strict=True):
+        for h, part in zip(hits, norm[side].parts, strict=True):
             first.setdefault(h.id, h)
             found.setdefault(h.id, {})[side] = h.score
             values[side].setdefault(h.id, part)
-    score = {i: sum(weights[side] * values[side].get(i, fills[side]) for side in sides)
+    score = {i: sum(weights[side] * values[side].get(i, norm[side].missed) for side in sides)
              for i in first}
     order = sorted(score, key=lambda i: (-score[i], i))[:k]
     # The vector, when asked for, may only have come with the dense side's hit.
