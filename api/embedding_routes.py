@@ -85,7 +85,8 @@ def _card(svc: Service) -> dict[str, Any]:
     return {"id": svc.info.name, "object": "model", "created": svc.model_created,
             "owned_by": "qkv", "dim": svc.info.dim, "dims": list(svc.encoder.dims),
             "fingerprint": svc.info.fingerprint,
-            "max_tokens": svc.encoder.max_tokens, "dense_weight": svc.dense_weight}
+            "max_tokens": svc.encoder.max_tokens, "backend": svc.encoder.backend,
+            "dense_weight": svc.dense_weight}
 
 
 @embedding_v1.get("/v1/models", response_model=s.ModelList, tags=["embeddings"])

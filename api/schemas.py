@@ -154,6 +154,8 @@ class ModelCard(BaseModel):
                             "the vectors were trained to be cut to (Matryoshka), and `dim`.")
     fingerprint: str
     max_tokens: int
+    backend: str = Field(description="What runs the encoder: `torch`, or `onnx` (its int8 "
+                         "ONNX Runtime graph on a CPU).")
     dense_weight: float = Field(description="The default w of hybrid search's convex fusion "
                                 "for this encoder's vectors.")
 

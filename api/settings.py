@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
@@ -60,6 +60,10 @@ class Settings(BaseSettings):
         "`qkv build-token-memory`), as JSON or NAME=DIR[,...]; the collection's decoder must "
         "be the one that built it.")
     device: str | None = Field(None, description="cpu, cuda, cuda:1 ... (default: auto).")
+    encoder_backend: Literal["torch", "onnx"] | None = Field(
+        None, description="torch, or onnx: the encoder's int8 ONNX Runtime graph, about 2 x "
+        "faster on a CPU, vectors within cosine 0.999 of fp32 (default: onnx on a CPU, "
+        "torch on CUDA).")
     encoder_threads: int | None = Field(None, ge=1, description="CPU threads of the encoder "
                                         "(default: all the cores).")
 

@@ -1,13 +1,16 @@
 """Encoders scored on the dev sets they are chosen on (issue 15), and on the public tests.
 
 Usage: python bench/encoder_dev.py --data ../shared/data [--dev var/dev] [--dims 64,128]
-           [--public] [--write] MODEL_DIR [MODEL_DIR ...]
+           [--public] [--backends torch,onnx] [--write] MODEL_DIR [MODEL_DIR ...]
 
 Dev: STS-B dev and SICK trial (Spearman), and dense nDCG@10 against stemmed BM25 (bm25s)
 on the carved ``scifact-dev`` and ``medquad-dev`` (``encoder.devsets``, written under
 ``--dev`` when missing) and ``multi30k-captions-val``. ``--public`` adds the public tests
 (SciFact test, Cranfield, STS-B test, SICK test), reported but never chosen on. Each
 ``--dims`` size scores the vectors cut to that prefix and renormalised (Matryoshka).
+``--backends`` scores each model on each encoder backend (``torch``: the network in fp32,
+or bf16 where the CPU has it unless ``QKV_NO_BF16=1``; ``onnx``: the int8 ONNX Runtime
+graph, ``encoder.onnx_graph``); by default the one ``encoder.load`` picks.
 ``--write`` appends the table to bench/RESULTS.md.
 """
 
@@ -76,6 +79,7 @@ def main() -> None:
     ap.add_argument("--dev", type=Path, default=ROOT / "var/dev")
     ap.add_argument("--dims", default="64,128")
     ap.add_argument("--public", action="store_true")
+    ap.add_argument("--backends", default="")
     ap.add_argument("--write", action="store_true")
     ap.add_argument("models", type=Path, nargs="+")
     args = ap.parse_args()
@@ -97,13 +101,15 @@ def main() -> None:
     bm25 = {name: score_run(bm25_run(c, q), r)["ndcg@10"] for (c, q, r), name in sets}
     dims = [None] + [int(d) for d in args.dims.split(",") if d.strip()]
     rows = []
-    for model in args.models:
-        enc = load_encoder(model)
+    backends = [b.strip() for b in args.backends.split(",") if b.strip()] or [None]
+    for model, backend in ((m, b) for m in args.models for b in backends):
+        enc = load_encoder(model, backend=backend)
+        label = model.name + (f" ({enc.backend})" if args.backends else "")
         cache: dict[str, np.ndarray] = {}
         for dim in dims:
             t0 = time.time()
             emb = Cut(enc, dim, cache)
-            row = {"model": model.name, "dim": dim or enc.dim}
+            row = {"model": label, "dim": dim or enc.dim}
             for (corpus, queries, qrels), name in sets:
                 nd = score_run(dense_run(emb, corpus, queries), qrels)["ndcg@10"]
                 row[name] = nd
@@ -114,7 +120,7 @@ def main() -> None:
             dev = [row[n + " ×BM25"] for _, n in sets[:3]]
             row["dev mean ×BM25"] = float(np.mean(dev))
             rows.append(row)
-            print(f"{model} dim {row['dim']} ({time.time() - t0:.0f}s): "
+            print(f"{label} dim {row['dim']} ({time.time() - t0:.0f}s): "
                   + ", ".join(f"{k} {v:.4f}" for k, v in row.items()
                               if isinstance(v, float)), flush=True)
     keys = [k for k in rows[0] if k not in ("model", "dim")]
@@ -129,6 +135,7 @@ def main() -> None:
     if args.write:
         cmd = "python bench/encoder_dev.py --data DATA " + " ".join(
             (["--public"] if args.public else []) + [f"--dims {args.dims}"]
+            + ([f"--backends {args.backends}"] if args.backends else [])
             + [str(m) for m in args.models])
         with open(ROOT / "bench/RESULTS.md", "a", encoding="utf-8") as f:
             f.write(f"\n## Encoder dev scores ({time.strftime('%Y-%m-%d')})\n\n`{cmd}`: "

@@ -15,6 +15,7 @@ from encoder.checkpoint import LoadedModel, read_checkpoint
 from encoder.config import EncoderConfig
 from encoder.device import autocast
 from encoder.model import TransformerEncoder
+from encoder.onnx_graph import OnnxForward, pick_backend
 from encoder.tokenizer import clean_text
 
 log = logging.getLogger(__name__)
@@ -86,6 +87,17 @@ class TextEncoder(LoadedModel):
 
     model: TransformerEncoder
     config: EncoderConfig
+    backend: str = "torch"
+    _onnx: OnnxForward | None = None
+
+    def use_backend(self, name: str | None = None) -> None:
+        """Run :meth:`encode` on ``name``'s network (``torch`` or ``onnx``: the int8 ONNX
+        Runtime graph of :mod:`encoder.onnx_graph`); ``None`` picks as
+        :func:`encoder.onnx_graph.pick_backend` does (``onnx`` on a CPU). The ONNX graph is
+        built from the weights now: call this again after changing them.
+        :meth:`token_vectors` always runs on torch."""
+        self.backend = pick_backend(name, self.device.type)
+        self._onnx = OnnxForward(self.model) if self.backend == "onnx" else None
 
     @property
     def dim(self) -> int:
@@ -190,8 +202,18 @@ class TextEncoder(LoadedModel):
         out = np.zeros((len(ids), self.dim), dtype=np.float32)
         weights: list[np.ndarray] = [np.zeros(0, np.float32)] * len(ids)
         order = sorted(range(len(ids)), key=lambda i: len(ids[i]), reverse=True)
+        lengths = [len(x) for x in ids]
+        if self._onnx is not None:
+            for idx in _padded_groups(order, lengths, batch_size):
+                batch = _pad([ids[i] for i in idx], self.config.pad_id).numpy()
+                vec_np, w_np = self._onnx(batch, np.array([lengths[i] for i in idx]))
+                out[idx] = vec_np  # not normalised: encode and encode_ids do that in fp32
+                if return_weights:
+                    for row, i in enumerate(idx):
+                        weights[i] = w_np[row, : lengths[i]]
+            return out, weights
         with torch.inference_mode(), autocast(self.device):
-            for idx in _length_groups(order, [len(x) for x in ids], batch_size, self.dim):
+            for idx in _length_groups(order, lengths, batch_size, self.dim):
                 batch = _pad([ids[i] for i in idx], self.config.pad_id).to(self.device)
                 vec, w = self.model.forward_packed(  # (b, d), (b, T)
                     batch, batch != self.config.pad_id, normalize, PAD_MULTIPLE)
@@ -226,6 +248,21 @@ def _length_groups(order: list[int], lengths: list[int], batch_size: int, d_mode
     return groups
 
 
+def _padded_groups(order: list[int], lengths: list[int], batch_size: int) -> list[list[int]]:
+    """Cut ``order`` (indices by decreasing length) into batches of at most ``batch_size``
+    for a network that computes every padded position (the ONNX graph): a new batch starts
+    where a text would be padded by more than a quarter of the batch's longest (and 8)."""
+    groups: list[list[int]] = []
+    for i in order:
+        g = groups[-1] if groups else None
+        if g is None or len(g) >= batch_size or (
+                lengths[g[0]] - lengths[i] > max(8, lengths[g[0]] // 4)):
+            groups.append([i])
+        else:
+            g.append(i)
+    return groups
+
+
 def _pad(seqs: Sequence[Sequence[int]], pad_id: int, multiple: int = 1) -> torch.Tensor:
     t = max(len(s) for s in seqs)
     t = -(-t // multiple) * multiple
@@ -236,9 +273,14 @@ def _pad(seqs: Sequence[Sequence[int]], pad_id: int, multiple: int = 1) -> torch
 
 
 
-def load(path: str | Path, device: torch.device | str | None = None) -> TextEncoder:
-    """Load a checkpoint directory written by :func:`save_checkpoint`."""
+def load(path: str | Path, device: torch.device | str | None = None,
+         backend: str | None = None) -> TextEncoder:
+    """Load a checkpoint directory written by :func:`save_checkpoint`, encoding on
+    ``backend`` (see :meth:`TextEncoder.use_backend`: by default ONNX Runtime int8 on a
+    CPU, torch on CUDA)."""
     meta, state, tokenizer = read_checkpoint(path, "an encoder")
     model = TransformerEncoder(EncoderConfig.from_dict(meta["architecture"]))
     model.load_state_dict(state)
-    return TextEncoder(model, tokenizer, device=device, meta=meta)
+    text_encoder = TextEncoder(model, tokenizer, device=device, meta=meta)
+    text_encoder.use_backend(backend)
+    return text_encoder

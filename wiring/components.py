@@ -17,13 +17,15 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 
-def load_encoder(path: str | Path, device: str | None = None, cpu_threads: int | None = None
-                 ) -> TextEncoder:
-    """The encoder checkpoint at ``path``; on the CPU, torch's intra-op threads set to
-    ``cpu_threads`` when given (a process-wide setting)."""
+def load_encoder(path: str | Path, device: str | None = None, cpu_threads: int | None = None,
+                 backend: str | None = None) -> TextEncoder:
+    """The encoder checkpoint at ``path``, encoding on ``backend`` (``torch`` or ``onnx``;
+    by default as :func:`encoder.load` picks); on the CPU, torch's intra-op threads (which
+    the onnx backend follows too) set to ``cpu_threads`` when given (a process-wide
+    setting)."""
     import encoder  # torch loads here, after wiring.runtime.configure()
 
-    text_encoder = encoder.load(path, device=device)
+    text_encoder = encoder.load(path, device=device, backend=backend)
     if cpu_threads and text_encoder.device.type == "cpu":
         import torch
 
@@ -64,13 +66,16 @@ class Components:
 
 def load_components(model: Path, store: str, *, token: str = "", timeout: float = 10.0,
                     device: str | None = None, cpu_threads: int | None = None,
+                    backend: str | None = None,
                     decoders: Mapping[str, Path] | None = None,
                     token_memories: Mapping[str, Path] | None = None) -> Components:
     """Load the encoder, the decoders and their token memories, and open the store (a store
     that is down does not fail here: its calls raise ``StoreUnavailableError`` until it is
     back). A token memory of a collection without a decoder, or built with another decoder,
     is a ``ValueError`` (``decoder.knn.MemoryMismatchError``)."""
-    text_encoder = load_encoder(model, device, cpu_threads)
+    text_encoder = load_encoder(model, device, cpu_threads, backend)
+    log.info("encoder %s runs on %s (%s backend)", model, text_encoder.device,
+             text_encoder.backend)
     # keyed by the stored collection name (``tm-en-fr`` → ``tm_en_fr``), as routes look them up
     paths = {collection_name(c): Path(p) for c, p in (decoders or {}).items()}
     loaded = load_decoders(paths, device)

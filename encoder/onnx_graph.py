@@ -1,0 +1,220 @@
+"""The encoder as an ONNX Runtime graph with int8 linear layers: the fast CPU path.
+
+On a CPU the network's time is its matrix products (about 3/4 of it in fp32, bench
+``encode_speed``), and torch runs those at the CPU's fp32 (or bf16) peak. This module
+rebuilds the same network, from the loaded weights, as an ONNX graph of ONNX Runtime's
+fused operators and quantises its linear layers to int8 (dynamic quantisation: weights
+int8 per tensor, each batch's activations uint8 with their own scale):
+
+- embeddings × √d + the sinusoidal positions, as :meth:`TransformerEncoder.forward`;
+- per block: LayerNorm → ``com.microsoft.Attention`` (the q, k, v projections in one
+  matrix, the padding given as each text's length) → output projection → residual →
+  LayerNorm → fc1 → exact (erf) GELU → fc2 → residual;
+- the final LayerNorm and the attention pooling, folded: the learned query times the key
+  projection is one vector u, a token's score h·u (the key bias's term is the same for
+  every token of a text and cancels in the softmax), kept in fp32 like the pooled sum.
+
+Weights are quantised with a 7-bit range (``reduce_range``): on CPUs without VNNI (AVX2
+and plain AVX-512) ONNX Runtime multiplies uint8 × int8 pairs into int16 lanes, which an
+8-bit weight range can overflow; with 7 bits no product sum can, so every CPU computes the
+same vectors. Nothing is written to disk: the graph is built and quantised in memory when
+the encoder is loaded (about a second).
+
+The vectors are not bit-identical to torch's: ``tests/encoder/test_onnx_graph.py`` holds
+them close (cosine) to the fp32 network's and ``bench/encoder_dev.py`` measures retrieval
+and STS quality with each backend.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import logging
+import os
+import tempfile
+import threading
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+if TYPE_CHECKING:
+    from encoder.model import TransformerEncoder
+
+BACKENDS = ("torch", "onnx")
+ENV = "QKV_ENCODER_BACKEND"
+# pooling nodes that stay fp32 (a 256 → 1 product and the weighted sum over tokens)
+_FP32_NODES = ["pool_score", "pool_sum"]
+
+
+def onnx_available() -> bool:
+    """Whether ``onnx`` and ``onnxruntime`` can be imported."""
+    return all(importlib.util.find_spec(m) is not None for m in ("onnx", "onnxruntime"))
+
+
+def pick_backend(name: str | None, device_type: str) -> str:
+    """``name`` if given, else ``$QKV_ENCODER_BACKEND``, else ``onnx`` on a CPU where
+    ONNX Runtime is installed and ``torch`` otherwise (CUDA keeps torch's bf16 path).
+    ``onnx`` asked for on CUDA, or without ONNX Runtime, is a ``ValueError``."""
+    name = name or os.environ.get(ENV) or None
+    if name is None:
+        return "onnx" if device_type == "cpu" and onnx_available() else "torch"
+    if name not in BACKENDS:
+        raise ValueError(f"unknown encoder backend {name!r}; valid: {', '.join(BACKENDS)}")
+    if name == "onnx" and device_type != "cpu":
+        raise ValueError(f"the onnx encoder backend runs on the CPU, not {device_type}")
+    if name == "onnx" and not onnx_available():
+        raise ValueError("the onnx encoder backend needs the onnx and onnxruntime packages")
+    return name
+
+
+def build_graph(model: TransformerEncoder) -> Any:
+    """The fp32 ONNX graph (an ``onnx.ModelProto``) of ``model``'s inference forward.
+
+    Inputs: ``ids`` (B, T) int64 padded with ``pad_id`` on the right, ``lengths`` (B,)
+    int32 each text's tokens. Outputs: ``vec`` (B, d) the pooled vectors before
+    normalisation, ``alpha`` (B, T) the pooling weights (0 on padding)."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    c = model.config
+    d = c.d_model
+    sd = {k: v.detach().float().cpu().numpy() for k, v in model.state_dict().items()}
+    inits: list[Any] = []
+    nodes: list[Any] = []
+
+    def init(name: str, arr: np.ndarray) -> str:
+        inits.append(numpy_helper.from_array(np.ascontiguousarray(arr), name))
+        return name
+
+    def node(op: str, ins: list[str], out: str, domain: str | None = None, **attrs: Any) -> str:
+        nodes.append(helper.make_node(op, ins, [out], name=out, domain=domain, **attrs))
+        return out
+
+    def linear(x: str, prefix: str, out: str) -> str:
+        w = init(f"{prefix}.w", sd[f"{prefix}.weight"].T)
+        b = init(f"{prefix}.b", sd[f"{prefix}.bias"])
+        return node("Add", [node("MatMul", [x, w], f"{out}.mm"), b], out)
+
+    def layer_norm(x: str, prefix: str, out: str) -> str:
+        w = init(f"{prefix}.w", sd[f"{prefix}.weight"])
+        b = init(f"{prefix}.b", sd[f"{prefix}.bias"])
+        return node("LayerNormalization", [x, w, b], out, axis=-1, epsilon=1e-5)
+
+    f32 = np.float32
+    init("embed", (sd["embed.weight"] * d**0.5).astype(f32))
+    init("pos", model.positions.table.numpy().astype(f32))
+    for name, v in (("i0", 0), ("i1", 1), ("i2", 2)):
+        init(name, np.array([v], np.int64))
+    t = node("Slice", [node("Shape", ["ids"], "ids_shape"), "i1", "i2"], "t")
+    x = node("Add", [node("Gather", ["embed", "ids"], "tok"),
+                     node("Slice", ["pos", "i0", t], "pos_t")], "x0")
+    mask_index = "lengths"
+    for i in range(c.n_layers):
+        p = f"blocks.{i}"
+        h = layer_norm(x, f"{p}.ln1", f"{p}.h1")
+        qkv_w = np.concatenate([sd[f"{p}.attn.q_proj.weight"], sd[f"{p}.attn.kv_proj.weight"]])
+        qkv_b = np.concatenate([sd[f"{p}.attn.q_proj.bias"], sd[f"{p}.attn.kv_proj.bias"]])
+        a = node("Attention", [h, init(f"{p}.qkv.w", qkv_w.T), init(f"{p}.qkv.b", qkv_b),
+                               mask_index], f"{p}.att", domain="com.microsoft",
+                 num_heads=c.n_heads)
+        x = node("Add", [x, linear(a, f"{p}.attn.out_proj", f"{p}.o")], f"{p}.x1")
+        h = layer_norm(x, f"{p}.ln2", f"{p}.h2")
+        g = node("Gelu", [linear(h, f"{p}.ffn.fc1", f"{p}.f1")], f"{p}.g", domain="com.microsoft")
+        x = node("Add", [x, linear(g, f"{p}.ffn.fc2", f"{p}.f2")], f"{p}.x2")
+    h = layer_norm(x, "ln_f", "hf")
+    if c.pooling != "dot":
+        raise ValueError(f"the onnx backend pools with 'dot' scoring only, not {c.pooling!r}")
+    u = sd["pool.key.weight"].T @ sd["pool.query"] / np.sqrt(d)  # (d,)
+    init("pool.u", u.reshape(d, 1).astype(f32))
+    init("axis1", np.array([1], np.int64))
+    init("axis2", np.array([2], np.int64))
+    scores = node("Squeeze", [node("MatMul", [h, "pool.u"], "pool_score"), "axis2"], "s")
+    # padding: -inf-like scores from the lengths (position >= length)
+    positions = node("Range", ["zero_i32", node("Cast", [t], "t32", to=TensorProto.INT32),
+                               "one_i32"], "positions")
+    init("zero_i32", np.array(0, np.int32))
+    init("one_i32", np.array(1, np.int32))
+    pad = node("GreaterOrEqual", [node("Unsqueeze", [positions, "i0"], "positions_row"),
+                                  node("Unsqueeze", ["lengths", "axis1"], "lengths_col")], "pad")
+    init("minus_big", np.array(-1e9, f32))
+    init("zero_f", np.array(0.0, f32))
+    masked = node("Add", [scores, node("Where", [pad, "minus_big", "zero_f"], "pad_bias")],
+                  "s_masked")
+    alpha = node("Softmax", [masked], "alpha", axis=-1)
+    pooled = node("MatMul", [node("Unsqueeze", [alpha, "axis1"], "alpha3"), h], "pool_sum")
+    node("Squeeze", [pooled, "axis1"], "vec")
+    graph = helper.make_graph(
+        nodes, "qkv-encoder",
+        [helper.make_tensor_value_info("ids", TensorProto.INT64, ["b", "t"]),
+         helper.make_tensor_value_info("lengths", TensorProto.INT32, ["b"])],
+        [helper.make_tensor_value_info("vec", TensorProto.FLOAT, ["b", d]),
+         helper.make_tensor_value_info("alpha", TensorProto.FLOAT, ["b", "t"])],
+        inits)
+    proto = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17),
+                                                    helper.make_opsetid("com.microsoft", 1)])
+    proto.ir_version = 8
+    return proto
+
+
+def quantize(proto: Any) -> bytes:
+    """``proto`` with its linear layers (MatMul, Attention) int8, weights 7-bit per tensor;
+    the serialised model."""
+    import onnx
+    from onnxruntime.quantization import QuantType, quantize_dynamic
+
+    quiet = _NoPreprocessAdvice()
+    logging.getLogger().addFilter(quiet)  # the quantiser logs it on the root logger
+    try:
+        with tempfile.TemporaryDirectory() as tmp:
+            src, dst = Path(tmp, "fp32.onnx"), Path(tmp, "int8.onnx")
+            onnx.save(proto, src)
+            quantize_dynamic(src, dst, weight_type=QuantType.QInt8, reduce_range=True,
+                             op_types_to_quantize=["MatMul", "Attention"],
+                             nodes_to_exclude=_FP32_NODES,
+                             extra_options={"DefaultTensorType": onnx.TensorProto.FLOAT})
+            return dst.read_bytes()
+    finally:
+        logging.getLogger().removeFilter(quiet)
+
+
+class _NoPreprocessAdvice(logging.Filter):
+    """Drops the quantiser's advice to run its shape pre-processing (which is for
+    convolution models; every shape here is known)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return "pre-processing before quantization" not in record.getMessage()
+
+
+class OnnxForward:
+    """The network's inference forward on ONNX Runtime: (B, T) padded ids → (unnormalised
+    vectors (B, d), pooling weights (B, T)). One session per intra-op thread count (read
+    from torch's setting at each call, as the torch path follows it); ``run`` may be
+    called from several threads at once."""
+
+    def __init__(self, model: TransformerEncoder, int8: bool = True) -> None:
+        proto = build_graph(model)
+        self.int8 = int8
+        self.model_bytes = quantize(proto) if int8 else proto.SerializeToString()
+        self.pad_id = model.config.pad_id
+        self._sessions: dict[int, Any] = {}
+        self._lock = threading.Lock()
+
+    def session(self, threads: int) -> Any:
+        with self._lock:
+            if threads not in self._sessions:
+                import onnxruntime as ort
+
+                opts = ort.SessionOptions()
+                opts.intra_op_num_threads = threads
+                opts.inter_op_num_threads = 1
+                opts.log_severity_level = 3
+                self._sessions[threads] = ort.InferenceSession(
+                    self.model_bytes, opts, providers=["CPUExecutionProvider"])
+            return self._sessions[threads]
+
+    def __call__(self, ids: np.ndarray, lengths: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        import torch
+
+        vec, alpha = self.session(torch.get_num_threads()).run(
+            ["vec", "alpha"], {"ids": ids.astype(np.int64, copy=False),
+                               "lengths": lengths.astype(np.int32, copy=False)})
+        return vec, alpha
