@@ -48,7 +48,8 @@ class Service:
             settings.model, settings.store, token=settings.milvus_token,
             timeout=settings.store_timeout_s, device=settings.device,
             cpu_threads=settings.encoder_threads or os.cpu_count() or 1,
-            backend=settings.encoder_backend, decoders=settings.decoders, token_memories=settings.token_memories)
+            backend=settings.encoder_backend, decoders=settings.decoders,
+            token_memories=settings.token_memories)
         self.encoder, self.info, self.store = self.parts.encoder, self.parts.info, self.parts.store
         self.decoders, self.decoder_paths = self.parts.decoders, self.parts.decoder_paths
         self.model_created = int(settings.model.joinpath("model.safetensors").stat().st_mtime)

@@ -3,11 +3,14 @@
 Usage: python bench/encode_speed.py --data ../shared/data [--n 2000] [--model DIR]
 
 Takes 2,000 English sentences of 10–60 words (evenly spaced Reuters-21578 sentences from
-the data directory), encodes them with each model (ours: batch 64,
-length-bucketed, bf16 where the CPU has it; MiniLM: sentence-transformers, batch 32,
-default settings), best of 3 timed runs each, and prints sentences/s, the ratio, and
-peak RSS. Appends the figures to bench/RESULTS.md. Each model runs in its own subprocess,
-so peak RSS is per model.
+the data directory), encodes them with each model (ours: batch 64, length-bucketed, on
+each backend: ``onnx``, the int8 ONNX Runtime graph that ``encoder.load`` picks on a CPU,
+and ``torch``, bf16 where the CPU has it; MiniLM: sentence-transformers, batch 32, default
+settings), best of 3 timed runs each, and prints sentences/s, the ratios, peak RSS and the
+cosine of our int8 vectors to our torch ones. Appends the figures to bench/RESULTS.md.
+Each run is its own subprocess, so peak RSS is per model. ``QKV_NO_BF16=1`` keeps torch in
+fp32; ``ONEDNN_MAX_CPU_ISA=AVX2 ATEN_CPU_CAPABILITY=avx2`` makes torch (not ONNX Runtime,
+which reads the CPU itself) run as on an AVX2-only CPU.
 """
 
 from __future__ import annotations
@@ -24,6 +27,24 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 REPEATS = 3
+ENV_KEYS = ("QKV_NO_BF16", "ONEDNN_MAX_CPU_ISA", "ATEN_CPU_CAPABILITY")
+
+
+def cpu_kind() -> str:
+    """The CPU's widest vector instructions that matter here, from /proc/cpuinfo."""
+    try:
+        flags = set(Path("/proc/cpuinfo").read_text().split())
+    except OSError:
+        return "CPU flags unknown"
+    if "avx512_bf16" in flags:
+        return "AVX-512 BF16" + (" + VNNI" if "avx512_vnni" in flags else "")
+    if "avx512_vnni" in flags:
+        return "AVX-512 VNNI"
+    if "avx512f" in flags:
+        return "AVX-512"
+    if "avx2" not in flags:
+        return "no AVX2"
+    return "AVX2 + AVX-VNNI" if "avx_vnni" in flags else "AVX2 only"
 
 
 def sentences(data: Path, n: int) -> list[str]:
@@ -51,12 +72,16 @@ def best_of(fn: Callable[[], object], repeats: int = REPEATS) -> float:
     return min(times)
 
 
-def run_ours(texts: list[str], model: str) -> dict:
+def run_ours(texts: list[str], model: str, backend: str) -> dict:
+    import numpy as np
+
     import encoder
 
-    enc = encoder.load(model)
+    enc = encoder.load(model, backend=backend)
     enc.encode(texts[:64])  # warm-up
-    return {"seconds": best_of(lambda: enc.encode(texts, batch_size=64))}
+    seconds = best_of(lambda: enc.encode(texts, batch_size=64))
+    np.save(ROOT / f"var/bench_vectors_{backend}.npy", enc.encode(texts, batch_size=64))
+    return {"seconds": seconds}
 
 
 def run_minilm(texts: list[str]) -> dict:
@@ -74,7 +99,7 @@ def child(which: str, texts_file: str, model: str) -> None:
     import resource
 
     texts = json.loads(Path(texts_file).read_text())
-    result = run_ours(texts, model) if which == "ours" else run_minilm(texts)
+    result = run_minilm(texts) if which == "minilm" else run_ours(texts, model, which)
     result["peak_rss_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     print(json.dumps(result))
 
@@ -95,26 +120,41 @@ def main() -> None:
     tmp.parent.mkdir(exist_ok=True)
     tmp.write_text(json.dumps(texts))
     res = {}
-    for which in ("ours", "minilm"):
+    for which in ("onnx", "torch", "minilm"):
         out = subprocess.run([sys.executable, __file__, "--child", which, "--texts", str(tmp),
                               "--model", args.model], capture_output=True, text=True, check=True)
         res[which] = json.loads(out.stdout.strip().splitlines()[-1])
         res[which]["per_s"] = len(texts) / res[which]["seconds"]
-    ratio = res["ours"]["per_s"] / res["minilm"]["per_s"]
+    import numpy as np
+
+    cos = (np.load(ROOT / "var/bench_vectors_onnx.npy")
+           * np.load(ROOT / "var/bench_vectors_torch.npy")).sum(axis=1)
     words = sum(len(t.split()) for t in texts) / len(texts)
+    env = " ".join(f"{k}={os.environ[k]}" for k in ENV_KEYS if k in os.environ)
+    command = (env + " " if env else "") + f"python bench/encode_speed.py --data {args.data}"
+    isa = os.environ.get("ONEDNN_MAX_CPU_ISA")
     lines = [
         f"## Encoding speed ({time.strftime('%Y-%m-%d')}, {len(texts)} sentences, "
-        f"mean {words:.1f} words, {os.cpu_count()} CPU threads, best of {REPEATS} runs each)",
+        f"mean {words:.1f} words, {os.cpu_count()} CPU threads, {cpu_kind()}"
+        + (f", torch capped at {isa}" if isa else "") + f", best of {REPEATS} runs each)",
         "",
-        "| model | sentences/s | peak RSS (MB) |",
-        "|---|---|---|",
-        f"| qkv encoder-default (batch 64) | {res['ours']['per_s']:.0f} | "
-        f"{res['ours']['peak_rss_mb']:.0f} |",
-        f"| all-MiniLM-L6-v2 (sentence-transformers, batch 32) | {res['minilm']['per_s']:.0f} | "
-        f"{res['minilm']['peak_rss_mb']:.0f} |",
+        "| model | sentences/s | × MiniLM | peak RSS (MB) |",
+        "|---|---|---|---|",
+    ]
+    names = {"onnx": "qkv encoder-default, onnx int8 (batch 64; the default on a CPU)",
+             "torch": "qkv encoder-default, torch " + ("fp32" if os.environ.get("QKV_NO_BF16")
+                                                      or "BF16" not in cpu_kind()
+                                                      else "bf16") + " (batch 64)",
+             "minilm": "all-MiniLM-L6-v2 (sentence-transformers, batch 32)"}
+    for which, name in names.items():
+        lines.append(f"| {name} | {res[which]['per_s']:.0f} | "
+                     f"{res[which]['per_s'] / res['minilm']['per_s']:.1f} | "
+                     f"{res[which]['peak_rss_mb']:.0f} |")
+    lines += [
         "",
-        f"Ratio ours / MiniLM: **{ratio:.1f}×**. "
-        f"Command: `python bench/encode_speed.py --data {args.data}`",
+        f"onnx / torch: **{res['onnx']['per_s'] / res['torch']['per_s']:.2f}×**; cosine of "
+        f"the onnx vectors to the torch ones: min {cos.min():.4f}, mean {cos.mean():.5f}. "
+        f"Command: `{command}`",
         "",
     ]
     print("\n".join(lines))

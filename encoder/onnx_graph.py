@@ -14,11 +14,11 @@ int8 per tensor, each batch's activations uint8 with their own scale):
   projection is one vector u, a token's score h·u (the key bias's term is the same for
   every token of a text and cancels in the softmax), kept in fp32 like the pooled sum.
 
-Weights are quantised with a 7-bit range (``reduce_range``): on CPUs without VNNI (AVX2
-and plain AVX-512) ONNX Runtime multiplies uint8 × int8 pairs into int16 lanes, which an
-8-bit weight range can overflow; with 7 bits no product sum can, so every CPU computes the
-same vectors. Nothing is written to disk: the graph is built and quantised in memory when
-the encoder is loaded (about a second).
+Weights are quantised with a 7-bit range (``reduce_range``, |w| ≤ 64): on CPUs without
+VNNI (AVX2 and plain AVX-512) ONNX Runtime multiplies uint8 × int8 pairs into int16 lanes,
+which 8-bit weights can overflow (2 × 255 × 127); 2 × 255 × 64 cannot, so every CPU
+computes the same vectors. Nothing is written to disk: the graph is built and quantised
+in memory when the encoder is loaded (about a second).
 
 The vectors are not bit-identical to torch's: ``tests/encoder/test_onnx_graph.py`` holds
 them close (cosine) to the fp32 network's and ``bench/encoder_dev.py`` measures retrieval

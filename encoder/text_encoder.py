@@ -205,8 +205,8 @@ class TextEncoder(LoadedModel):
         lengths = [len(x) for x in ids]
         if self._onnx is not None:
             for idx in _padded_groups(order, lengths, batch_size):
-                batch = _pad([ids[i] for i in idx], self.config.pad_id).numpy()
-                vec_np, w_np = self._onnx(batch, np.array([lengths[i] for i in idx]))
+                padded = _pad([ids[i] for i in idx], self.config.pad_id).numpy()
+                vec_np, w_np = self._onnx(padded, np.array([lengths[i] for i in idx]))
                 out[idx] = vec_np  # not normalised: encode and encode_ids do that in fp32
                 if return_weights:
                     for row, i in enumerate(idx):

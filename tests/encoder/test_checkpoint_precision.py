@@ -92,7 +92,7 @@ def test_shipped_encoder_matches_its_fp32_vectors(monkeypatch: pytest.MonkeyPatc
     comparison is of storage, so both run in float32 (no bf16 autocast)."""
     monkeypatch.setenv("QKV_NO_BF16", "1")
     ref = np.load(ROOT / "tests/fixtures/encoder-default-fp32.npz")
-    enc = encoder.load(ROOT / "models/encoder-default", device="cpu")
+    enc = encoder.load(ROOT / "models/encoder-default", device="cpu", backend="torch")
     meta = json.loads((ROOT / "models/encoder-default/config.json").read_text())
     assert meta["fingerprint_fp32"] == str(ref["fingerprint"]) != enc.fingerprint
     cos = (enc.encode([str(t) for t in ref["texts"]]) * ref["vectors"]).sum(axis=1)

@@ -1,0 +1,122 @@
+"""The encoder's int8 ONNX Runtime graph (encoder/onnx_graph.py) against the torch network."""
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import encoder
+from encoder.onnx_graph import BACKENDS, build_graph, pick_backend
+
+ROOT = Path(__file__).resolve().parents[2]
+MODEL = ROOT / "models/encoder-default"
+
+
+@pytest.fixture(scope="module")
+def fp32_reference() -> np.lib.npyio.NpzFile:
+    """Vectors of the shipped model's fp32 weights (tests/fixtures/make_fp32_reference.py)."""
+    return np.load(ROOT / "tests/fixtures/encoder-default-fp32.npz")
+
+
+@pytest.fixture(scope="module")
+def fast() -> encoder.TextEncoder:
+    return encoder.load(MODEL, device="cpu", backend="onnx")
+
+
+def test_int8_vectors_stay_close_to_the_fp32_network(
+        fast: encoder.TextEncoder, fp32_reference: np.lib.npyio.NpzFile) -> None:
+    texts = [str(t) for t in fp32_reference["texts"]]
+    cos = (fast.encode(texts) * fp32_reference["vectors"]).sum(axis=1)
+    assert len(cos) >= 300
+    assert float(cos.min()) >= 0.997 and float(cos.mean()) >= 0.999, (cos.min(), cos.mean())
+
+
+def test_fp32_graph_equals_the_torch_network(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The graph itself, before quantising, is the same function as the torch forward."""
+    import onnxruntime as ort
+    import torch
+
+    monkeypatch.setenv("QKV_NO_BF16", "1")
+    enc = encoder.load(MODEL, device="cpu", backend="torch")
+    texts = ["A dog runs.", "The central bank raised interest rates by half a point today.",
+             "cat", "Le café est très bon ☕ 東京 " * 40]  # the last one is cut at max_tokens
+    ids, truncated = enc.tokenize(texts)
+    assert truncated[-1] and not truncated[0]
+    t = max(map(len, ids))
+    batch = np.full((len(ids), t), enc.config.pad_id, np.int64)
+    for row, x in enumerate(ids):
+        batch[row, : len(x)] = x
+    session = ort.InferenceSession(build_graph(enc.model).SerializeToString(),
+                                   providers=["CPUExecutionProvider"])
+    vec, alpha = session.run(None, {"ids": batch, "lengths": np.array(list(map(len, ids)),
+                                                                      np.int32)})
+    with torch.inference_mode():
+        want, want_w = enc.model(torch.from_numpy(batch), normalize=False)
+    np.testing.assert_allclose(vec, want.numpy(), atol=2e-4, rtol=1e-3)
+    np.testing.assert_allclose(alpha, want_w.numpy(), atol=1e-5)
+    assert (alpha[2, len(ids[2]):] == 0).all()
+
+
+def test_weights_are_seven_bit_so_no_cpu_overflows_int16_pairs(
+        fast: encoder.TextEncoder) -> None:
+    import onnx
+    from onnx import numpy_helper
+
+    assert fast._onnx is not None
+    proto = onnx.load_from_string(fast._onnx.model_bytes)
+    quantized = [numpy_helper.to_array(t) for t in proto.graph.initializer
+                 if t.data_type == onnx.TensorProto.INT8 and len(t.dims) == 2]
+    assert len(quantized) == 4 * 4  # qkv, out, fc1, fc2 of each of the 4 blocks
+    # uint8 activations × int8 weights, summed in pairs into int16: 2 × 255 × 64 = 32,640
+    # fits in 32,767; an 8-bit weight (127) could overflow on CPUs without VNNI
+    assert all(int(np.abs(w.astype(np.int32)).max()) <= 64 for w in quantized)
+    ops = {n.op_type for n in proto.graph.node}
+    assert {"QAttention", "MatMulInteger"} & ops and "Attention" not in ops
+
+
+def test_order_weights_and_batches(fast: encoder.TextEncoder) -> None:
+    texts = ["A man is playing a flute.", "cat", "Stocks fell sharply after the "
+             "announcement of higher rates and weaker earnings across the sector.", "fish swim"]
+    x, explained = fast.encode(texts, return_weights=True)
+    alone = np.stack([fast.encode([t])[0] for t in texts])
+    # activations are quantised per batch: a text's vector moves a little with its batch
+    assert float((x * alone).sum(axis=1).min()) >= 0.999
+    for t, e in zip(texts, explained, strict=True):
+        assert len(e.weights) == len(fast.tokenize([t])[0][0])
+        assert abs(sum(e.weights) - 1.0) < 1e-4 and min(e.weights) >= 0.0
+    np.testing.assert_allclose(np.linalg.norm(x, axis=1), 1.0, atol=1e-5)
+    raw = fast.encode_ids(fast.tokenize(texts)[0], normalize=False)
+    assert np.linalg.norm(raw, axis=1).std() > 0  # unnormalised when asked
+    assert fast.encode([]).shape == (0, fast.dim)
+
+
+def test_the_paraphrase_is_still_the_nearest(fast: encoder.TextEncoder) -> None:
+    docs = ["Aspirin inhibits platelet aggregation and lowers the risk of heart attack.",
+            "The airfoil's lift coefficient rises with angle of attack until stall.",
+            "Quarterly earnings of the company exceeded analysts' expectations.",
+            "Mutations in the BRCA1 gene raise the risk of breast cancer."]
+    queries = ["aspirin reduces myocardial infarction risk", "wing lift and stall angle",
+               "profits beat forecasts", "BRCA1 variants and breast cancer"]
+    top = (fast.encode(queries) @ fast.encode(docs).T).argmax(axis=1)
+    assert (top == np.arange(4)).all()
+
+
+def test_tiny_encoder_runs_on_onnx_too(tiny_encoder_dir: Path) -> None:
+    a = encoder.load(tiny_encoder_dir, device="cpu", backend="onnx")
+    b = encoder.load(tiny_encoder_dir, device="cpu", backend="torch")
+    texts = ["A dog runs in the park.", "cat", "Le café est très bon ☕ 東京"]
+    assert a.backend == "onnx" and b.backend == "torch"
+    assert float((a.encode(texts) * b.encode(texts)).sum(axis=1).min()) >= 0.99
+
+
+def test_backend_choice(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("QKV_ENCODER_BACKEND", raising=False)
+    assert pick_backend(None, "cpu") == "onnx" and pick_backend(None, "cuda") == "torch"
+    assert pick_backend("torch", "cpu") == "torch"
+    monkeypatch.setenv("QKV_ENCODER_BACKEND", "torch")
+    assert pick_backend(None, "cpu") == "torch"
+    with pytest.raises(ValueError, match="valid: torch, onnx"):
+        pick_backend("tensorrt", "cpu")
+    with pytest.raises(ValueError, match="on the CPU"):
+        pick_backend("onnx", "cuda")
+    assert BACKENDS == ("torch", "onnx")
