@@ -2,37 +2,36 @@
 
 On a CPU the network's time is its matrix products (about 3/4 of it in fp32, bench
 ``encode_speed``), and torch runs those at the CPU's fp32 (or bf16) peak. This module
-rebuilds the same network, from the loaded weights, as an ONNX graph of ONNX Runtime's
-fused operators and quantises its linear layers to int8 (dynamic quantisation: weights
-int8 per tensor, each batch's activations uint8 with their own scale):
+rebuilds the same network from the loaded weights as an ONNX graph of ONNX Runtime's
+fused operators, its linear layers in int8:
 
 - embeddings × √d + the sinusoidal positions, as :meth:`TransformerEncoder.forward`;
-- per block: LayerNorm → ``com.microsoft.Attention`` (the q, k, v projections in one
-  matrix, the padding given as each text's length) → output projection → residual →
+- per block: LayerNorm → the q, k, v projections as one product → ``MultiHeadAttention``
+  (fp32; the padding given as each text's length) → output projection → residual →
   LayerNorm → fc1 → exact (erf) GELU → fc2 → residual;
 - the final LayerNorm and the attention pooling, folded: the learned query times the key
   projection is one vector u, a token's score h·u (the key bias's term is the same for
   every token of a text and cancels in the softmax), kept in fp32 like the pooled sum.
 
-Weights are quantised with a 7-bit range (``reduce_range``, |w| ≤ 64): on CPUs without
-VNNI (AVX2 and plain AVX-512) ONNX Runtime multiplies uint8 × int8 pairs into int16 lanes,
-which 8-bit weights can overflow (2 × 255 × 127); 2 × 255 × 64 cannot, so every CPU
-computes the same vectors. Nothing is written to disk: the graph is built and quantised
-in memory when the encoder is loaded (about a second).
+**int8, per token.** Each linear layer's input is quantised token by token: a token's
+own max |x| is 127 steps around 128 (uint8), so a text's vector does not depend on the
+other texts of its batch (ONNX Runtime's dynamic quantisation takes one scale for the
+whole batch: there a text's vector moved by up to 0.009 a coordinate with its
+batch-mates). Weights are int8 per tensor in a 7-bit range (|w| ≤ 64): CPUs without VNNI
+(AVX2, plain AVX-512) sum uint8 × int8 pairs into int16 lanes, which 8-bit weights can
+overflow (2 × 255 × 127); 2 × 255 × 64 cannot, so every CPU computes the same vectors.
+Nothing is written to disk: the graph is built in memory when the encoder is loaded.
 
 The vectors are not bit-identical to torch's: ``tests/encoder/test_onnx_graph.py`` holds
-them close (cosine) to the fp32 network's and ``bench/encoder_dev.py`` measures retrieval
-and STS quality with each backend.
+them close (cosine) to the fp32 network's and ``bench/encoder_dev.py --backends`` measures
+retrieval and STS quality with each backend.
 """
 
 from __future__ import annotations
 
 import importlib.util
-import logging
 import os
-import tempfile
 import threading
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -42,8 +41,9 @@ if TYPE_CHECKING:
 
 BACKENDS = ("torch", "onnx")
 ENV = "QKV_ENCODER_BACKEND"
-# pooling nodes that stay fp32 (a 256 → 1 product and the weighted sum over tokens)
-_FP32_NODES = ["pool_score", "pool_sum"]
+W_LEVELS = 64  # weights in -64..64: 2 × 255 × 64 fits the int16 pair sums of AVX2
+A_LEVELS = 127  # a token's activations in 128 ± 127 (uint8, symmetric around 128)
+A_ZERO = 128
 
 
 def onnx_available() -> bool:
@@ -67,7 +67,7 @@ def pick_backend(name: str | None, device_type: str) -> str:
     return name
 
 
-def build_graph(model: TransformerEncoder) -> Any:
+def build_graph(model: TransformerEncoder, int8: bool = True) -> Any:
     """The fp32 ONNX graph (an ``onnx.ModelProto``) of ``model``'s inference forward.
 
     Inputs: ``ids`` (B, T) int64 padded with ``pad_id`` on the right, ``lengths`` (B,)
@@ -80,6 +80,7 @@ def build_graph(model: TransformerEncoder) -> Any:
     sd = {k: v.detach().float().cpu().numpy() for k, v in model.state_dict().items()}
     inits: list[Any] = []
     nodes: list[Any] = []
+    f32 = np.float32
 
     def init(name: str, arr: np.ndarray) -> str:
         inits.append(numpy_helper.from_array(np.ascontiguousarray(arr), name))
@@ -89,17 +90,40 @@ def build_graph(model: TransformerEncoder) -> Any:
         nodes.append(helper.make_node(op, ins, [out], name=out, domain=domain, **attrs))
         return out
 
-    def linear(x: str, prefix: str, out: str) -> str:
-        w = init(f"{prefix}.w", sd[f"{prefix}.weight"].T)
-        b = init(f"{prefix}.b", sd[f"{prefix}.bias"])
-        return node("Add", [node("MatMul", [x, w], f"{out}.mm"), b], out)
+    def linear(x: str, prefix: str, out: str, weight: np.ndarray | None = None,
+               with_bias: bool = True) -> str:
+        """x @ W.T (+ b); with ``int8`` x is quantised per token (each token's own max |x|
+        is 127 steps, so no token's result depends on another's) and W per tensor."""
+        w = sd[f"{prefix}.weight"] if weight is None else weight  # (N, K)
+        b = init(f"{prefix}.b", sd[f"{prefix}.bias"].astype(f32)) if with_bias else ""
+        if not int8:
+            mm = node("MatMul", [x, init(f"{prefix}.w", w.T.astype(f32))], f"{out}.mm")
+            return node("Add", [mm, b], out) if b else mm
+        w_scale = max(float(np.abs(w).max()), 1e-12) / W_LEVELS
+        w_q = np.clip(np.rint(w / w_scale), -W_LEVELS, W_LEVELS).astype(np.int8)
+        w_q_name = init(f"{prefix}.wq", w_q.T)
+        w_scale_name = init(f"{prefix}.wscale", np.array(w_scale, f32))
+        # each token's own range: max |x| over its features, from two reductions
+        a_max = node("Max", [node("ReduceMax", [x], f"{out}.hi", axes=[-1], keepdims=1),
+                             node("Neg", [node("ReduceMin", [x], f"{out}.lo0", axes=[-1],
+                                               keepdims=1)], f"{out}.lo"), "tiny"],
+                     f"{out}.amax")
+        x_unit = node("Mul", [x, node("Reciprocal", [a_max], f"{out}.inv")], f"{out}.xu")
+        x_q = node("QuantizeLinear", [x_unit, "a_scale", "a_zero"], f"{out}.xq")
+        y = node("MatMulIntegerToFloat", [x_q, w_q_name, "a_scale", w_scale_name, "a_zero"],
+                 f"{out}.mm", domain="com.microsoft")
+        y = node("Mul", [y, a_max], f"{out}.y")
+        return node("Add", [y, b], out) if b else y
 
     def layer_norm(x: str, prefix: str, out: str) -> str:
         w = init(f"{prefix}.w", sd[f"{prefix}.weight"])
         b = init(f"{prefix}.b", sd[f"{prefix}.bias"])
         return node("LayerNormalization", [x, w, b], out, axis=-1, epsilon=1e-5)
 
-    f32 = np.float32
+    if int8:
+        init("tiny", np.array(1e-12, f32))
+        init("a_scale", np.array(1.0 / A_LEVELS, f32))
+        init("a_zero", np.array(A_ZERO, np.uint8))
     init("embed", (sd["embed.weight"] * d**0.5).astype(f32))
     init("pos", model.positions.table.numpy().astype(f32))
     for name, v in (("i0", 0), ("i1", 1), ("i2", 2)):
@@ -107,15 +131,18 @@ def build_graph(model: TransformerEncoder) -> Any:
     t = node("Slice", [node("Shape", ["ids"], "ids_shape"), "i1", "i2"], "t")
     x = node("Add", [node("Gather", ["embed", "ids"], "tok"),
                      node("Slice", ["pos", "i0", t], "pos_t")], "x0")
-    mask_index = "lengths"
+    init("split3", np.array([d, d, d], np.int64))
     for i in range(c.n_layers):
         p = f"blocks.{i}"
         h = layer_norm(x, f"{p}.ln1", f"{p}.h1")
         qkv_w = np.concatenate([sd[f"{p}.attn.q_proj.weight"], sd[f"{p}.attn.kv_proj.weight"]])
         qkv_b = np.concatenate([sd[f"{p}.attn.q_proj.bias"], sd[f"{p}.attn.kv_proj.bias"]])
-        a = node("Attention", [h, init(f"{p}.qkv.w", qkv_w.T), init(f"{p}.qkv.b", qkv_b),
-                               mask_index], f"{p}.att", domain="com.microsoft",
-                 num_heads=c.n_heads)
+        qkv = linear(h, f"{p}.qkv", f"{p}.qkv", qkv_w, with_bias=False)
+        nodes.append(helper.make_node("Split", [qkv, "split3"], [f"{p}.q", f"{p}.k", f"{p}.v"],
+                                      name=f"{p}.split", axis=-1))
+        a = node("MultiHeadAttention", [f"{p}.q", f"{p}.k", f"{p}.v",
+                                        init(f"{p}.qkv.b", qkv_b.astype(f32)), "lengths"],
+                 f"{p}.att", domain="com.microsoft", num_heads=c.n_heads)
         x = node("Add", [x, linear(a, f"{p}.attn.out_proj", f"{p}.o")], f"{p}.x1")
         h = layer_norm(x, f"{p}.ln2", f"{p}.h2")
         g = node("Gelu", [linear(h, f"{p}.ffn.fc1", f"{p}.f1")], f"{p}.g", domain="com.microsoft")
@@ -155,35 +182,6 @@ def build_graph(model: TransformerEncoder) -> Any:
     return proto
 
 
-def quantize(proto: Any) -> bytes:
-    """``proto`` with its linear layers (MatMul, Attention) int8, weights 7-bit per tensor;
-    the serialised model."""
-    import onnx
-    from onnxruntime.quantization import QuantType, quantize_dynamic
-
-    quiet = _NoPreprocessAdvice()
-    logging.getLogger().addFilter(quiet)  # the quantiser logs it on the root logger
-    try:
-        with tempfile.TemporaryDirectory() as tmp:
-            src, dst = Path(tmp, "fp32.onnx"), Path(tmp, "int8.onnx")
-            onnx.save(proto, src)
-            quantize_dynamic(src, dst, weight_type=QuantType.QInt8, reduce_range=True,
-                             op_types_to_quantize=["MatMul", "Attention"],
-                             nodes_to_exclude=_FP32_NODES,
-                             extra_options={"DefaultTensorType": onnx.TensorProto.FLOAT})
-            return dst.read_bytes()
-    finally:
-        logging.getLogger().removeFilter(quiet)
-
-
-class _NoPreprocessAdvice(logging.Filter):
-    """Drops the quantiser's advice to run its shape pre-processing (which is for
-    convolution models; every shape here is known)."""
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        return "pre-processing before quantization" not in record.getMessage()
-
-
 class OnnxForward:
     """The network's inference forward on ONNX Runtime: (B, T) padded ids → (unnormalised
     vectors (B, d), pooling weights (B, T)). One session per intra-op thread count (read
@@ -191,9 +189,8 @@ class OnnxForward:
     called from several threads at once."""
 
     def __init__(self, model: TransformerEncoder, int8: bool = True) -> None:
-        proto = build_graph(model)
         self.int8 = int8
-        self.model_bytes = quantize(proto) if int8 else proto.SerializeToString()
+        self.model_bytes = build_graph(model, int8).SerializeToString()
         self.pad_id = model.config.pad_id
         self._sessions: dict[int, Any] = {}
         self._lock = threading.Lock()

@@ -46,7 +46,7 @@ def test_fp32_graph_equals_the_torch_network(monkeypatch: pytest.MonkeyPatch) ->
     batch = np.full((len(ids), t), enc.config.pad_id, np.int64)
     for row, x in enumerate(ids):
         batch[row, : len(x)] = x
-    session = ort.InferenceSession(build_graph(enc.model).SerializeToString(),
+    session = ort.InferenceSession(build_graph(enc.model, int8=False).SerializeToString(),
                                    providers=["CPUExecutionProvider"])
     vec, alpha = session.run(None, {"ids": batch, "lengths": np.array(list(map(len, ids)),
                                                                       np.int32)})
@@ -65,13 +65,13 @@ def test_weights_are_seven_bit_so_no_cpu_overflows_int16_pairs(
     assert fast._onnx is not None
     proto = onnx.load_from_string(fast._onnx.model_bytes)
     quantized = [numpy_helper.to_array(t) for t in proto.graph.initializer
-                 if t.data_type == onnx.TensorProto.INT8 and len(t.dims) == 2]
+                 if t.data_type == onnx.TensorProto.INT8]
     assert len(quantized) == 4 * 4  # qkv, out, fc1, fc2 of each of the 4 blocks
     # uint8 activations × int8 weights, summed in pairs into int16: 2 × 255 × 64 = 32,640
     # fits in 32,767; an 8-bit weight (127) could overflow on CPUs without VNNI
-    assert all(int(np.abs(w.astype(np.int32)).max()) <= 64 for w in quantized)
-    ops = {n.op_type for n in proto.graph.node}
-    assert {"QAttention", "MatMulInteger"} & ops and "Attention" not in ops
+    assert all(int(np.abs(w.astype(np.int32)).max()) == 64 for w in quantized)
+    ops = [n.op_type for n in proto.graph.node]
+    assert ops.count("MatMulIntegerToFloat") == 16 and ops.count("MatMul") == 2  # pooling
 
 
 def test_order_weights_and_batches(fast: encoder.TextEncoder) -> None:
@@ -79,8 +79,8 @@ def test_order_weights_and_batches(fast: encoder.TextEncoder) -> None:
              "announcement of higher rates and weaker earnings across the sector.", "fish swim"]
     x, explained = fast.encode(texts, return_weights=True)
     alone = np.stack([fast.encode([t])[0] for t in texts])
-    # activations are quantised per batch: a text's vector moves a little with its batch
-    assert float((x * alone).sum(axis=1).min()) >= 0.999
+    # activations are quantised per token: a text's vector does not depend on its batch
+    np.testing.assert_allclose(x, alone, atol=1e-6)
     for t, e in zip(texts, explained, strict=True):
         assert len(e.weights) == len(fast.tokenize([t])[0][0])
         assert abs(sum(e.weights) - 1.0) < 1e-4 and min(e.weights) >= 0.0
