@@ -42,3 +42,13 @@ def test_demo_collections(monkeypatch: pytest.MonkeyPatch) -> None:
     for field in ("demo_collection", "demo_tm_collection"):
         with pytest.raises(ValidationError, match="collection name"):
             Settings(**{field: "a b"})  # type: ignore[arg-type]
+
+
+def test_encoder_backend(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("QKV_ENCODER_BACKEND", "")  # .env.example's empty value: the default
+    assert Settings().encoder_backend is None
+    monkeypatch.setenv("QKV_ENCODER_BACKEND", "torch")
+    assert Settings().encoder_backend == "torch"
+    monkeypatch.setenv("QKV_ENCODER_BACKEND", "tensorrt")
+    with pytest.raises(ValidationError, match="onnx"):
+        Settings()
