@@ -18,9 +18,10 @@ from encoder.onnx_graph import pick_backend
 BF16_ATOL = 5e-3
 
 
-def encoder_atol(fp32: float) -> float:
-    """``fp32`` where the served encoder rounds each text alone, else bf16's tolerance."""
-    if pick_backend(None, "cpu") == "torch" and cpu_has_bf16() \
+def encoder_atol(fp32: float, backend: str | None = None) -> float:
+    """``fp32`` where the served encoder (or ``backend``: token vectors always come from
+    torch) rounds each text alone, else bf16's tolerance."""
+    if (backend or pick_backend(None, "cpu")) == "torch" and cpu_has_bf16() \
             and not os.environ.get("QKV_NO_BF16"):
         return max(fp32, BF16_ATOL)
     return fp32
