@@ -69,8 +69,16 @@ def pick_backend(name: str | None, device_type: str) -> str:
     return name
 
 
+def supports(config: Any) -> bool:
+    """Whether :func:`build_graph` builds an encoder of this architecture (``dot``
+    pooling; the ``additive`` scoring is left to torch)."""
+    return bool(config.pooling == "dot")
+
+
 def build_graph(model: TransformerEncoder, int8: bool = True) -> Any:
-    """The fp32 ONNX graph (an ``onnx.ModelProto``) of ``model``'s inference forward.
+    """The ONNX graph (an ``onnx.ModelProto``) of ``model``'s inference forward, its
+    linear layers int8 unless ``int8`` is false (then the same function as torch's, up to
+    float rounding). Only ``dot`` pooling is built (:func:`supports`).
 
     Inputs: ``ids`` (B, T) int64 padded with ``pad_id`` on the right, ``lengths`` (B,)
     int32 each text's tokens. Outputs: ``vec`` (B, d) the pooled vectors before
@@ -78,6 +86,8 @@ def build_graph(model: TransformerEncoder, int8: bool = True) -> Any:
     from onnx import TensorProto, helper, numpy_helper
 
     c = model.config
+    if not supports(c):
+        raise ValueError(f"the onnx backend pools with 'dot' scoring only, not {c.pooling!r}")
     d = c.d_model
     sd = {k: v.detach().float().cpu().numpy() for k, v in model.state_dict().items()}
     inits: list[Any] = []
@@ -150,8 +160,6 @@ def build_graph(model: TransformerEncoder, int8: bool = True) -> Any:
         g = node("Gelu", [linear(h, f"{p}.ffn.fc1", f"{p}.f1")], f"{p}.g", domain="com.microsoft")
         x = node("Add", [x, linear(g, f"{p}.ffn.fc2", f"{p}.f2")], f"{p}.x2")
     h = layer_norm(x, "ln_f", "hf")
-    if c.pooling != "dot":
-        raise ValueError(f"the onnx backend pools with 'dot' scoring only, not {c.pooling!r}")
     u = sd["pool.key.weight"].T @ sd["pool.query"] / np.sqrt(d)  # (d,)
     init("pool.u", u.reshape(d, 1).astype(f32))
     init("axis1", np.array([1], np.int64))
@@ -193,7 +201,6 @@ class OnnxForward:
     def __init__(self, model: TransformerEncoder, int8: bool = True) -> None:
         self.int8 = int8
         self.model_bytes = build_graph(model, int8).SerializeToString()
-        self.pad_id = model.config.pad_id
         self._sessions: dict[int, Any] = {}
         self._lock = threading.Lock()
 

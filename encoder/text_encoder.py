@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import os
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -15,7 +16,9 @@ from encoder.checkpoint import LoadedModel, read_checkpoint
 from encoder.config import EncoderConfig
 from encoder.device import autocast
 from encoder.model import TransformerEncoder
+from encoder.onnx_graph import ENV as ONNX_ENV
 from encoder.onnx_graph import OnnxForward, pick_backend
+from encoder.onnx_graph import supports as onnx_supports
 from encoder.tokenizer import clean_text
 
 log = logging.getLogger(__name__)
@@ -94,9 +97,14 @@ class TextEncoder(LoadedModel):
         """Run :meth:`encode` on ``name``'s network (``torch`` or ``onnx``: the int8 ONNX
         Runtime graph of :mod:`encoder.onnx_graph`); ``None`` picks as
         :func:`encoder.onnx_graph.pick_backend` does (``onnx`` on a CPU). The ONNX graph is
-        built from the weights now: call this again after changing them.
-        :meth:`token_vectors` always runs on torch."""
+        built from the weights now: call this again after changing them. An architecture
+        the graph does not cover (``additive`` pooling) stays on torch unless ``onnx`` is
+        asked for, which is then a ``ValueError``. :meth:`token_vectors` always runs on
+        torch."""
+        explicit = name or os.environ.get(ONNX_ENV)
         self.backend = pick_backend(name, self.device.type)
+        if self.backend == "onnx" and not onnx_supports(self.config) and not explicit:
+            self.backend = "torch"
         self._onnx = OnnxForward(self.model) if self.backend == "onnx" else None
 
     @property

@@ -120,3 +120,16 @@ def test_backend_choice(monkeypatch: pytest.MonkeyPatch) -> None:
     with pytest.raises(ValueError, match="on the CPU"):
         pick_backend("onnx", "cuda")
     assert BACKENDS == ("torch", "onnx")
+
+
+def test_additive_pooling_stays_on_torch(tiny_encoder_dir: Path, tmp_path: Path,
+                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    from dataclasses import replace
+
+    monkeypatch.delenv("QKV_ENCODER_BACKEND", raising=False)
+    tiny = encoder.load(tiny_encoder_dir, device="cpu", backend="torch")
+    model = encoder.TransformerEncoder(replace(tiny.config, pooling="additive"))
+    encoder.save_checkpoint(tmp_path / "additive", model, tiny.tokenizer, {})
+    assert encoder.load(tmp_path / "additive", device="cpu").backend == "torch"
+    with pytest.raises(ValueError, match="'dot' scoring only"):
+        encoder.load(tmp_path / "additive", device="cpu", backend="onnx")
