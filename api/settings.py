@@ -61,7 +61,7 @@ class Settings(BaseSettings):
         "be the one that built it.")
     device: str | None = Field(None, description="cpu, cuda, cuda:1 ... (default: auto).")
     encoder_backend: Literal["torch", "onnx"] | None = Field(
-        None, description="torch, or onnx: the encoder's int8 ONNX Runtime graph, about 1.5 x "
+        None, description="torch, or onnx: the encoder's int8 ONNX Runtime graph, 1.2-1.5 x "
         "torch's speed on a CPU, vectors within cosine 0.999 of fp32 (default, or empty: onnx on a "
         "CPU, torch on CUDA).")
     encoder_threads: int | None = Field(None, ge=1, description="CPU threads of the encoder "

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import csv
+import os
 import sys
 import time
 from pathlib import Path
@@ -133,7 +134,8 @@ def main() -> None:
     table = "\n".join(lines)
     print(table)
     if args.write:
-        cmd = "python bench/encoder_dev.py --data DATA " + " ".join(
+        env = "QKV_NO_BF16=1 " if os.environ.get("QKV_NO_BF16") else ""
+        cmd = env + "python bench/encoder_dev.py --data DATA " + " ".join(
             (["--public"] if args.public else []) + [f"--dims {args.dims}"]
             + ([f"--backends {args.backends}"] if args.backends else [])
             + [str(m) for m in args.models])
