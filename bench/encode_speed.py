@@ -127,11 +127,14 @@ def main() -> None:
         res[which]["per_s"] = len(texts) / res[which]["seconds"]
     import numpy as np
 
+    from encoder.device import cpu_has_bf16
+
     cos = (np.load(ROOT / "var/bench_vectors_onnx.npy")
            * np.load(ROOT / "var/bench_vectors_torch.npy")).sum(axis=1)
     words = sum(len(t.split()) for t in texts) / len(texts)
     env = " ".join(f"{k}={os.environ[k]}" for k in ENV_KEYS if k in os.environ)
-    command = (env + " " if env else "") + f"python bench/encode_speed.py --data {args.data}"
+    command = ((env + " " if env else "") + f"python bench/encode_speed.py --data {args.data}"
+               + (f" --n {args.n}" if args.n != 2000 else ""))
     isa = os.environ.get("ONEDNN_MAX_CPU_ISA")
     lines = [
         f"## Encoding speed ({time.strftime('%Y-%m-%d')}, {len(texts)} sentences, "
@@ -142,9 +145,9 @@ def main() -> None:
         "|---|---|---|---|",
     ]
     names = {"onnx": "qkv encoder-default, onnx int8 (batch 64; the default on a CPU)",
-             "torch": "qkv encoder-default, torch " + ("fp32" if os.environ.get("QKV_NO_BF16")
-                                                      or "BF16" not in cpu_kind()
-                                                      else "bf16") + " (batch 64)",
+             "torch": "qkv encoder-default, torch " + ("bf16" if cpu_has_bf16()
+                                                      and not os.environ.get("QKV_NO_BF16")
+                                                      else "fp32") + " (batch 64)",
              "minilm": "all-MiniLM-L6-v2 (sentence-transformers, batch 32)"}
     for which, name in names.items():
         lines.append(f"| {name} | {res[which]['per_s']:.0f} | "

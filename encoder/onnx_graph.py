@@ -53,26 +53,31 @@ def onnx_available() -> bool:
     return all(importlib.util.find_spec(m) is not None for m in ("onnx", "onnxruntime"))
 
 
-def pick_backend(name: str | None, device_type: str) -> str:
+def supports(config: Any) -> bool:
+    """Whether :func:`build_graph` builds an encoder of this architecture (``dot``
+    pooling; the ``additive`` scoring is left to torch)."""
+    return bool(config.pooling == "dot")
+
+
+def pick_backend(name: str | None, device_type: str, config: Any = None) -> str:
     """``name`` if given, else ``$QKV_ENCODER_BACKEND``, else ``onnx`` on a CPU where
-    ONNX Runtime is installed and ``torch`` otherwise (CUDA keeps torch's bf16 path).
-    ``onnx`` asked for on CUDA, or without ONNX Runtime, is a ``ValueError``."""
+    ONNX Runtime is installed and the graph covers ``config`` (when given), ``torch``
+    otherwise (CUDA keeps torch's bf16 path). ``onnx`` asked for on CUDA, without ONNX
+    Runtime or for an architecture the graph does not cover is a ``ValueError``."""
+    covered = config is None or supports(config)
     name = name or os.environ.get(ENV) or None
     if name is None:
-        return "onnx" if device_type == "cpu" and onnx_available() else "torch"
+        return "onnx" if device_type == "cpu" and onnx_available() and covered else "torch"
     if name not in BACKENDS:
         raise ValueError(f"unknown encoder backend {name!r}; valid: {', '.join(BACKENDS)}")
     if name == "onnx" and device_type != "cpu":
         raise ValueError(f"the onnx encoder backend runs on the CPU, not {device_type}")
     if name == "onnx" and not onnx_available():
         raise ValueError("the onnx encoder backend needs the onnx and onnxruntime packages")
+    if name == "onnx" and not covered:
+        raise ValueError(f"the onnx backend pools with 'dot' scoring only, not "
+                         f"{config.pooling!r}")
     return name
-
-
-def supports(config: Any) -> bool:
-    """Whether :func:`build_graph` builds an encoder of this architecture (``dot``
-    pooling; the ``additive`` scoring is left to torch)."""
-    return bool(config.pooling == "dot")
 
 
 def build_graph(model: TransformerEncoder, int8: bool = True) -> Any:
@@ -199,7 +204,6 @@ class OnnxForward:
     called from several threads at once."""
 
     def __init__(self, model: TransformerEncoder, int8: bool = True) -> None:
-        self.int8 = int8
         self.model_bytes = build_graph(model, int8).SerializeToString()
         self._sessions: dict[int, Any] = {}
         self._lock = threading.Lock()

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import logging
-import os
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -16,9 +15,7 @@ from encoder.checkpoint import LoadedModel, read_checkpoint
 from encoder.config import EncoderConfig
 from encoder.device import autocast
 from encoder.model import TransformerEncoder
-from encoder.onnx_graph import ENV as ONNX_ENV
 from encoder.onnx_graph import OnnxForward, pick_backend
-from encoder.onnx_graph import supports as onnx_supports
 from encoder.tokenizer import clean_text
 
 log = logging.getLogger(__name__)
@@ -101,10 +98,7 @@ class TextEncoder(LoadedModel):
         the graph does not cover (``additive`` pooling) stays on torch unless ``onnx`` is
         asked for, which is then a ``ValueError``. :meth:`token_vectors` always runs on
         torch."""
-        explicit = name or os.environ.get(ONNX_ENV)
-        self.backend = pick_backend(name, self.device.type)
-        if self.backend == "onnx" and not onnx_supports(self.config) and not explicit:
-            self.backend = "torch"
+        self.backend = pick_backend(name, self.device.type, self.config)
         self._onnx = OnnxForward(self.model) if self.backend == "onnx" else None
 
     @property
