@@ -17,7 +17,9 @@ fused operators, its linear layers in int8:
 own max |x| is 127 steps around 128 (uint8), so a text's vector does not depend on the
 other texts of its batch (ONNX Runtime's dynamic quantisation takes one scale for the
 whole batch: there a text's vector moved by up to 0.009 a coordinate with its
-batch-mates). Weights are int8 per tensor in a 7-bit range (|w| ≤ 64): CPUs without VNNI
+batch-mates). Weights are int8 with a scale per output feature (the product's column
+scale; one scale per tensor left the vectors twice as far from fp32: cosine mean 0.99971
+against 0.99988 on the test texts), in a 7-bit range (|w| ≤ 64): CPUs without VNNI
 (AVX2, plain AVX-512) sum uint8 × int8 pairs into int16 lanes, which 8-bit weights can
 overflow (2 × 255 × 127); 2 × 255 × 64 cannot. Run under QEMU as an AVX2-only CPU
 (``qemu-x86_64 -cpu Haswell``, so ONNX Runtime took its AVX2 kernels), 64 sentences came
@@ -110,16 +112,16 @@ def build_graph(model: TransformerEncoder, int8: bool = True) -> Any:
     def linear(x: str, prefix: str, out: str, weight: np.ndarray | None = None,
                with_bias: bool = True) -> str:
         """x @ W.T (+ b); with ``int8`` x is quantised per token (each token's own max |x|
-        is 127 steps, so no token's result depends on another's) and W per tensor."""
+        is 127 steps, so no token's result depends on another's) and W per output."""
         w = sd[f"{prefix}.weight"] if weight is None else weight  # (N, K)
         b = init(f"{prefix}.b", sd[f"{prefix}.bias"].astype(f32)) if with_bias else ""
         if not int8:
             mm = node("MatMul", [x, init(f"{prefix}.w", w.T.astype(f32))], f"{out}.mm")
             return node("Add", [mm, b], out) if b else mm
-        w_scale = max(float(np.abs(w).max()), 1e-12) / W_LEVELS
-        w_q = np.clip(np.rint(w / w_scale), -W_LEVELS, W_LEVELS).astype(np.int8)
+        w_scale = np.maximum(np.abs(w).max(axis=1), 1e-12) / W_LEVELS  # one per output
+        w_q = np.clip(np.rint(w / w_scale[:, None]), -W_LEVELS, W_LEVELS).astype(np.int8)
         w_q_name = init(f"{prefix}.wq", w_q.T)
-        w_scale_name = init(f"{prefix}.wscale", np.array(w_scale, f32))
+        w_scale_name = init(f"{prefix}.wscale", w_scale.astype(f32))
         # each token's own range: max |x| over its features, from two reductions
         a_max = node("Max", [node("ReduceMax", [x], f"{out}.hi", axes=[-1], keepdims=1),
                              node("Neg", [node("ReduceMin", [x], f"{out}.lo0", axes=[-1],

@@ -28,7 +28,8 @@ def test_int8_vectors_stay_close_to_the_fp32_network(
     texts = [str(t) for t in fp32_reference["texts"]]
     cos = (fast.encode(texts) * fp32_reference["vectors"]).sum(axis=1)
     assert len(cos) >= 300
-    assert float(cos.min()) >= 0.997 and float(cos.mean()) >= 0.999, (cos.min(), cos.mean())
+    # per-output weight scales: min 0.9995, mean 0.99988 here (one scale a tensor: 0.99971)
+    assert float(cos.min()) >= 0.999 and float(cos.mean()) >= 0.9998, (cos.min(), cos.mean())
 
 
 def test_fp32_graph_equals_the_torch_network(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -69,7 +70,8 @@ def test_weights_are_seven_bit_so_no_cpu_overflows_int16_pairs(
     assert len(quantized) == 4 * 4  # qkv, out, fc1, fc2 of each of the 4 blocks
     # uint8 activations × int8 weights, summed in pairs into int16: 2 × 255 × 64 = 32,640
     # fits in 32,767; an 8-bit weight (127) could overflow on CPUs without VNNI
-    assert all(int(np.abs(w.astype(np.int32)).max()) == 64 for w in quantized)
+    # one scale per output feature (a column of the stored (in, out) matrix): each uses the range
+    assert all((np.abs(w.astype(np.int32)).max(axis=0) == 64).all() for w in quantized)
     ops = [n.op_type for n in proto.graph.node]
     assert ops.count("MatMulIntegerToFloat") == 16 and ops.count("MatMul") == 2  # pooling
 
