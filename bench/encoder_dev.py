@@ -1,7 +1,10 @@
 """Encoders scored on the dev sets they are chosen on (issue 15), and on the public tests.
 
 Usage: python bench/encoder_dev.py --data ../shared/data [--dev var/dev] [--dims 64,128]
-           [--public] [--backends torch,onnx] [--write] MODEL_DIR [MODEL_DIR ...]
+           [--public] [--backends torch,onnx] [--write] MODEL [MODEL ...]
+
+MODEL: a checkpoint directory, or two side by side: ``concat:A,B`` or ``sum:A,B``
+(:class:`Combined`).
 
 Dev: STS-B dev and SICK trial (Spearman), and dense nDCG@10 against stemmed BM25 (bm25s)
 on the carved ``scifact-dev`` and ``medquad-dev`` (``encoder.devsets``, written under
@@ -30,6 +33,38 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 
+class Combined:
+    """Two encoders side by side (issue 15: "a lexical model beside the semantic one whose
+    vectors are concatenated or summed"), from a model argument ``concat:A,B`` or
+    ``sum:A,B``. ``concat``: [a; b]/√2, 2·d coordinates, its inner product the mean of the
+    two cosines; ``sum``: (a + b) renormalised, d coordinates (the two spaces must share
+    their coordinates: B trained on from A). ``combine`` cuts each part to ``dim`` first."""
+
+    def __init__(self, spec: str, backend: str | None) -> None:
+        from wiring.components import load_encoder
+
+        self.mode, paths = spec.split(":", 1)
+        if self.mode not in ("concat", "sum"):
+            raise SystemExit(f"combine with concat: or sum:, not {self.mode!r}")
+        self.parts = [load_encoder(p, backend=backend) for p in paths.split(",")]
+        self.name = f"{self.mode}({', '.join(Path(p).name for p in paths.split(','))})"
+        self.backend = self.parts[0].backend
+        self.dim = self.parts[0].dim
+
+    def encode(self, texts: list[str], batch_size: int = 64) -> np.ndarray:
+        return np.concatenate([e.encode(texts, batch_size=batch_size) for e in self.parts], 1)
+
+    def combine(self, x: np.ndarray, dim: int | None) -> np.ndarray:
+        parts = np.split(x, len(self.parts), axis=1)
+        if dim:
+            parts = [p[:, :dim] / np.maximum(np.linalg.norm(p[:, :dim], axis=1, keepdims=True),
+                                            1e-12) for p in parts]
+        if self.mode == "concat":
+            return np.concatenate(parts, 1) / np.sqrt(len(parts))
+        s = np.sum(parts, axis=0)
+        return s / np.maximum(np.linalg.norm(s, axis=1, keepdims=True), 1e-12)
+
+
 class Cut:
     """An embedder whose vectors are the first ``dim`` coordinates, renormalised; the full
     vectors are computed once per text and shared between sizes."""
@@ -43,6 +78,8 @@ class Cut:
             for t, v in zip(todo, self.enc.encode(todo, batch_size=batch_size), strict=True):
                 self.cache[t] = v
         x = np.stack([self.cache[t] for t in texts]).astype(np.float32)
+        if isinstance(self.enc, Combined):
+            return self.enc.combine(x, self.dim)
         if self.dim:
             x = x[:, : self.dim]
             x /= np.maximum(np.linalg.norm(x, axis=1, keepdims=True), 1e-12)
@@ -104,8 +141,10 @@ def main() -> None:
     rows = []
     backends = [b.strip() for b in args.backends.split(",") if b.strip()] or [None]
     for model, backend in ((m, b) for m in args.models for b in backends):
-        enc = load_encoder(model, backend=backend)
-        label = model.name + (f" ({enc.backend})" if args.backends else "")
+        enc = (Combined(str(model), backend) if str(model).startswith(("concat:", "sum:"))
+               else load_encoder(model, backend=backend))
+        label = (enc.name if isinstance(enc, Combined) else model.name) + (
+            f" ({enc.backend})" if args.backends else "")
         cache: dict[str, np.ndarray] = {}
         for dim in dims:
             t0 = time.time()

@@ -5,6 +5,8 @@
 # then, on the GPU machine (PAIRS: that folder; OUT: where checkpoints and logs go):
 #   PAIRS=.gpu/bundle OUT=runs bash models/train-encoder-default.sh NAME:LEXICAL_SHARE ...
 # Each NAME:SHARE is one run (runs given together train side by side on the one GPU).
+# NAME:1.0 trains a lexical model alone (BM25-imitation batches only), to score beside
+# the shipped one: python bench/encoder_dev.py ... concat:models/encoder-default,runs/NAME/last
 set -euo pipefail
 PAIRS=${PAIRS:-.gpu/bundle}
 OUT=${OUT:-runs}
