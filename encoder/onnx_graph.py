@@ -36,6 +36,7 @@ from __future__ import annotations
 import importlib.util
 import os
 import threading
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -87,9 +88,14 @@ def build_graph(model: TransformerEncoder, int8: bool = True) -> Any:
     linear layers int8 unless ``int8`` is false (then the same function as torch's, up to
     float rounding). Only ``dot`` pooling is built (:func:`supports`).
 
-    Inputs: ``ids`` (B, T) int64 padded with ``pad_id`` on the right, ``lengths`` (B,)
-    int32 each text's tokens. Outputs: ``vec`` (B, d) the pooled vectors before
-    normalisation, ``alpha`` (B, T) the pooling weights (0 on padding)."""
+    The batch runs packed (:func:`pack`): the texts' N tokens one after another, so the
+    products and the feed-forward cost what the real tokens cost; only attention and the
+    pooling see the texts padded to the longest, T (as ``TransformerEncoder.forward_packed``).
+    Inputs: ``ids`` (N,) int64, ``positions`` (N,) int64 each token's place in its text,
+    ``lengths`` (B,) int32, ``pad_index`` (B, T) int64 the token at each padded place (N:
+    none), ``back_index`` (N,) int64 each token's padded place, b·T + t. Outputs: ``vec``
+    (B, d) the pooled vectors before normalisation, ``alpha`` (B, T) the pooling weights
+    (0 on padding)."""
     from onnx import TensorProto, helper, numpy_helper
 
     c = model.config
@@ -145,23 +151,32 @@ def build_graph(model: TransformerEncoder, int8: bool = True) -> Any:
         init("a_zero", np.array(A_ZERO, np.uint8))
     init("embed", (sd["embed.weight"] * d**0.5).astype(f32))
     init("pos", model.positions.table.numpy().astype(f32))
-    for name, v in (("i0", 0), ("i1", 1), ("i2", 2)):
-        init(name, np.array([v], np.int64))
-    t = node("Slice", [node("Shape", ["ids"], "ids_shape"), "i1", "i2"], "t")
     x = node("Add", [node("Gather", ["embed", "ids"], "tok"),
-                     node("Slice", ["pos", "i0", t], "pos_t")], "x0")
+                     node("Gather", ["pos", "positions"], "pos_t")], "x0")
     init("split3", np.array([d, d, d], np.int64))
+    init("none_3d", np.zeros((1, 3 * d), f32))
+    init("none_d", np.zeros((1, d), f32))
+    init("flat_d", np.array([-1, d], np.int64))
+
+    def padded(flat: str, none: str, out: str) -> str:
+        """(N, k) → (B, T, k): a row of ``none`` at the padded places."""
+        return node("Gather", [node("Concat", [flat, none], f"{out}.ext", axis=0),
+                               "pad_index"], out)
+
     for i in range(c.n_layers):
         p = f"blocks.{i}"
         h = layer_norm(x, f"{p}.ln1", f"{p}.h1")
         qkv_w = np.concatenate([sd[f"{p}.attn.q_proj.weight"], sd[f"{p}.attn.kv_proj.weight"]])
         qkv_b = np.concatenate([sd[f"{p}.attn.q_proj.bias"], sd[f"{p}.attn.kv_proj.bias"]])
         qkv = linear(h, f"{p}.qkv", f"{p}.qkv", qkv_w, with_bias=False)
-        nodes.append(helper.make_node("Split", [qkv, "split3"], [f"{p}.q", f"{p}.k", f"{p}.v"],
+        nodes.append(helper.make_node("Split", [padded(qkv, "none_3d", f"{p}.qkv_bt"),
+                                                "split3"], [f"{p}.q", f"{p}.k", f"{p}.v"],
                                       name=f"{p}.split", axis=-1))
         a = node("MultiHeadAttention", [f"{p}.q", f"{p}.k", f"{p}.v",
                                         init(f"{p}.qkv.b", qkv_b.astype(f32)), "lengths"],
-                 f"{p}.att", domain="com.microsoft", num_heads=c.n_heads)
+                 f"{p}.att_bt", domain="com.microsoft", num_heads=c.n_heads)
+        a = node("Gather", [node("Reshape", [a, "flat_d"], f"{p}.att_flat"), "back_index"],
+                 f"{p}.att")
         x = node("Add", [x, linear(a, f"{p}.attn.out_proj", f"{p}.o")], f"{p}.x1")
         h = layer_norm(x, f"{p}.ln2", f"{p}.h2")
         g = node("Gelu", [linear(h, f"{p}.ffn.fc1", f"{p}.f1")], f"{p}.g", domain="com.microsoft")
@@ -171,25 +186,20 @@ def build_graph(model: TransformerEncoder, int8: bool = True) -> Any:
     init("pool.u", u.reshape(d, 1).astype(f32))
     init("axis1", np.array([1], np.int64))
     init("axis2", np.array([2], np.int64))
-    scores = node("Squeeze", [node("MatMul", [h, "pool.u"], "pool_score"), "axis2"], "s")
-    # padding: -inf-like scores from the lengths (position >= length)
-    positions = node("Range", ["zero_i32", node("Cast", [t], "t32", to=TensorProto.INT32),
-                               "one_i32"], "positions")
-    init("zero_i32", np.array(0, np.int32))
-    init("one_i32", np.array(1, np.int32))
-    pad = node("GreaterOrEqual", [node("Unsqueeze", [positions, "i0"], "positions_row"),
-                                  node("Unsqueeze", ["lengths", "axis1"], "lengths_col")], "pad")
-    init("minus_big", np.array(-1e9, f32))
-    init("zero_f", np.array(0.0, f32))
-    masked = node("Add", [scores, node("Where", [pad, "minus_big", "zero_f"], "pad_bias")],
-                  "s_masked")
+    init("none_score", np.array([[-1e9]], f32))  # padding: no weight after the softmax
+    masked = node("Squeeze", [padded(node("MatMul", [h, "pool.u"], "pool_score"), "none_score",
+                                     "pool_score_bt"), "axis2"], "s_masked")
     alpha = node("Softmax", [masked], "alpha", axis=-1)
-    pooled = node("MatMul", [node("Unsqueeze", [alpha, "axis1"], "alpha3"), h], "pool_sum")
+    pooled = node("MatMul", [node("Unsqueeze", [alpha, "axis1"], "alpha3"),
+                             padded(h, "none_d", "hf_bt")], "pool_sum")
     node("Squeeze", [pooled, "axis1"], "vec")
     graph = helper.make_graph(
         nodes, "qkv-encoder",
-        [helper.make_tensor_value_info("ids", TensorProto.INT64, ["b", "t"]),
-         helper.make_tensor_value_info("lengths", TensorProto.INT32, ["b"])],
+        [helper.make_tensor_value_info("ids", TensorProto.INT64, ["n"]),
+         helper.make_tensor_value_info("positions", TensorProto.INT64, ["n"]),
+         helper.make_tensor_value_info("lengths", TensorProto.INT32, ["b"]),
+         helper.make_tensor_value_info("pad_index", TensorProto.INT64, ["b", "t"]),
+         helper.make_tensor_value_info("back_index", TensorProto.INT64, ["n"])],
         [helper.make_tensor_value_info("vec", TensorProto.FLOAT, ["b", d]),
          helper.make_tensor_value_info("alpha", TensorProto.FLOAT, ["b", "t"])],
         inits)
@@ -223,10 +233,23 @@ class OnnxForward:
                     self.model_bytes, opts, providers=["CPUExecutionProvider"])
             return self._sessions[threads]
 
-    def __call__(self, ids: np.ndarray, lengths: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    def __call__(self, seqs: Sequence[Sequence[int]]) -> tuple[np.ndarray, np.ndarray]:
+        """Token id lists (each at least one) → (B, d) vectors, (B, T) pooling weights."""
         import torch
 
-        vec, alpha = self.session(torch.get_num_threads()).run(
-            ["vec", "alpha"], {"ids": ids.astype(np.int64, copy=False),
-                               "lengths": lengths.astype(np.int32, copy=False)})
+        vec, alpha = self.session(torch.get_num_threads()).run(["vec", "alpha"], pack(seqs))
         return vec, alpha
+
+
+def pack(seqs: Sequence[Sequence[int]]) -> dict[str, np.ndarray]:
+    """The graph's inputs for a batch of token id lists (:func:`build_graph`)."""
+    lengths = np.array([len(x) for x in seqs], np.int32)
+    n, t = int(lengths.sum()), int(lengths.max())
+    starts = np.concatenate([[0], np.cumsum(lengths)[:-1]])
+    positions = np.arange(n) - np.repeat(starts, lengths)
+    rows = np.repeat(np.arange(len(seqs)), lengths)
+    pad_index = np.full((len(seqs), t), n, np.int64)
+    pad_index[rows, positions] = np.arange(n)
+    return {"ids": np.fromiter((i for x in seqs for i in x), np.int64, n),
+            "positions": positions.astype(np.int64), "lengths": lengths,
+            "pad_index": pad_index, "back_index": (rows * t + positions).astype(np.int64)}

@@ -206,9 +206,8 @@ class TextEncoder(LoadedModel):
         order = sorted(range(len(ids)), key=lambda i: len(ids[i]), reverse=True)
         lengths = [len(x) for x in ids]
         if self._onnx is not None:
-            for idx in _padded_groups(order, lengths, batch_size):
-                padded = _pad([ids[i] for i in idx], self.config.pad_id).numpy()
-                vec_np, w_np = self._onnx(padded, np.array([lengths[i] for i in idx]))
+            for idx in _length_groups(order, lengths, batch_size, self.dim):
+                vec_np, w_np = self._onnx([ids[i] for i in idx])  # packed, as torch's
                 out[idx] = vec_np  # not normalised: encode and encode_ids do that in fp32
                 if return_weights:
                     for row, i in enumerate(idx):
@@ -231,7 +230,8 @@ def _length_groups(order: list[int], lengths: list[int], batch_size: int, d_mode
                    ) -> list[list[int]]:
     """Cut ``order`` (indices by decreasing length) into batches of at most ``batch_size``.
 
-    Batches run packed (:meth:`TransformerEncoder.forward_packed`): the projections and
+    Batches run packed (:meth:`TransformerEncoder.forward_packed`, and so does the onnx
+    graph, :func:`encoder.onnx_graph.pack`): the projections and
     feed-forward cost what the real tokens cost, only attention is padded to the batch's
     longest text T. A text of L tokens in that batch wastes about (T² - L²)·4d attention
     FLOPs a layer against the 24·L·d² it costs anyway; a new batch starts where that waste
@@ -244,21 +244,6 @@ def _length_groups(order: list[int], lengths: list[int], batch_size: int, d_mode
         longest = lengths[g[0]] if g else 0
         if g is None or len(g) >= batch_size or (
                 longest**2 - lengths[i] ** 2 > 1.5 * lengths[i] * d_model):
-            groups.append([i])
-        else:
-            g.append(i)
-    return groups
-
-
-def _padded_groups(order: list[int], lengths: list[int], batch_size: int) -> list[list[int]]:
-    """Cut ``order`` (indices by decreasing length) into batches of at most ``batch_size``
-    for a network that computes every padded position (the ONNX graph): a new batch starts
-    where a text would be padded by more than a quarter of the batch's longest (and 8)."""
-    groups: list[list[int]] = []
-    for i in order:
-        g = groups[-1] if groups else None
-        if g is None or len(g) >= batch_size or (
-                lengths[g[0]] - lengths[i] > max(8, lengths[g[0]] // 4)):
             groups.append([i])
         else:
             g.append(i)
