@@ -49,7 +49,7 @@ class Combined:
         self.parts = [load_encoder(p, backend=backend) for p in paths.split(",")]
         self.name = f"{self.mode}({', '.join(Path(p).name for p in paths.split(','))})"
         self.backend = self.parts[0].backend
-        self.dim = self.parts[0].dim
+        self.dim = sum(e.dim for e in self.parts) if self.mode == "concat" else self.parts[0].dim
 
     def encode(self, texts: list[str], batch_size: int = 64) -> np.ndarray:
         return np.concatenate([e.encode(texts, batch_size=batch_size) for e in self.parts], 1)
