@@ -25,6 +25,7 @@ import os
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 from scipy.stats import spearmanr
@@ -149,7 +150,7 @@ def main() -> None:
         for dim in dims:
             t0 = time.time()
             emb = Cut(enc, dim, cache)
-            row = {"model": label, "dim": dim or enc.dim}
+            row: dict[str, Any] = {"model": label, "dim": dim or enc.dim}
             for (corpus, queries, qrels), name in sets:
                 nd = score_run(dense_run(emb, corpus, queries), qrels)["ndcg@10"]
                 row[name] = nd
