@@ -45,7 +45,7 @@ def service(request: Request) -> Service:
     return request.app.state.service  # type: ignore[no-any-return]
 
 
-def require_key(
+async def require_key(
     request: Request, credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)]
 ) -> None:
     key = request.app.state.settings.api_key

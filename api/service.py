@@ -51,6 +51,7 @@ class Service:
             backend=settings.encoder_backend, decoders=settings.decoders,
             token_memories=settings.token_memories)
         self.encoder, self.info, self.store = self.parts.encoder, self.parts.info, self.parts.store
+        self.encoder.set_spin(settings.encoder_spin)  # sleep between operators: see Settings
         self.decoders, self.decoder_paths = self.parts.decoders, self.parts.decoder_paths
         self.model_created = int(settings.model.joinpath("model.safetensors").stat().st_mtime)
         self.dense_weight = model_dense_weight(settings.model)  # hybrid's default w

@@ -213,25 +213,36 @@ class OnnxForward:
     """The network's inference forward on ONNX Runtime: (B, T) padded ids → (unnormalised
     vectors (B, d), pooling weights (B, T)). One session per intra-op thread count (read
     from torch's setting at each call, as the torch path follows it); ``run`` may be
-    called from several threads at once."""
+    called from several threads at once.
 
-    def __init__(self, model: TransformerEncoder, int8: bool = True) -> None:
+    ``spin``: whether ONNX Runtime's intra-op threads spin-wait for the next operator
+    (its default) or sleep. Spinning is faster when the encoder has the cores to itself
+    and slower when other threads need them: on 2 cores, offline batches ran 1.2 x faster
+    spinning, and the HTTP service (its event loop beside the encoder) served 1.2 x more
+    /v1/embeddings requests with it off (bench/RESULTS.md). Set it before the first call
+    (the sessions are made then)."""
+
+    def __init__(self, model: TransformerEncoder, int8: bool = True, spin: bool = True) -> None:
         self.model_bytes = build_graph(model, int8).SerializeToString()
-        self._sessions: dict[int, Any] = {}
+        self.spin = spin
+        self._sessions: dict[tuple[int, bool], Any] = {}
         self._lock = threading.Lock()
 
     def session(self, threads: int) -> Any:
+        key = (threads, self.spin)
         with self._lock:
-            if threads not in self._sessions:
+            if key not in self._sessions:
                 import onnxruntime as ort
 
                 opts = ort.SessionOptions()
                 opts.intra_op_num_threads = threads
                 opts.inter_op_num_threads = 1
                 opts.log_severity_level = 3
-                self._sessions[threads] = ort.InferenceSession(
+                opts.add_session_config_entry("session.intra_op.allow_spinning",
+                                              "1" if self.spin else "0")
+                self._sessions[key] = ort.InferenceSession(
                     self.model_bytes, opts, providers=["CPUExecutionProvider"])
-            return self._sessions[threads]
+            return self._sessions[key]
 
     def __call__(self, seqs: Sequence[Sequence[int]]) -> tuple[np.ndarray, np.ndarray]:
         """Token id lists (each at least one) → (B, d) vectors, (B, T) pooling weights."""

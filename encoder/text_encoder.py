@@ -89,6 +89,7 @@ class TextEncoder(LoadedModel):
     config: EncoderConfig
     backend: str = "torch"
     _onnx: OnnxForward | None = None
+    _spin: bool = True
 
     def use_backend(self, name: str | None = None) -> None:
         """Run :meth:`encode` on ``name``'s network (``torch`` or ``onnx``: the int8 ONNX
@@ -99,7 +100,16 @@ class TextEncoder(LoadedModel):
         asked for, which is then a ``ValueError``. :meth:`token_vectors` always runs on
         torch."""
         self.backend = pick_backend(name, self.device.type, self.config)
-        self._onnx = OnnxForward(self.model) if self.backend == "onnx" else None
+        self._onnx = OnnxForward(self.model, spin=self._spin) if self.backend == "onnx" else None
+
+    def set_spin(self, spin: bool) -> None:
+        """Whether the onnx backend's threads spin-wait between operators (the default:
+        fastest when encoding has the cores to itself) or sleep, leaving the cores to the
+        process's other threads, as a server's event loop needs (see
+        :class:`encoder.onnx_graph.OnnxForward`). Torch's path is not affected."""
+        self._spin = spin
+        if self._onnx is not None:
+            self._onnx.spin = spin
 
     @property
     def dim(self) -> int:

@@ -52,3 +52,13 @@ def test_encoder_backend(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("QKV_ENCODER_BACKEND", "tensorrt")
     with pytest.raises(ValidationError, match="onnx"):
         Settings()
+
+
+def test_encoder_spin(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("QKV_ENCODER_SPIN", raising=False)
+    assert Settings().encoder_spin is False  # the event loop shares the cores
+    monkeypatch.setenv("QKV_ENCODER_SPIN", "true")
+    assert Settings().encoder_spin is True
+    monkeypatch.setenv("QKV_ENCODER_SPIN", "sometimes")
+    with pytest.raises(ValidationError, match="encoder_spin"):
+        Settings()

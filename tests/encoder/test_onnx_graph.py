@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 import encoder
-from encoder.onnx_graph import BACKENDS, build_graph, pack, pick_backend
+from encoder.onnx_graph import BACKENDS, OnnxForward, build_graph, pack, pick_backend
 
 ROOT = Path(__file__).resolve().parents[2]
 MODEL = ROOT / "models/encoder-default"
@@ -108,6 +108,20 @@ def test_tiny_encoder_runs_on_onnx_too(tiny_encoder_dir: Path) -> None:
     texts = ["A dog runs in the park.", "cat", "Le café est très bon ☕ 東京"]
     assert a.backend == "onnx" and b.backend == "torch"
     assert float((a.encode(texts) * b.encode(texts)).sum(axis=1).min()) >= 0.99
+
+
+def test_spin_waiting_is_a_session_option_that_changes_no_vector(tiny_encoder_dir: Path) -> None:
+    enc = encoder.load(tiny_encoder_dir, device="cpu", backend="onnx")
+    texts = ["A dog runs in the park.", "cat", "two words"]
+    spun = enc.encode(texts)
+    enc.set_spin(False)  # as the service does
+    assert np.array_equal(enc.encode(texts), spun)
+    enc.use_backend("onnx")  # a new graph keeps the choice
+    assert enc._onnx is not None and enc._onnx.spin is False
+    key = "session.intra_op.allow_spinning"
+    for spin, value in ((True, "1"), (False, "0")):
+        session = OnnxForward(enc.model, spin=spin).session(1)
+        assert session.get_session_options().get_session_config_entry(key) == value
 
 
 def test_backend_choice(monkeypatch: pytest.MonkeyPatch) -> None:
