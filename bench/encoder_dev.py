@@ -1,10 +1,11 @@
 """Encoders scored on the dev sets they are chosen on (issue 15), and on the public tests.
 
 Usage: python bench/encoder_dev.py --data ../shared/data [--dev var/dev] [--dims 64,128]
-           [--public] [--backends torch,onnx] [--write] MODEL [MODEL ...]
+           [--public] [--backends torch,onnx] [--idf-texts FILE] [--write] MODEL [MODEL ...]
 
 MODEL: a checkpoint directory, or two side by side: ``concat:A,B`` or ``sum:A,B``
-(:class:`Combined`).
+(:class:`Combined`), or one with an untrained lexical part beside it:
+``lex:MODE:TABLE:WEIGHT:DIR`` (``bench/lexbag.py``; needs ``--idf-texts``).
 
 Dev: STS-B dev and SICK trial (Spearman), and dense nDCG@10 against stemmed BM25 (bm25s)
 on the carved ``scifact-dev`` and ``medquad-dev`` (``encoder.devsets``, written under
@@ -32,6 +33,8 @@ from scipy.stats import spearmanr
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+
+from lexbag import LexBag  # noqa: E402  (bench/, beside this script)
 
 
 class Combined:
@@ -79,7 +82,7 @@ class Cut:
             for t, v in zip(todo, self.enc.encode(todo, batch_size=batch_size), strict=True):
                 self.cache[t] = v
         x = np.stack([self.cache[t] for t in texts]).astype(np.float32)
-        if isinstance(self.enc, Combined):
+        if isinstance(self.enc, Combined | LexBag):
             return self.enc.combine(x, self.dim)
         if self.dim:
             x = x[:, : self.dim]
@@ -119,6 +122,7 @@ def main() -> None:
     ap.add_argument("--dims", default="64,128")
     ap.add_argument("--public", action="store_true")
     ap.add_argument("--backends", default="")
+    ap.add_argument("--idf-texts", type=Path, help="texts for lex: models' idf (JSONL)")
     ap.add_argument("--write", action="store_true")
     ap.add_argument("models", type=Path, nargs="+")
     args = ap.parse_args()
@@ -142,9 +146,10 @@ def main() -> None:
     rows = []
     backends = [b.strip() for b in args.backends.split(",") if b.strip()] or [None]
     for model, backend in ((m, b) for m in args.models for b in backends):
-        enc = (Combined(str(model), backend) if str(model).startswith(("concat:", "sum:"))
-               else load_encoder(model, backend=backend))
-        label = (enc.name if isinstance(enc, Combined) else model.name) + (
+        enc: Any = (Combined(str(model), backend) if str(model).startswith(("concat:", "sum:"))
+                    else LexBag(str(model), backend, args.idf_texts)
+                    if str(model).startswith("lex:") else load_encoder(model, backend=backend))
+        label = (enc.name if isinstance(enc, Combined | LexBag) else model.name) + (
             f" ({enc.backend})" if args.backends else "")
         cache: dict[str, np.ndarray] = {}
         for dim in dims:
@@ -178,6 +183,7 @@ def main() -> None:
         cmd = env + "python bench/encoder_dev.py --data DATA " + " ".join(
             (["--public"] if args.public else []) + [f"--dims {args.dims}"]
             + ([f"--backends {args.backends}"] if args.backends else [])
+            + ([f"--idf-texts {args.idf_texts}"] if args.idf_texts else [])
             + [str(m) for m in args.models])
         with open(ROOT / "bench/RESULTS.md", "a", encoding="utf-8") as f:
             f.write(f"\n## Encoder dev scores ({time.strftime('%Y-%m-%d')})\n\n`{cmd}`: "

@@ -1,0 +1,118 @@
+"""An untrained lexical part beside an encoder's vectors, for bench/encoder_dev.py (issue 15,
+item 1: "a lexical model beside the semantic one whose vectors are concatenated or summed").
+
+Model argument ``lex:MODE:TABLE:WEIGHT:DIR``. A text's *bag* is the sum, over its tokens
+(the encoder's own tokenizer; its special tokens weigh 0), of a table row weighted as BM25 weighs a
+document term without length normalisation, idf × tf·(k1 + 1)/(tf + k1), then normalised.
+TABLE ``emb``: the encoder's input embedding matrix (d coordinates, learnt: related tokens
+lie near each other); ``randN``: a fixed random ±1 table of N coordinates (a sketch of exact
+matches: the inner product of two bags estimates their sparse dot product, with a collision
+noise that shrinks as N grows). MODE ``sum``: normalise(v + WEIGHT·bag), d coordinates (the
+table must have d); ``concat``: [v; WEIGHT·bag], whose inner product is v's cosine plus
+WEIGHT² times the bags' cosine. The idf comes from ``--idf-texts``, a training bundle's
+texts (``qkv build-pairs``), never from the collection searched.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import lzma
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from scipy import sparse
+
+K1 = 1.2
+
+
+def read_texts(path: Path, limit: int) -> list[str]:
+    """Up to ``limit`` texts of a JSONL(.xz/.gz) file: a JSON string or {"text": ...} a line."""
+    opener: Any = {".xz": lzma.open, ".gz": gzip.open}.get(path.suffix, open)
+    texts = []
+    with opener(path, "rt", encoding="utf-8") as f:
+        for line in f:
+            obj = json.loads(line)
+            texts.append(obj if isinstance(obj, str) else obj["text"])
+            if len(texts) >= limit:
+                break
+    return texts
+
+
+def idf_of(encoder: Any, texts: list[str]) -> np.ndarray:
+    """BM25's idf of each vocabulary entry over ``texts`` (special tokens 0)."""
+    vocab = encoder.model.embed.weight.shape[0]
+    df = np.zeros(vocab)
+    ids, _ = encoder.tokenize(texts)
+    for x in ids:
+        df[np.unique(x)] += 1
+    idf = np.log((len(ids) - df + 0.5) / (df + 0.5) + 1.0)
+    idf[[i for i, t in encoder.tokenizer.get_added_tokens_decoder().items() if t.special]] = 0.0
+    return idf.astype(np.float32)
+
+
+class LexBag:
+    """``lex:MODE:TABLE:WEIGHT:DIR`` (see the module doc): the encoder's normalised vectors
+    and the bags, side by side from :meth:`encode`; :meth:`combine` makes the vectors scored."""
+
+    def __init__(self, spec: str, backend: str | None, idf_texts: Path | None,
+                 idf_limit: int = 300_000) -> None:
+        from wiring.components import load_encoder
+
+        _, self.mode, table, weight, path = spec.split(":", 4)
+        if self.mode not in ("sum", "concat"):
+            raise SystemExit(f"lex:MODE must be sum or concat, not {self.mode!r}")
+        if idf_texts is None:
+            raise SystemExit("a lex: model needs --idf-texts (a training bundle's texts)")
+        self.weight = float(weight)
+        self.encoder = load_encoder(path, backend=backend)
+        self.backend = self.encoder.backend
+        emb = self.encoder.model.embed.weight.detach().float().cpu().numpy()
+        if table == "emb":
+            self.table = emb
+        elif table.startswith("rand"):
+            n = int(table[4:])  # RandomState: a stream NumPy keeps fixed across versions
+            self.table = np.random.RandomState(0).choice(
+                np.array([-1.0, 1.0], np.float32), size=(emb.shape[0], n))
+        else:
+            raise SystemExit(f"lex: TABLE must be emb or randN, not {table!r}")
+        d = self.encoder.dim
+        if self.mode == "sum" and self.table.shape[1] != d:
+            raise SystemExit(f"lex:sum needs a table of {d} coordinates, not {self.table.shape[1]}")
+        self.idf = idf_of(self.encoder, read_texts(idf_texts, idf_limit))
+        self.name = f"lex {self.mode} {table} ×{weight} ({Path(path).name})"
+        self.dim = d if self.mode == "sum" else d + self.table.shape[1]
+
+    def bags(self, texts: list[str]) -> np.ndarray:
+        ids, _ = self.encoder.tokenize(texts)
+        rows, cols, vals = [], [], []
+        for r, x in enumerate(ids):
+            u, c = np.unique(x, return_counts=True)
+            rows.append(np.full(len(u), r))
+            cols.append(u)
+            vals.append(self.idf[u] * c * (K1 + 1) / (c + K1))
+        m = sparse.csr_matrix((np.concatenate(vals), (np.concatenate(rows), np.concatenate(cols))),
+                              shape=(len(texts), len(self.idf)))
+        bag = np.asarray(m @ self.table, np.float32)
+        return bag / np.maximum(np.linalg.norm(bag, axis=1, keepdims=True), 1e-12)
+
+    def encode(self, texts: list[str], batch_size: int = 64) -> np.ndarray:
+        return np.concatenate([self.encoder.encode(texts, batch_size=batch_size),
+                               self.bags(texts)], 1)
+
+    def combine(self, x: np.ndarray, dim: int | None) -> np.ndarray:
+        """The scored vectors from :meth:`encode`'s; ``dim`` cuts the encoder's part (and in
+        ``sum``, the bag with it) to its first ``dim`` coordinates."""
+        d = self.encoder.dim
+        v, bag = x[:, :d], x[:, d:]
+        if dim:
+            v = v[:, :dim]
+            if self.mode == "sum":
+                bag = bag[:, :dim]
+        if self.mode == "concat":
+            v = v / np.maximum(np.linalg.norm(v, axis=1, keepdims=True), 1e-12)
+            return np.concatenate([v, self.weight * bag], 1)
+        s = v / np.maximum(np.linalg.norm(v, axis=1, keepdims=True), 1e-12)
+        s = s + self.weight * bag / np.maximum(np.linalg.norm(bag, axis=1, keepdims=True), 1e-12)
+        return s / np.maximum(np.linalg.norm(s, axis=1, keepdims=True), 1e-12)
