@@ -1,9 +1,10 @@
 """An untrained lexical part beside an encoder's vectors, for bench/encoder_dev.py (issue 15,
 item 1: "a lexical model beside the semantic one whose vectors are concatenated or summed").
 
-Model argument ``lex:MODE:TABLE:WEIGHT:DIR``. A text's *bag* is the sum, over its tokens
-(the encoder's own tokenizer; its special tokens weigh 0), of a table row weighted as BM25 weighs a
-document term without length normalisation, idf × tf·(k1 + 1)/(tf + k1), then normalised.
+Model argument ``lex:MODE:TABLE:WEIGHT:DIR``. A text's *bag* (``encoder.token_bag``) is the
+sum, over its tokens (the encoder's own tokenizer; special tokens weigh 0), of a table row
+weighted as BM25 weighs a document term without length normalisation, idf × tf·(k1 + 1)/(tf
++ k1), then normalised.
 TABLE ``emb``: the encoder's input embedding matrix (d coordinates, learnt: related tokens
 lie near each other); ``randN``: a fixed random ±1 table of N coordinates (a sketch of exact
 matches: the inner product of two bags estimates their sparse dot product, with a collision
@@ -15,41 +16,11 @@ texts (``qkv build-pairs``), never from the collection searched.
 
 from __future__ import annotations
 
-import gzip
-import json
-import lzma
 from pathlib import Path
-from typing import Any
 
 import numpy as np
-from scipy import sparse
 
-K1 = 1.2
-
-
-def read_texts(path: Path, limit: int) -> list[str]:
-    """Up to ``limit`` texts of a JSONL(.xz/.gz) file: a JSON string or {"text": ...} a line."""
-    opener: Any = {".xz": lzma.open, ".gz": gzip.open}.get(path.suffix, open)
-    texts = []
-    with opener(path, "rt", encoding="utf-8") as f:
-        for line in f:
-            obj = json.loads(line)
-            texts.append(obj if isinstance(obj, str) else obj["text"])
-            if len(texts) >= limit:
-                break
-    return texts
-
-
-def idf_of(encoder: Any, texts: list[str]) -> np.ndarray:
-    """BM25's idf of each vocabulary entry over ``texts`` (special tokens 0)."""
-    vocab = encoder.model.embed.weight.shape[0]
-    df = np.zeros(vocab)
-    ids, _ = encoder.tokenize(texts)
-    for x in ids:
-        df[np.unique(x)] += 1
-    idf = np.log((len(ids) - df + 0.5) / (df + 0.5) + 1.0)
-    idf[[i for i, t in encoder.tokenizer.get_added_tokens_decoder().items() if t.special]] = 0.0
-    return idf.astype(np.float32)
+from encoder.token_bag import bags, idf_of, read_texts
 
 
 class LexBag:
@@ -80,22 +51,15 @@ class LexBag:
         d = self.encoder.dim
         if self.mode == "sum" and self.table.shape[1] != d:
             raise SystemExit(f"lex:sum needs a table of {d} coordinates, not {self.table.shape[1]}")
-        self.idf = idf_of(self.encoder, read_texts(idf_texts, idf_limit))
+        tok = self.encoder.tokenizer
+        ids, _ = self.encoder.tokenize(read_texts(idf_texts, idf_limit))
+        self.idf = idf_of(ids, emb.shape[0],
+                          [i for i, t in tok.get_added_tokens_decoder().items() if t.special])
         self.name = f"lex {self.mode} {table} ×{weight} ({Path(path).name})"
         self.dim = d if self.mode == "sum" else d + self.table.shape[1]
 
     def bags(self, texts: list[str]) -> np.ndarray:
-        ids, _ = self.encoder.tokenize(texts)
-        rows, cols, vals = [], [], []
-        for r, x in enumerate(ids):
-            u, c = np.unique(x, return_counts=True)
-            rows.append(np.full(len(u), r))
-            cols.append(u)
-            vals.append(self.idf[u] * c * (K1 + 1) / (c + K1))
-        m = sparse.csr_matrix((np.concatenate(vals), (np.concatenate(rows), np.concatenate(cols))),
-                              shape=(len(texts), len(self.idf)))
-        bag = np.asarray(m @ self.table, np.float32)
-        return bag / np.maximum(np.linalg.norm(bag, axis=1, keepdims=True), 1e-12)
+        return bags(self.encoder.tokenize(texts)[0], self.idf, self.table)
 
     def encode(self, texts: list[str], batch_size: int = 64) -> np.ndarray:
         return np.concatenate([self.encoder.encode(texts, batch_size=batch_size),

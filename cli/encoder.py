@@ -147,7 +147,41 @@ def eval_encoder(
               dense_weight)
 
 
+def token_bag(
+    model: Path = typer.Option(Path("models/encoder-default"), "--model"),
+    texts: Path = typer.Option(..., "--texts", help="JSONL(.xz/.gz) of training texts for the "
+                               "idf (a JSON string or {\"text\": ...} a line): a build-pairs "
+                               "bundle's texts.jsonl.xz. Never the collection to be searched."),
+    weight: float = typer.Option(0.5, "--weight", min=0.0, help="0 removes the bag."),
+    limit: int = typer.Option(300_000, "--limit", min=1, help="Texts read for the idf."),
+    out: Path | None = typer.Option(None, "--out", help="Write here (default: over --model)."),
+) -> None:
+    """Add an idf-weighted token bag to an encoder's vectors (encoder/token_bag.py); run
+    eval-encoder --record after, the vectors (and the fingerprint) change."""
+    from safetensors import safe_open
+
+    from encoder.checkpoint import WEIGHTS, read_checkpoint, save_checkpoint
+    from encoder.config import EncoderConfig
+    from encoder.model import TransformerEncoder
+    from encoder.token_bag import add_lexical, read_texts
+
+    if not texts.is_file():
+        raise typer.BadParameter(f"{texts} is not a file", param_hint="--texts")
+    meta, state, tokenizer = read_checkpoint(model, "an encoder")
+    network = TransformerEncoder(EncoderConfig.from_dict(meta["architecture"]))
+    network.load_state_dict(state)
+    rows = read_texts(texts, limit) if weight > 0 else []
+    bagged = add_lexical(network, tokenizer, rows, weight)
+    kept = {k: v for k, v in meta.items() if k not in ("architecture", "fingerprint", "metrics")}
+    kept["token_bag"] = {"weight": weight, "idf_texts": texts.name, "n_texts": len(rows)}
+    with safe_open(str(model / WEIGHTS), "pt") as f:  # kept at the precision it had
+        precision = (f.metadata() or {}).get("qkv_precision", "fp32")
+    save_checkpoint(out or model, bagged, tokenizer, kept, precision)
+    typer.echo(f"{out or model}: token bag weight {weight}, idf over {len(rows):,} texts")
+
+
 def register(app: typer.Typer) -> None:
     app.command("train-encoder")(train_encoder)
     app.command("build-pairs")(build_pairs)
     app.command("eval-encoder")(eval_encoder)
+    app.command("token-bag")(token_bag)

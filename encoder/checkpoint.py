@@ -88,12 +88,16 @@ def loaded_state(stored: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
 
 
 def fingerprint(model: nn.Module, tokenizer: Tokenizer) -> str:
-    """sha256 (first 16 hex) of the weights, in name order, and the tokenizer."""
+    """sha256 (first 16 hex) of the weights, in name order, and the tokenizer (and the
+    token bag's weight, where there is one: it changes the vectors too)."""
     h = hashlib.sha256()
     for k, v in sorted(model.state_dict().items()):
         h.update(k.encode())
         h.update(v.detach().float().cpu().contiguous().numpy().tobytes())
     h.update(tokenizer.to_str().encode())
+    lexical = getattr(getattr(model, "config", None), "lexical_weight", 0.0)
+    if lexical:
+        h.update(f"lexical_weight={float(lexical)!r}".encode())
     return h.hexdigest()[:16]
 
 

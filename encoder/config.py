@@ -22,6 +22,8 @@ class EncoderConfig:
     name: str = "qkv-encoder"
     # prefix sizes the vectors were trained to be cut to (Matryoshka), besides d_model
     matryoshka: tuple[int, ...] = ()
+    # weight of the idf-weighted token bag added to the vectors (encoder.token_bag); 0: none
+    lexical_weight: float = 0.0
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

@@ -30,6 +30,8 @@ class TransformerEncoder(nn.Module):
         self.ln_f = nn.LayerNorm(c.d_model)
         self.pool = AttentionPooling(c.d_model, c.pooling)
         self.drop = nn.Dropout(c.dropout)
+        if c.lexical_weight > 0:  # the token bag's idf (encoder.token_bag): saved, not trained
+            self.register_buffer("lexical_idf", torch.zeros(c.vocab_size))
         nn.init.normal_(self.embed.weight, std=c.d_model**-0.5)
         with torch.no_grad():
             self.embed.weight[c.pad_id].zero_()

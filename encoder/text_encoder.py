@@ -11,6 +11,7 @@ from typing import Any, Literal, overload
 import numpy as np
 import torch
 
+from encoder import token_bag
 from encoder.checkpoint import LoadedModel, read_checkpoint
 from encoder.config import EncoderConfig
 from encoder.device import autocast
@@ -90,6 +91,7 @@ class TextEncoder(LoadedModel):
     backend: str = "torch"
     _onnx: OnnxForward | None = None
     _spin: bool = True
+    _bag_tables: tuple[tuple[int, int], np.ndarray, np.ndarray] | None = None  # token bag's
 
     def use_backend(self, name: str | None = None) -> None:
         """Run :meth:`encode` on ``name``'s network (``torch`` or ``onnx``: the int8 ONNX
@@ -101,6 +103,21 @@ class TextEncoder(LoadedModel):
         torch."""
         self.backend = pick_backend(name, self.device.type, self.config)
         self._onnx = OnnxForward(self.model, spin=self._spin) if self.backend == "onnx" else None
+
+    def add_token_bag(self, ids: Sequence[Sequence[int]], out: np.ndarray) -> np.ndarray:
+        """The network's vectors ``out`` of the token id lists ``ids`` with the checkpoint's
+        token bag added (:mod:`encoder.token_bag`; unchanged without one), as :meth:`encode`
+        returns them before normalising."""
+        weight = self.config.lexical_weight
+        if not weight:
+            return out
+        emb = self.model.embed.weight
+        key = (emb.data_ptr(), emb._version)  # read again once training changed the weights
+        if self._bag_tables is None or self._bag_tables[0] != key:
+            self._bag_tables = (key, self.model.get_buffer("lexical_idf").float().cpu().numpy(),
+                                emb.detach().float().cpu().numpy())
+        _, idf, table = self._bag_tables
+        return token_bag.mix(out, token_bag.bags(ids, idf, table), weight)
 
     def set_spin(self, spin: bool) -> None:
         """Whether the onnx backend's threads spin-wait between operators (the default:
@@ -222,7 +239,7 @@ class TextEncoder(LoadedModel):
                 if return_weights:
                     for row, i in enumerate(idx):
                         weights[i] = w_np[row, : lengths[i]]
-            return out, weights
+            return self.add_token_bag(ids, out), weights
         with torch.inference_mode(), autocast(self.device):
             for idx in _length_groups(order, lengths, batch_size, self.dim):
                 batch = _pad([ids[i] for i in idx], self.config.pad_id).to(self.device)
@@ -233,7 +250,7 @@ class TextEncoder(LoadedModel):
                     w_np = w.float().cpu().numpy()
                     for row, i in enumerate(idx):
                         weights[i] = w_np[row, : len(ids[i])]
-        return out, weights
+        return self.add_token_bag(ids, out), weights
 
 
 def _length_groups(order: list[int], lengths: list[int], batch_size: int, d_model: int

@@ -1,0 +1,101 @@
+"""The encoder's token bag: an idf-weighted bag of the text's tokens, added to the network's
+vector (issue 15, item 1: "a lexical model beside the semantic one whose vectors are
+concatenated or summed"; the BM25-imitation *pairs* are :mod:`encoder.lexical`).
+
+A text's bag is the sum, over its distinct tokens, of the token's input embedding (the
+network's own ``embed`` table) weighted as BM25 weighs a document term without length
+normalisation, ``idf · tf·(k1 + 1)/(tf + k1)``, then normalised. :class:`TextEncoder`
+returns ``normalise(n(v) + w·bag)`` where the checkpoint's ``lexical_weight`` w is above 0:
+texts that share rare tokens move closer, which the network, trained on a few million
+pairs, learnt only in part. The idf is a buffer of the network (``lexical_idf``: saved
+with the weights, so the fingerprint changes with it), computed by :func:`add_lexical`
+over training texts, never over a collection that will be searched. Chosen on the dev sets
+(bench/RESULTS.md, "An untrained token bag beside the encoder"): summed at w = 0.5 over the
+input embeddings, against w = 0.7, a random sign table and concatenation.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import gzip
+import json
+import lzma
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from scipy import sparse
+
+K1 = 1.2
+
+
+def read_texts(path: Path, limit: int) -> list[str]:
+    """Up to ``limit`` texts of a JSONL(.xz/.gz) file: a JSON string or {"text": ...} a line
+    (a ``qkv build-pairs`` bundle's ``texts.jsonl.xz``, or a corpus)."""
+    opener: Any = {".xz": lzma.open, ".gz": gzip.open}.get(path.suffix, open)
+    texts: list[str] = []
+    with opener(path, "rt", encoding="utf-8") as f:
+        for line in f:
+            if line.strip():
+                obj = json.loads(line)
+                texts.append(obj if isinstance(obj, str) else obj["text"])
+                if len(texts) >= limit:
+                    break
+    return texts
+
+
+def idf_of(ids: Iterable[Sequence[int]], vocab: int, specials: Iterable[int]) -> np.ndarray:
+    """BM25's idf (``log((N - df + 0.5)/(df + 0.5) + 1)``) of each of ``vocab`` token ids over
+    the token id lists ``ids``; the ``specials`` weigh 0."""
+    df = np.zeros(vocab)
+    n = 0
+    for x in ids:
+        df[np.unique(np.asarray(x, np.int64))] += 1
+        n += 1
+    idf = np.log((n - df + 0.5) / (df + 0.5) + 1.0)
+    idf[list(specials)] = 0.0
+    return idf.astype(np.float32)
+
+
+def bags(ids: Sequence[Sequence[int]], idf: np.ndarray, table: np.ndarray) -> np.ndarray:
+    """(B, table width) unit rows: each token id list's bag over ``table`` (module doc)."""
+    rows, cols, vals = [], [], []
+    for r, x in enumerate(ids):
+        u, c = np.unique(np.asarray(x, np.int64), return_counts=True)
+        rows.append(np.full(len(u), r))
+        cols.append(u)
+        vals.append(idf[u] * c * (K1 + 1) / (c + K1))
+    m = sparse.csr_matrix((np.concatenate(vals), (np.concatenate(rows), np.concatenate(cols))),
+                          shape=(len(ids), len(idf)))
+    bag = np.asarray(m @ table, np.float32)
+    return bag / np.maximum(np.linalg.norm(bag, axis=1, keepdims=True), 1e-12)
+
+
+def mix(vectors: np.ndarray, bag: np.ndarray, weight: float) -> np.ndarray:
+    """``n(vectors) + weight·bag`` (not normalised: the encoder normalises after)."""
+    v = vectors / np.maximum(np.linalg.norm(vectors, axis=1, keepdims=True), 1e-12)
+    return (v + weight * bag).astype(np.float32)
+
+
+def add_lexical(model: Any, tokenizer: Any, texts: Sequence[str], weight: float) -> Any:
+    """A copy of the network ``model`` with a lexical part of ``weight`` whose idf is taken
+    over ``texts`` (tokenized by ``tokenizer`` as the encoder does); ``weight`` 0 removes it."""
+    from encoder.model import TransformerEncoder
+    from encoder.tokenizer import clean_text
+
+    if weight < 0:
+        raise ValueError(f"the lexical weight must be >= 0, got {weight}")
+    config = dataclasses.replace(model.config, lexical_weight=float(weight))
+    new = TransformerEncoder(config)
+    state = {k: v for k, v in model.state_dict().items() if k != "lexical_idf"}
+    if weight > 0:
+        if not texts:
+            raise ValueError("the idf needs texts")
+        encs = tokenizer.encode_batch([clean_text(t) for t in texts])
+        specials = [i for i, t in tokenizer.get_added_tokens_decoder().items() if t.special]
+        idf = idf_of((e.ids for e in encs), config.vocab_size, specials)
+        state["lexical_idf"] = torch.from_numpy(idf)
+    new.load_state_dict(state)
+    return new.eval()
