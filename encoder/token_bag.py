@@ -61,6 +61,8 @@ def idf_of(ids: Iterable[Sequence[int]], vocab: int, specials: Iterable[int]) ->
 
 def bags(ids: Sequence[Sequence[int]], idf: np.ndarray, table: np.ndarray) -> np.ndarray:
     """(B, table width) unit rows: each token id list's bag over ``table`` (module doc)."""
+    if not ids:
+        return np.zeros((0, table.shape[1]), np.float32)
     rows, cols, vals = [], [], []
     for r, x in enumerate(ids):
         u, c = np.unique(np.asarray(x, np.int64), return_counts=True)

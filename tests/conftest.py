@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from pathlib import Path
 
+import numpy as np
 import pytest
 from minidata import write_data_dir
 
@@ -17,6 +18,19 @@ from store_backends import milvus_lite_server, milvus_standalone  # noqa: E402
 
 import encoder  # noqa: E402
 from encoder.tokenizer import train_tokenizer  # noqa: E402
+
+
+@pytest.fixture(scope="session")
+def fp32_reference() -> tuple[list[str], np.ndarray, str]:
+    """The shipped encoder's fp32 reference (tests/fixtures/make_fp32_reference.py): texts,
+    the vectors the fp32 network gave them with the shipped token bag added as ``encode``
+    adds it (the bag is the same numpy sum on every backend), and the fp32 fingerprint."""
+    ref = np.load(Path(__file__).parent / "fixtures/encoder-default-fp32.npz")
+    texts = [str(t) for t in ref["texts"]]
+    enc = encoder.load(Path(__file__).parents[1] / "models/encoder-default", device="cpu",
+                       backend="torch")
+    v = enc.add_token_bag(enc.tokenize(texts)[0], ref["vectors"].astype(np.float32))
+    return texts, v / np.linalg.norm(v, axis=1, keepdims=True), str(ref["fingerprint"])
 
 
 @pytest.fixture(scope="session")

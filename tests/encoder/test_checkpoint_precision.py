@@ -87,13 +87,15 @@ def test_shipped_checkpoints_are_stored_compact(name: str) -> None:
     assert dtypes <= {torch.float16, torch.int8, torch.int64}
 
 
-def test_shipped_encoder_matches_its_fp32_vectors(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_shipped_encoder_matches_its_fp32_vectors(
+        monkeypatch: pytest.MonkeyPatch, fp32_reference: tuple[list[str], np.ndarray, str]
+) -> None:
     """Reference vectors of the fp32 weights (tests/fixtures/make_fp32_reference.py); the
     comparison is of storage, so both run in float32 (no bf16 autocast)."""
     monkeypatch.setenv("QKV_NO_BF16", "1")
-    ref = np.load(ROOT / "tests/fixtures/encoder-default-fp32.npz")
+    texts, want, fingerprint_fp32 = fp32_reference
     enc = encoder.load(ROOT / "models/encoder-default", device="cpu", backend="torch")
     meta = json.loads((ROOT / "models/encoder-default/config.json").read_text())
-    assert meta["fingerprint_fp32"] == str(ref["fingerprint"]) != enc.fingerprint
-    cos = (enc.encode([str(t) for t in ref["texts"]]) * ref["vectors"]).sum(axis=1)
+    assert meta["fingerprint_fp32"] == fingerprint_fp32 != enc.fingerprint
+    cos = (enc.encode(texts) * want).sum(axis=1)
     assert len(cos) >= 300 and float(cos.min()) >= 0.999, float(cos.min())

@@ -23,6 +23,7 @@ def test_idf_and_bags() -> None:
     assert np.allclose(np.linalg.norm(b[0]), 1.0)
     assert b[0, 6] > b[0, 5] > 0 and b[0, 1] == 0  # tf (saturated) and idf
     assert not b[1].any()  # only specials: a zero bag, the network's vector alone
+    assert bags([], idf, table).shape == (0, 8)
 
 
 @pytest.fixture()
