@@ -55,6 +55,11 @@ class Combined:
         self.backend = self.parts[0].backend
         self.dim = sum(e.dim for e in self.parts) if self.mode == "concat" else self.parts[0].dim
 
+    def width(self, dim: int | None) -> int:
+        """Coordinates of :meth:`combine`'s vectors."""
+        cut = [min(dim or e.dim, e.dim) for e in self.parts]
+        return sum(cut) if self.mode == "concat" else cut[0]
+
     def encode(self, texts: list[str], batch_size: int = 64) -> np.ndarray:
         return np.concatenate([e.encode(texts, batch_size=batch_size) for e in self.parts], 1)
 
@@ -155,7 +160,8 @@ def main() -> None:
         for dim in dims:
             t0 = time.time()
             emb = Cut(enc, dim, cache)
-            row: dict[str, Any] = {"model": label, "dim": dim or enc.dim}
+            width = enc.width(dim) if isinstance(enc, Combined | LexBag) else dim or enc.dim
+            row: dict[str, Any] = {"model": label, "dim": width}
             for (corpus, queries, qrels), name in sets:
                 nd = score_run(dense_run(emb, corpus, queries), qrels)["ndcg@10"]
                 row[name] = nd

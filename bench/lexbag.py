@@ -58,6 +58,11 @@ class LexBag:
         self.name = f"lex {self.mode} {table} ×{weight} ({Path(path).name})"
         self.dim = d if self.mode == "sum" else d + self.table.shape[1]
 
+    def width(self, dim: int | None) -> int:
+        """Coordinates of :meth:`combine`'s vectors."""
+        d = min(dim or self.encoder.dim, self.encoder.dim)
+        return d if self.mode == "sum" else d + self.table.shape[1]
+
     def bags(self, texts: list[str]) -> np.ndarray:
         return bags(self.encoder.tokenize(texts)[0], self.idf, self.table)
 

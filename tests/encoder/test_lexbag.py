@@ -37,6 +37,7 @@ def test_concat_and_sum_scores(tiny_encoder_dir: Path, idf_texts: Path) -> None:
     raw = cat.encode(TEXTS)
     d = cat.encoder.dim
     assert raw.shape == (len(TEXTS), d + 64) and cat.dim == d + 64
+    assert cat.width(16) == cat.combine(raw, 16).shape[1] == 16 + 64
     v, bag = raw[:, :d], raw[:, d:]
     x = cat.combine(raw, None)
     assert np.allclose(x @ x.T, v @ v.T + 0.25 * (bag @ bag.T), atol=1e-5)
