@@ -63,15 +63,15 @@ def bags(ids: Sequence[Sequence[int]], idf: np.ndarray, table: np.ndarray) -> np
     """(B, table width) unit rows: each token id list's bag over ``table`` (module doc)."""
     if not ids:
         return np.zeros((0, table.shape[1]), np.float32)
-    rows, cols, vals = [], [], []
-    for r, x in enumerate(ids):
-        u, c = np.unique(np.asarray(x, np.int64), return_counts=True)
-        rows.append(np.full(len(u), r))
-        cols.append(u)
-        vals.append(idf[u] * c * (K1 + 1) / (c + K1))
-    m = sparse.csr_matrix((np.concatenate(vals), (np.concatenate(rows), np.concatenate(cols))),
-                          shape=(len(ids), len(idf)))
-    bag = np.asarray(m @ table, np.float32)
+    lengths = np.fromiter((len(x) for x in ids), np.int64, len(ids))
+    flat = np.fromiter((t for x in ids for t in x), np.int64, int(lengths.sum()))
+    rows = np.repeat(np.arange(len(ids)), lengths)
+    keys, tf = np.unique(rows * len(idf) + flat, return_counts=True)  # (text, token) pairs
+    r, c = np.divmod(keys, len(idf))
+    # float32 throughout: a float64 matrix would copy the whole table to float64 per call
+    w = (idf[c] * tf * (K1 + 1) / (tf + K1)).astype(np.float32)
+    m = sparse.csr_matrix((w, (r, c)), shape=(len(ids), len(idf)), dtype=np.float32)
+    bag = np.asarray(m @ table.astype(np.float32, copy=False), np.float32)
     return bag / np.maximum(np.linalg.norm(bag, axis=1, keepdims=True), 1e-12)
 
 
