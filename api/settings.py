@@ -68,7 +68,7 @@ class Settings(BaseSettings):
                                         "(default: all the cores).")
     encoder_spin: bool = Field(False, description="Let the onnx encoder's threads spin-wait "
                                "between operators. Off by default: the event loop shares the "
-                               "cores with them, and on 2 cores /v1/embeddings served 1.2 x "
+                               "cores with them, and on 2 cores /v1/embeddings served 1.2-1.4 x "
                                "more requests with it off.")
 
     # security

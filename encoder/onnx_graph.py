@@ -218,9 +218,9 @@ class OnnxForward:
     ``spin``: whether ONNX Runtime's intra-op threads spin-wait for the next operator
     (its default) or sleep. Spinning is faster when the encoder has the cores to itself
     and slower when other threads need them: on 2 cores, offline batches ran 1.2 x faster
-    spinning, and the HTTP service (its event loop beside the encoder) served 1.2 x more
-    /v1/embeddings requests with it off (bench/RESULTS.md). Set it before the first call
-    (the sessions are made then)."""
+    spinning, and the HTTP service (its event loop beside the encoder) served 1.2-1.4 x
+    more /v1/embeddings requests with it off (bench/RESULTS.md, API load). Set it before
+    the first call (the sessions are made then)."""
 
     def __init__(self, model: TransformerEncoder, int8: bool = True, spin: bool = True) -> None:
         self.model_bytes = build_graph(model, int8).SerializeToString()
