@@ -53,7 +53,6 @@ class Combined:
         self.parts = [load_encoder(p, backend=backend) for p in paths.split(",")]
         self.name = f"{self.mode}({', '.join(Path(p).name for p in paths.split(','))})"
         self.backend = self.parts[0].backend
-        self.dim = sum(e.dim for e in self.parts) if self.mode == "concat" else self.parts[0].dim
 
     def width(self, dim: int | None) -> int:
         """Coordinates of :meth:`combine`'s vectors."""

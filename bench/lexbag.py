@@ -20,7 +20,7 @@ from pathlib import Path
 
 import numpy as np
 
-from encoder.token_bag import bags, idf_of, read_texts
+from encoder.token_bag import bags, idf_over, read_texts
 
 
 class LexBag:
@@ -51,12 +51,9 @@ class LexBag:
         d = self.encoder.dim
         if self.mode == "sum" and self.table.shape[1] != d:
             raise SystemExit(f"lex:sum needs a table of {d} coordinates, not {self.table.shape[1]}")
-        tok = self.encoder.tokenizer
-        ids, _ = self.encoder.tokenize(read_texts(idf_texts, idf_limit))
-        self.idf = idf_of(ids, emb.shape[0],
-                          [i for i, t in tok.get_added_tokens_decoder().items() if t.special])
+        self.idf = idf_over(self.encoder.tokenizer, read_texts(idf_texts, idf_limit),
+                            emb.shape[0])  # as `qkv token-bag` takes it
         self.name = f"lex {self.mode} {table} ×{weight} ({Path(path).name})"
-        self.dim = d if self.mode == "sum" else d + self.table.shape[1]
 
     def width(self, dim: int | None) -> int:
         """Coordinates of :meth:`combine`'s vectors."""

@@ -59,6 +59,21 @@ def idf_of(ids: Iterable[Sequence[int]], vocab: int, specials: Iterable[int]) ->
     return idf.astype(np.float32)
 
 
+def special_ids(tokenizer: Any) -> list[int]:
+    """The ids of the tokenizer's special tokens (:data:`encoder.tokenizer.SPECIAL_TOKENS`)."""
+    from encoder.tokenizer import SPECIAL_TOKENS
+
+    return [i for t in SPECIAL_TOKENS if (i := tokenizer.token_to_id(t)) is not None]
+
+
+def idf_over(tokenizer: Any, texts: Sequence[str], vocab: int) -> np.ndarray:
+    """:func:`idf_of` the ``texts`` as the encoder tokenizes them (cleaned, not cut)."""
+    from encoder.tokenizer import clean_text
+
+    encs = tokenizer.encode_batch([clean_text(t) for t in texts])
+    return idf_of((e.ids for e in encs), vocab, special_ids(tokenizer))
+
+
 def bags(ids: Sequence[Sequence[int]], idf: np.ndarray, table: np.ndarray) -> np.ndarray:
     """(B, table width) unit rows: each token id list's bag over ``table`` (module doc)."""
     if not ids:
@@ -85,7 +100,6 @@ def add_lexical(model: Any, tokenizer: Any, texts: Sequence[str], weight: float)
     """A copy of the network ``model`` with a lexical part of ``weight`` whose idf is taken
     over ``texts`` (tokenized by ``tokenizer`` as the encoder does); ``weight`` 0 removes it."""
     from encoder.model import TransformerEncoder
-    from encoder.tokenizer import clean_text
 
     if weight < 0:
         raise ValueError(f"the lexical weight must be >= 0, got {weight}")
@@ -95,9 +109,6 @@ def add_lexical(model: Any, tokenizer: Any, texts: Sequence[str], weight: float)
     if weight > 0:
         if not texts:
             raise ValueError("the idf needs texts")
-        encs = tokenizer.encode_batch([clean_text(t) for t in texts])
-        specials = [i for i, t in tokenizer.get_added_tokens_decoder().items() if t.special]
-        idf = idf_of((e.ids for e in encs), config.vocab_size, specials)
-        state["lexical_idf"] = torch.from_numpy(idf)
+        state["lexical_idf"] = torch.from_numpy(idf_over(tokenizer, texts, config.vocab_size))
     new.load_state_dict(state)
     return new.eval()

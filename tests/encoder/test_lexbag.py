@@ -36,7 +36,7 @@ def test_concat_and_sum_scores(tiny_encoder_dir: Path, idf_texts: Path) -> None:
     cat = LexBag(f"lex:concat:rand64:0.5:{tiny_encoder_dir}", "torch", idf_texts)
     raw = cat.encode(TEXTS)
     d = cat.encoder.dim
-    assert raw.shape == (len(TEXTS), d + 64) and cat.dim == d + 64
+    assert raw.shape == (len(TEXTS), d + 64) and cat.width(None) == d + 64
     assert cat.width(16) == cat.combine(raw, 16).shape[1] == 16 + 64
     v, bag = raw[:, :d], raw[:, d:]
     x = cat.combine(raw, None)
