@@ -22,7 +22,8 @@ def test_int8_vectors_stay_close_to_the_fp32_network(
     texts, want, _ = fp32_reference
     cos = (fast.encode(texts) * want).sum(axis=1)
     assert len(cos) >= 300
-    # per-output weight scales: min 0.9995, mean 0.99988 here (one scale a tensor: 0.99971)
+    # per-output weight scales: min 0.9995, mean 0.99988 on the network alone (one scale a
+    # tensor: 0.99971); with the shipped token bag added to both sides min 0.9997, mean 0.99993
     assert float(cos.min()) >= 0.999 and float(cos.mean()) >= 0.9998, (cos.min(), cos.mean())
 
 
