@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import logging
 from pathlib import Path
+from typing import Any
 
 import typer
 
@@ -149,15 +150,27 @@ def eval_encoder(
 
 def token_bag(
     model: Path = typer.Option(Path("models/encoder-default"), "--model"),
-    texts: Path = typer.Option(..., "--texts", help="JSONL(.xz/.gz) of training texts for the "
-                               "idf (a JSON string or {\"text\": ...} a line): a build-pairs "
-                               "bundle's texts.jsonl.xz. Never the collection to be searched."),
-    weight: float = typer.Option(0.5, "--weight", min=0.0, help="0 removes the bag."),
+    texts: Path | None = typer.Option(
+        None, "--texts", help="JSONL(.xz/.gz) of training texts for a new idf (a JSON string "
+        "or {\"text\": ...} a line): a build-pairs bundle's texts.jsonl.xz. Never the "
+        "collection to be searched. Without it the model's bag (and idf) is kept."),
+    weight: float = typer.Option(0.5, "--weight", min=0.0, help="With --texts; 0 removes the bag."),
     limit: int = typer.Option(300_000, "--limit", min=1, help="Texts read for the idf."),
+    pairs: Path | None = typer.Option(None, "--pairs", help="Train the bag's table on a "
+                                      "qkv build-pairs folder (encoder/bag_train.py)."),
+    corpus: Path | None = typer.Option(
+        None, "--corpus", help="Adapt the bag's table to these documents, no labels (JSONL "
+        "with 'text' and optional 'title', or one per line): BM25-imitation and span pairs."),
+    steps: int = typer.Option(600, min=1, help="Training steps (with --pairs or --corpus)."),
+    batch_size: int = typer.Option(256, min=2),
+    lr: float = typer.Option(1e-3, min=0.0),
+    per_source: int = typer.Option(20_000, min=1, help="Pairs drawn from each source at most."),
+    seed: int = typer.Option(0),
     out: Path | None = typer.Option(None, "--out", help="Write here (default: over --model)."),
 ) -> None:
-    """Add an idf-weighted token bag to an encoder's vectors (encoder/token_bag.py); run
-    eval-encoder --record after, the vectors (and the fingerprint) change."""
+    """Add an idf-weighted token bag to an encoder's vectors (encoder/token_bag.py), and/or
+    train its table with the network frozen (--pairs, or --corpus to adapt to your
+    documents); run eval-encoder --record after, the vectors (and the fingerprint) change."""
     from safetensors import safe_open
 
     from encoder.checkpoint import WEIGHTS, read_checkpoint, save_checkpoint
@@ -165,19 +178,60 @@ def token_bag(
     from encoder.model import TransformerEncoder
     from encoder.token_bag import add_lexical, read_texts
 
-    if not texts.is_file():
-        raise typer.BadParameter(f"{texts} is not a file", param_hint="--texts")
+    if texts is None and pairs is None and corpus is None:
+        raise typer.BadParameter("give --texts (a new bag), --pairs or --corpus (train it)")
+    if pairs is not None and corpus is not None:
+        raise typer.BadParameter("give --pairs or --corpus, not both")
+    for path, hint, is_dir in ((texts, "--texts", False), (pairs, "--pairs", True),
+                               (corpus, "--corpus", False)):
+        if path is not None and not (path.is_dir() if is_dir else path.is_file()):
+            raise typer.BadParameter(f"{path} is not a {'folder' if is_dir else 'file'}",
+                                     param_hint=hint)
     meta, state, tokenizer = read_checkpoint(model, "an encoder")
     network = TransformerEncoder(EncoderConfig.from_dict(meta["architecture"]))
     network.load_state_dict(state)
-    rows = read_texts(texts, limit) if weight > 0 else []
-    bagged = add_lexical(network, tokenizer, rows, weight)
     kept = {k: v for k, v in meta.items() if k not in ("architecture", "fingerprint", "metrics")}
-    kept["token_bag"] = {"weight": weight, "idf_texts": texts.name, "n_texts": len(rows)}
+    if texts is not None:
+        rows = read_texts(texts, limit) if weight > 0 else []
+        network = add_lexical(network, tokenizer, rows, weight)
+        kept["token_bag"] = {"weight": weight, "idf_texts": texts.name, "n_texts": len(rows)}
+    if pairs is not None or corpus is not None:
+        network, kept["token_bag"] = _train_bag(network, tokenizer, pairs, corpus, kept.get(
+            "token_bag", {}), steps, batch_size, lr, per_source, seed)
     with safe_open(str(model / WEIGHTS), "pt") as f:  # kept at the precision it had
         precision = (f.metadata() or {}).get("qkv_precision", "fp32")
-    save_checkpoint(out or model, bagged, tokenizer, kept, precision)
-    typer.echo(f"{out or model}: token bag weight {weight}, idf over {len(rows):,} texts")
+    save_checkpoint(out or model, network, tokenizer, kept, precision)
+    bag = kept.get("token_bag", {})
+    typer.echo(f"{out or model}: token bag weight {network.config.lexical_weight}"
+               + (f", idf over {bag['n_texts']:,} texts" if texts is not None else "")
+               + (f", table trained on {bag['trained']['pairs']:,} pairs in "
+                  f"{bag['trained']['train_seconds']:.0f}s" if "trained" in bag else ""))
+
+
+def _train_bag(network: Any, tokenizer: Any, pairs: Path | None, corpus: Path | None,
+               record: dict[str, Any], steps: int, batch_size: int, lr: float, per_source: int,
+               seed: int) -> tuple[Any, dict[str, Any]]:
+    """``network`` with its bag's table trained on the bundle ``pairs`` or the pairs cut
+    from ``corpus`` (encoder.bag_train), and the token bag's record for config.json."""
+    from encoder.adapt import corpus_sources
+    from encoder.bag_train import BagTraining, train_table
+    from encoder.dataset import Bundle
+    from encoder.text_encoder import TextEncoder
+
+    if not network.config.lexical_weight:
+        raise typer.BadParameter("the model has no token bag to train: give --texts too")
+    try:
+        bundle = (Bundle.load(pairs) if pairs is not None
+                  else Bundle.from_sources(corpus_sources(corpus or Path())))
+    except (OSError, ValueError, KeyError) as e:
+        raise typer.BadParameter(str(e), param_hint="--pairs" if pairs else "--corpus") from e
+    enc = TextEncoder(network, tokenizer, device="cpu")
+    enc.use_backend(None)  # the vectors as served (int8 ONNX Runtime on a CPU)
+    new, report = train_table(enc, bundle, BagTraining(
+        steps=steps, batch_size=batch_size, lr=lr, per_source=per_source, seed=seed))
+    report["on"] = (pairs or corpus or Path()).name
+    report["adapted"] = corpus is not None
+    return new, {**record, "weight": network.config.lexical_weight, "trained": report}
 
 
 def register(app: typer.Typer) -> None:

@@ -24,6 +24,9 @@ class EncoderConfig:
     matryoshka: tuple[int, ...] = ()
     # weight of the idf-weighted token bag added to the vectors (encoder.token_bag); 0: none
     lexical_weight: float = 0.0
+    # the bag has its own table (``lexical``, trained by encoder.bag_train, the network
+    # frozen) instead of the network's input embeddings
+    lexical_table: bool = False
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

@@ -32,6 +32,8 @@ class TransformerEncoder(nn.Module):
         self.drop = nn.Dropout(c.dropout)
         if c.lexical_weight > 0:  # the token bag's idf (encoder.token_bag): saved, not trained
             self.register_buffer("lexical_idf", torch.zeros(c.vocab_size))
+            if c.lexical_table:  # the bag's own table (encoder.bag_train); not in forward
+                self.lexical = nn.Embedding(c.vocab_size, c.d_model, padding_idx=c.pad_id)
         nn.init.normal_(self.embed.weight, std=c.d_model**-0.5)
         with torch.no_grad():
             self.embed.weight[c.pad_id].zero_()

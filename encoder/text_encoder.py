@@ -111,7 +111,7 @@ class TextEncoder(LoadedModel):
         weight = self.config.lexical_weight
         if not weight:
             return out
-        emb = self.model.embed.weight
+        emb = (self.model.lexical if self.config.lexical_table else self.model.embed).weight
         key = (emb.data_ptr(), emb._version)  # read again once training changed the weights
         if self._bag_tables is None or self._bag_tables[0] != key:
             self._bag_tables = (key, self.model.get_buffer("lexical_idf").float().cpu().numpy(),
@@ -207,25 +207,29 @@ class TextEncoder(LoadedModel):
         return out
 
     def encode_ids(
-        self, ids: Sequence[Sequence[int]], batch_size: int = 64, normalize: bool = True
+        self, ids: Sequence[Sequence[int]], batch_size: int = 64, normalize: bool = True,
+        bag: bool = True,
     ) -> np.ndarray:
         """Encode token id lists from :meth:`tokenize` (each at most ``max_tokens``) to an
         (n, dim) float32 array, unit rows unless ``normalize`` is false (then the pooled
         vectors as the model makes them). Callers that batch texts from many requests
-        (the API's dynamic batcher) tokenize on arrival and encode here."""
+        (the API's dynamic batcher) tokenize on arrival and encode here. ``bag`` false
+        leaves the token bag out: the network's vectors alone (what encoder.bag_train
+        trains the bag beside)."""
         for x in ids:
             if not 0 < len(x) <= self.max_tokens:
                 raise ValueError(f"token lists must have 1..{self.max_tokens} ids, got {len(x)}")
-        out, _ = self._forward(ids, batch_size, False, normalize)
+        out, _ = self._forward(ids, batch_size, False, normalize, bag)
         if normalize:  # again in float32: the model's own normalisation ran under bf16
             out /= np.maximum(np.linalg.norm(out, axis=1, keepdims=True), 1e-12)
         return out
 
     def _forward(
         self, ids: Sequence[Sequence[int]], batch_size: int, return_weights: bool,
-        normalize: bool = True,
+        normalize: bool = True, bag: bool = True,
     ) -> tuple[np.ndarray, list[np.ndarray]]:
-        """Pooled vectors in input order, batches sorted by length."""
+        """Pooled vectors in input order, batches sorted by length (the token bag added
+        unless ``bag`` is false)."""
         if batch_size < 1:
             raise ValueError(f"batch_size must be >= 1, got {batch_size}")
         out = np.zeros((len(ids), self.dim), dtype=np.float32)
@@ -239,7 +243,7 @@ class TextEncoder(LoadedModel):
                 if return_weights:
                     for row, i in enumerate(idx):
                         weights[i] = w_np[row, : lengths[i]]
-            return self.add_token_bag(ids, out), weights
+            return (self.add_token_bag(ids, out) if bag else out), weights
         with torch.inference_mode(), autocast(self.device):
             for idx in _length_groups(order, lengths, batch_size, self.dim):
                 batch = _pad([ids[i] for i in idx], self.config.pad_id).to(self.device)
@@ -250,7 +254,7 @@ class TextEncoder(LoadedModel):
                     w_np = w.float().cpu().numpy()
                     for row, i in enumerate(idx):
                         weights[i] = w_np[row, : len(ids[i])]
-        return self.add_token_bag(ids, out), weights
+        return (self.add_token_bag(ids, out) if bag else out), weights
 
 
 def _length_groups(order: list[int], lengths: list[int], batch_size: int, d_model: int
