@@ -136,3 +136,20 @@ def write_beir(folder: Path, rng: random.Random) -> Path:
     return folder
 
 
+
+
+COMMODITIES = "copper wheat coffee sugar cotton tin zinc cocoa rubber oil".split()
+
+
+def write_corpus(folder: Path) -> Path:
+    """A user's corpus for adapting an encoder: 30 titled market reports (docs.jsonl)."""
+    import json
+
+    path = folder / "docs.jsonl"
+    w = COMMODITIES
+    rows = [{"title": f"{c} report {i}",
+             "text": " ".join(f"the {c} market moved {i} points as {w[(i + j) % 10]} "
+                              "traders watched prices" for j in range(6))}
+            for i, c in enumerate(w * 3)]
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return path

@@ -1,30 +1,18 @@
 """Adapting a trained encoder to a user's documents (issue 15, item 5)."""
 
-import json
 from pathlib import Path
 
 import pytest
+from minidata import write_corpus
 from tokenizers import Tokenizer
 
 import encoder
 from encoder.adapt import corpus_sources, read_corpus
 from encoder.train import TrainConfig, train
 
-WORDS = "copper wheat coffee sugar cotton tin zinc cocoa rubber oil".split()
-
-
-def _corpus(tmp_path: Path) -> Path:
-    path = tmp_path / "docs.jsonl"
-    rows = [{"title": f"{w} report {i}",
-             "text": " ".join(f"the {w} market moved {i} points as {WORDS[(i + j) % 10]} "
-                              "traders watched prices" for j in range(6))}
-            for i, w in enumerate(WORDS * 3)]
-    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
-    return path
-
 
 def test_read_corpus_jsonl_and_lines(tmp_path: Path) -> None:
-    docs = read_corpus(_corpus(tmp_path))
+    docs = read_corpus(write_corpus(tmp_path))
     assert len(docs) == 30 and docs[0][0] == "copper report 0"
     (tmp_path / "docs.txt").write_text("first document\n\nsecond one\n")
     assert read_corpus(tmp_path / "docs.txt") == [("", "first document"), ("", "second one")]
@@ -34,7 +22,7 @@ def test_read_corpus_jsonl_and_lines(tmp_path: Path) -> None:
 
 
 def test_corpus_sources_are_unlabelled_pairs(tmp_path: Path) -> None:
-    sources = {s.name: s for s in corpus_sources(_corpus(tmp_path), n_queries=200)}
+    sources = {s.name: s for s in corpus_sources(write_corpus(tmp_path), n_queries=200)}
     assert set(sources) == {"lex-corpus", "corpus-spans", "corpus-title-body"}
     lex = sources["lex-corpus"]
     assert lex.negatives is not None and len(lex.negatives) == len(lex.pairs) > 100
@@ -43,7 +31,7 @@ def test_corpus_sources_are_unlabelled_pairs(tmp_path: Path) -> None:
 def test_adapting_goes_on_from_the_checkpoint(tiny_encoder_dir: Path, tmp_path: Path) -> None:
     cfg = TrainConfig(data_dir="", out_dir=str(tmp_path / "run"), steps=4, batch_size=8,
                       warmup_steps=1, device="cpu", hard_negatives=True, mine_at=1.0,
-                      init_from=str(tiny_encoder_dir), corpus=str(_corpus(tmp_path)))
+                      init_from=str(tiny_encoder_dir), corpus=str(write_corpus(tmp_path)))
     out = train(cfg)
     base, adapted = encoder.load(tiny_encoder_dir), encoder.load(out)
     assert adapted.config.d_model == base.config.d_model  # the checkpoint's architecture

@@ -7,6 +7,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from minidata import COMMODITIES, write_corpus
 from typer.testing import CliRunner
 
 import encoder
@@ -16,7 +17,6 @@ from encoder.dataset import Bundle
 from encoder.pairs import build_sources
 from encoder.token_bag import bags
 
-WORDS = "copper wheat coffee sugar cotton tin zinc cocoa rubber oil".split()
 TEXTS = ["copper prices rose as miners struck", "a dog runs in the park",
          "the wheat harvest failed in the north", "coffee and sugar traders met"]
 
@@ -27,21 +27,13 @@ def bagged_dir(tiny_encoder_dir: Path, tmp_path_factory: pytest.TempPathFactory)
     tmp = tmp_path_factory.mktemp("bagged")
     texts = tmp / "texts.jsonl"
     texts.write_text("".join(json.dumps(f"{w} market report {i}") + "\n"
-                             for i, w in enumerate(WORDS * 4)))
+                             for i, w in enumerate(COMMODITIES * 4)))
     r = CliRunner().invoke(app, ["token-bag", "--model", str(tiny_encoder_dir), "--texts",
                                  str(texts), "--out", str(tmp / "model")])
     assert r.exit_code == 0, r.output
     return tmp / "model"
 
 
-def _corpus(tmp_path: Path) -> Path:
-    path = tmp_path / "docs.jsonl"
-    rows = [{"title": f"{w} report {i}",
-             "text": " ".join(f"the {w} market moved {i} points as {WORDS[(i + j) % 10]} "
-                              "traders watched prices" for j in range(6))}
-            for i, w in enumerate(WORDS * 3)]
-    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
-    return path
 
 
 def test_training_vectors_are_the_served_vectors(bagged_dir: Path) -> None:
@@ -76,8 +68,9 @@ def test_options_and_sampling(data_dir: Path) -> None:
 def test_adapting_the_bag_to_a_corpus(bagged_dir: Path, tmp_path: Path) -> None:
     run = CliRunner().invoke
     out = tmp_path / "adapted"
-    r = run(app, ["token-bag", "--model", str(bagged_dir), "--corpus", str(_corpus(tmp_path)),
-                  "--steps", "40", "--batch-size", "16", "--lr", "0.01", "--out", str(out)])
+    corpus = str(write_corpus(tmp_path))
+    r = run(app, ["token-bag", "--model", str(bagged_dir), "--corpus", corpus, "--steps", "40",
+                  "--batch-size", "16", "--lr", "0.01", "--out", str(out)])
     assert r.exit_code == 0, r.output
     base = encoder.load(bagged_dir, device="cpu", backend="torch")
     adapted = encoder.load(out, device="cpu", backend="torch")
@@ -103,7 +96,7 @@ def test_adapting_the_bag_to_a_corpus(bagged_dir: Path, tmp_path: Path) -> None:
     assert float((onnx.encode(TEXTS) * want).sum(axis=1).min()) > 0.99
 
     # adapting again goes on from the trained table
-    r = run(app, ["token-bag", "--model", str(out), "--corpus", str(_corpus(tmp_path)),
+    r = run(app, ["token-bag", "--model", str(out), "--corpus", corpus,
                   "--steps", "2", "--batch-size", "16", "--out", str(tmp_path / "again")])
     assert r.exit_code == 0, r.output
     again = json.loads((tmp_path / "again/config.json").read_text())["token_bag"]["trained"]
@@ -124,7 +117,7 @@ def test_training_the_bag_on_a_bundle(bagged_dir: Path, data_dir: Path, tmp_path
 def test_bad_requests_write_nothing(tiny_encoder_dir: Path, bagged_dir: Path, tmp_path: Path
                                     ) -> None:
     run = CliRunner().invoke
-    corpus = str(_corpus(tmp_path))
+    corpus = str(write_corpus(tmp_path))
     out = tmp_path / "out"
     cases = [
         (["--model", str(tiny_encoder_dir), "--corpus", corpus], "no token bag"),
