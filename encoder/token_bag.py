@@ -103,9 +103,12 @@ def add_lexical(model: Any, tokenizer: Any, texts: Sequence[str], weight: float)
 
     if weight < 0:
         raise ValueError(f"the lexical weight must be >= 0, got {weight}")
-    config = dataclasses.replace(model.config, lexical_weight=float(weight))
+    # weight 0 also drops a trained table (encoder.bag_train); above 0 a trained one is kept
+    config = dataclasses.replace(model.config, lexical_weight=float(weight),
+                                 lexical_table=model.config.lexical_table and weight > 0)
     new = TransformerEncoder(config)
-    state = {k: v for k, v in model.state_dict().items() if k != "lexical_idf"}
+    state = {k: v for k, v in model.state_dict().items()
+             if k != "lexical_idf" and (weight > 0 or not k.startswith("lexical."))}
     if weight > 0:
         if not texts:
             raise ValueError("the idf needs texts")

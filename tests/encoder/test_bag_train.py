@@ -65,7 +65,8 @@ def test_options_and_sampling(data_dir: Path) -> None:
     assert all(np.array_equal(a, b) for a, b in zip(drawn, again, strict=True))
 
 
-def test_adapting_the_bag_to_a_corpus(bagged_dir: Path, tmp_path: Path) -> None:
+def test_adapting_the_bag_to_a_corpus(tiny_encoder_dir: Path, bagged_dir: Path,
+                                      tmp_path: Path) -> None:
     run = CliRunner().invoke
     out = tmp_path / "adapted"
     corpus = str(write_corpus(tmp_path))
@@ -101,6 +102,14 @@ def test_adapting_the_bag_to_a_corpus(bagged_dir: Path, tmp_path: Path) -> None:
     assert r.exit_code == 0, r.output
     again = json.loads((tmp_path / "again/config.json").read_text())["token_bag"]["trained"]
     assert again["from"] == "lexical"
+
+    # --weight 0 takes the bag out, trained table and all: the network's fingerprint again
+    r = run(app, ["token-bag", "--model", str(out), "--texts", corpus, "--weight", "0",
+                  "--out", str(tmp_path / "plain")])
+    assert r.exit_code == 0, r.output
+    plain = encoder.load(tmp_path / "plain", device="cpu", backend="torch")
+    assert not plain.config.lexical_table and not plain.config.lexical_weight
+    assert plain.fingerprint == encoder.load(tiny_encoder_dir, device="cpu").fingerprint
 
 
 def test_training_the_bag_on_a_bundle(bagged_dir: Path, data_dir: Path, tmp_path: Path
