@@ -154,7 +154,8 @@ def token_bag(
         None, "--texts", help="JSONL(.xz/.gz) of training texts for a new idf (a JSON string "
         "or {\"text\": ...} a line): a build-pairs bundle's texts.jsonl.xz. Never the "
         "collection to be searched. Without it the model's bag (and idf) is kept."),
-    weight: float = typer.Option(0.5, "--weight", min=0.0, help="With --texts; 0 removes the bag."),
+    weight: float | None = typer.Option(
+        None, "--weight", min=0.0, help="With --texts (default 0.5); 0 removes the bag."),
     limit: int = typer.Option(300_000, "--limit", min=1, help="Texts read for the idf."),
     pairs: Path | None = typer.Option(None, "--pairs", help="Train the bag's table on a "
                                       "qkv build-pairs folder (encoder/bag_train.py)."),
@@ -182,6 +183,9 @@ def token_bag(
         raise typer.BadParameter("give --texts (a new bag), --pairs or --corpus (train it)")
     if pairs is not None and corpus is not None:
         raise typer.BadParameter("give --pairs or --corpus, not both")
+    if weight is not None and texts is None:
+        raise typer.BadParameter("--weight makes a new bag: give --texts too",
+                                 param_hint="--weight")
     for path, hint, is_dir in ((texts, "--texts", False), (pairs, "--pairs", True),
                                (corpus, "--corpus", False)):
         if path is not None and not (path.is_dir() if is_dir else path.is_file()):
@@ -192,6 +196,7 @@ def token_bag(
     network.load_state_dict(state)
     kept = {k: v for k, v in meta.items() if k not in ("architecture", "fingerprint", "metrics")}
     if texts is not None:
+        weight = 0.5 if weight is None else weight
         rows = read_texts(texts, limit) if weight > 0 else []
         network = add_lexical(network, tokenizer, rows, weight)
         kept["token_bag"] = {"weight": weight, "idf_texts": texts.name, "n_texts": len(rows)}
@@ -221,14 +226,18 @@ def _train_bag(network: Any, tokenizer: Any, pairs: Path | None, corpus: Path | 
     if not network.config.lexical_weight:
         raise typer.BadParameter("the model has no token bag to train: give --texts too")
     try:
+        options = BagTraining(steps=steps, batch_size=batch_size, lr=lr, per_source=per_source,
+                              seed=seed)
+    except ValueError as e:
+        raise typer.BadParameter(str(e)) from e
+    try:
         bundle = (Bundle.load(pairs) if pairs is not None
                   else Bundle.from_sources(corpus_sources(corpus or Path())))
     except (OSError, ValueError, KeyError) as e:
         raise typer.BadParameter(str(e), param_hint="--pairs" if pairs else "--corpus") from e
     enc = TextEncoder(network, tokenizer, device="cpu")
     enc.use_backend(None)  # the vectors as served (int8 ONNX Runtime on a CPU)
-    new, report = train_table(enc, bundle, BagTraining(
-        steps=steps, batch_size=batch_size, lr=lr, per_source=per_source, seed=seed))
+    new, report = train_table(enc, bundle, options)
     report["on"] = (pairs or corpus or Path()).name
     report["adapted"] = corpus is not None
     return new, {**record, "weight": network.config.lexical_weight, "trained": report}

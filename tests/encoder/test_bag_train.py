@@ -136,6 +136,8 @@ def test_bad_requests_write_nothing(tiny_encoder_dir: Path, bagged_dir: Path, tm
         (["--model", str(bagged_dir), "--corpus", str(tmp_path / "missing.jsonl")],
          "--corpus"),
         (["--model", str(bagged_dir), "--pairs", str(tmp_path)], "--pairs"),  # no bundle
+        (["--model", str(bagged_dir), "--corpus", corpus, "--weight", "1"], "--weight"),
+        (["--model", str(bagged_dir), "--corpus", corpus, "--lr", "0"], "lr must be > 0"),
     ]
     for args, message in cases:
         r = run(app, ["token-bag", *args, "--out", str(out)])
