@@ -30,7 +30,7 @@ import torch.nn.functional as F
 
 from encoder.dataset import Bundle
 from encoder.losses import InfoNCE, Matryoshka, duplicates
-from encoder.token_bag import K1
+from encoder.token_bag import term_weights
 
 log = logging.getLogger(__name__)
 
@@ -58,21 +58,16 @@ class BagTraining:
 
 class TextBags:
     """Texts as the bag sees them: each one's distinct token ids with their BM25 weights
-    (``idf · tf·(k1 + 1)/(tf + k1)``, as :func:`encoder.token_bag.bags`), flat, and the
+    (:func:`encoder.token_bag.term_weights`, as the served bag weighs them), flat, and the
     network's unit vectors of them."""
 
     def __init__(self, ids: Sequence[Sequence[int]], vectors: np.ndarray, idf: np.ndarray
                  ) -> None:
-        flat, weights, lengths = [], [], []
-        for x in ids:
-            u, tf = np.unique(np.asarray(x, np.int64), return_counts=True)
-            flat.append(u)
-            weights.append(idf[u] * tf * (K1 + 1) / (tf + K1))
-            lengths.append(len(u))
-        self.ids = torch.from_numpy(np.concatenate(flat) if flat else np.zeros(0, np.int64))
-        self.weights = torch.from_numpy(
-            np.concatenate(weights).astype(np.float32) if weights else np.zeros(0, np.float32))
-        self.offsets = np.concatenate([[0], np.cumsum(lengths, dtype=np.int64)])
+        rows, tokens, weights = term_weights(ids, idf)
+        self.ids = torch.from_numpy(tokens)
+        self.weights = torch.from_numpy(weights)
+        self.offsets = np.concatenate(
+            [[0], np.cumsum(np.bincount(rows, minlength=len(ids)), dtype=np.int64)])
         self.vectors = F.normalize(torch.from_numpy(np.asarray(vectors, np.float32)), dim=-1)
 
     def __len__(self) -> int:

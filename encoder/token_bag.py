@@ -74,17 +74,25 @@ def idf_over(tokenizer: Any, texts: Sequence[str], vocab: int) -> np.ndarray:
     return idf_of((e.ids for e in encs), vocab, special_ids(tokenizer))
 
 
-def bags(ids: Sequence[Sequence[int]], idf: np.ndarray, table: np.ndarray) -> np.ndarray:
-    """(B, table width) unit rows: each token id list's bag over ``table`` (module doc)."""
-    if not ids:
-        return np.zeros((0, table.shape[1]), np.float32)
+def term_weights(ids: Sequence[Sequence[int]], idf: np.ndarray
+                 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(list row, token id, weight) of each distinct token of each token id list, ordered
+    by row then token; the weight is BM25's for a document term without length
+    normalisation, ``idf · tf·(k1 + 1)/(tf + k1)``, in float32."""
     lengths = np.fromiter((len(x) for x in ids), np.int64, len(ids))
     flat = np.fromiter((t for x in ids for t in x), np.int64, int(lengths.sum()))
     rows = np.repeat(np.arange(len(ids)), lengths)
     keys, tf = np.unique(rows * len(idf) + flat, return_counts=True)  # (text, token) pairs
     r, c = np.divmod(keys, len(idf))
+    return r, c, (idf[c] * tf * (K1 + 1) / (tf + K1)).astype(np.float32)
+
+
+def bags(ids: Sequence[Sequence[int]], idf: np.ndarray, table: np.ndarray) -> np.ndarray:
+    """(B, table width) unit rows: each token id list's bag over ``table`` (module doc)."""
+    if not ids:
+        return np.zeros((0, table.shape[1]), np.float32)
+    r, c, w = term_weights(ids, idf)
     # float32 throughout: a float64 matrix would copy the whole table to float64 per call
-    w = (idf[c] * tf * (K1 + 1) / (tf + K1)).astype(np.float32)
     m = sparse.csr_matrix((w, (r, c)), shape=(len(ids), len(idf)), dtype=np.float32)
     bag = np.asarray(m @ table.astype(np.float32, copy=False), np.float32)
     return bag / np.maximum(np.linalg.norm(bag, axis=1, keepdims=True), 1e-12)
