@@ -108,7 +108,7 @@ def test_vectors_of_another_encoder_or_corpus_are_not_used(
 def test_shipped_demo_vectors_are_the_shipped_encoders() -> None:
     """The vectors files in data/demo (the docs corpus' only: the translation memory's, 15
     MB, would pass the repository's size budget) match the shipped encoder and corpora (else a first
-    start encodes: run `qkv demo-vectors data/demo/*.jsonl.gz` after changing either), and
+    start encodes: run `qkv demo-vectors data/demo/python-docs.jsonl.gz` after changing either), and
     hold what that encoder makes of the texts."""
     from wiring.components import encoder_info, load_encoder
 
