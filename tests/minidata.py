@@ -136,15 +136,11 @@ def write_beir(folder: Path, rng: random.Random) -> Path:
     return folder
 
 
-
-
 COMMODITIES = "copper wheat coffee sugar cotton tin zinc cocoa rubber oil".split()
 
 
 def write_corpus(folder: Path) -> Path:
     """A user's corpus for adapting an encoder: 30 titled market reports (docs.jsonl)."""
-    import json
-
     path = folder / "docs.jsonl"
     w = COMMODITIES
     rows = [{"title": f"{c} report {i}",

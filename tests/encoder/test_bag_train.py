@@ -34,8 +34,6 @@ def bagged_dir(tiny_encoder_dir: Path, tmp_path_factory: pytest.TempPathFactory)
     return tmp / "model"
 
 
-
-
 def test_training_vectors_are_the_served_vectors(bagged_dir: Path) -> None:
     enc = encoder.load(bagged_dir, device="cpu", backend="torch")
     ids, _ = enc.tokenize(TEXTS)
