@@ -44,6 +44,7 @@ class Neighbours:
     xq: np.ndarray
     mode: str
     truncated: bool
+    weight: tuple[float, str] | None = None  # hybrid's w and where it came from
 
     def cosines(self) -> np.ndarray:
         """Each hit's dense similarity to the query: its score in dense mode, else q·key
@@ -118,12 +119,13 @@ async def neighbours(svc: Service, name: str, bodies: Sequence[s.SearchRequest],
                b.consistency, b.fusion, b.dense_weight, p.tenant)
         groups.setdefault(key, []).append(i)
     found: list[list[Hit]] = [[] for _ in bodies]
+    weights = [svc.hybrid_weight(info, b.dense_weight) for b in bodies]
     for rows in groups.values():
         p = plans[rows[0]]
         texts = [bodies[i].query or "" for i in rows] if p.mode != "dense" else None
         res = await svc.search_many(name, xq[rows], p.depth, p.filter,
                                     with_vectors or p.mode != "dense", p.body.consistency,
-                                    texts, p.mode, p.body.fusion, p.body.dense_weight,
+                                    texts, p.mode, p.body.fusion, weights[rows[0]][0],
                                     p.tenant)
         for i, hits in zip(rows, res, strict=True):
             found[i] = hits
@@ -132,7 +134,8 @@ async def neighbours(svc: Service, name: str, bodies: Sequence[s.SearchRequest],
         hits = found[i][p.body.offset:p.depth]
         if p.body.score_threshold is not None:
             hits = [h for h in hits if h.score >= p.body.score_threshold]
-        out.append(Neighbours(hits, xq[i], p.mode, cut[i]))
+        out.append(Neighbours(hits, xq[i], p.mode, cut[i],
+                              weights[i] if p.mode == "hybrid" else None))
     return out
 
 
@@ -173,9 +176,11 @@ def _search_out(svc: Service, name: str, body: s.SearchRequest, nb: Neighbours
                 ) -> dict[str, Any]:
     t = body.temperature or svc.settings.default_temperature
     weights = softmax(nb.cosines(), t)
-    return with_seeding(svc, name, {"hits": hits_out(nb.hits, weights, body.fields),
-                                    "temperature": t, "truncated": nb.truncated,
-                                    "mode": nb.mode})
+    out = {"hits": hits_out(nb.hits, weights, body.fields), "temperature": t,
+           "truncated": nb.truncated, "mode": nb.mode}
+    if nb.weight is not None:
+        out["dense_weight"], out["weight_source"] = nb.weight
+    return with_seeding(svc, name, out)
 
 
 @retrieval_v1.post("/v1/collections/{name}/search", response_model=s.SearchResponse,

@@ -3,6 +3,7 @@ into the response shapes (vector-heavy ones serialised with orjson, straight fro
 
 from __future__ import annotations
 
+import asyncio
 import secrets
 from typing import Annotated, Any
 
@@ -12,7 +13,7 @@ from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from pydantic import AfterValidator
 
 from api import schemas as s
-from api.errors import ApiError, invalid, not_found, too_large
+from api.errors import ApiError, conflict, invalid, not_found, too_large
 from api.service import Service
 from index import (
     CollectionInfo,
@@ -21,6 +22,7 @@ from index import (
     hybrid_default,
 )
 from index.tenancy import check_tenant
+from wiring.tuning import labels_from, manual
 
 _ERROR_TEXTS = ((401, "Missing or wrong API key"), (404, "Unknown collection or item"),
                 (409, "Encoder/dimension mismatch, existing collection, no decoder"),
@@ -119,7 +121,8 @@ def _collection_out(svc: Service, info: CollectionInfo, aliases: dict[str, str],
     return {"name": info.name, "dim": info.dim,
             "encoder": info.encoder.to_dict() if info.encoder else None, "count": count,
             "decoder": str(dec) if dec else None, "hybrid": info.hybrid, "aliases": pointing,
-            "multi_tenant": info.multi_tenant}
+            "multi_tenant": info.multi_tenant, "calibration": info.calibration,
+            "tuning": svc.tuner.state(info.name)}
 
 
 @v1.post("/v1/collections", status_code=201, response_model=s.CollectionOut,
@@ -172,6 +175,47 @@ async def delete_collection(name: CollectionName, request: Request) -> Response:
     await svc.call(svc.store.describe, name)  # 404 when absent
     await svc.call(svc.store.drop, name)
     return json_response({"deleted": name})
+
+
+@v1.post("/v1/collections/{name}/tune", response_model=s.TuneState, tags=["collections"],
+         responses={202: {"model": s.TuneState, "description": "Tune started."}})
+async def tune_collection(name: CollectionName, body: s.TuneRequest, request: Request
+                          ) -> Response:
+    """Calibrate hybrid search for this collection and store the result with it: from its
+    own documents (no labels: pseudo-queries, see ``index.calibration``), from judged
+    ``labels`` (chosen by nDCG@10), or by hand (``dense_weight``). Runs in the background
+    (202; ``GET`` this path or the collection for its state) unless ``wait``. A collection
+    without BM25 is 409; labels naming ids it lacks, or an empty collection, 422; a tune of
+    it already running, 409."""
+    svc = service(request)
+    info = await svc.call(svc.store.describe, name)
+    if body.dense_weight is not None:
+        if body.labels is not None:
+            raise invalid("give `labels` or `dense_weight`, not both", "dense_weight")
+        cal = await svc.call(manual, svc.store, info.name, body.dense_weight)
+        return json_response({"collection": info.name, "state": "done",
+                              "reason": "set by hand", "calibration": cal.to_dict()})
+    if svc.tuner.running(info.name):
+        raise conflict(f"a tune of collection {info.name!r} is already running")
+    labels = (labels_from([q.model_dump() for q in body.labels])
+              if body.labels is not None else None)
+    await svc.call(svc.tuner.check, info, labels)
+    job = svc.tuner.start(info, labels, body.seed)
+    if body.wait:
+        return json_response(await asyncio.wrap_future(job))
+    return json_response(svc.tuner.state(info.name), 202)
+
+
+@v1.get("/v1/collections/{name}/tune", response_model=s.TuneState, tags=["collections"])
+async def tune_state(name: CollectionName, request: Request) -> Response:
+    """This server's last tune job of the collection (404 when there was none)."""
+    svc = service(request)
+    info = await svc.call(svc.store.describe, name)
+    state = svc.tuner.state(info.name)
+    if state is None:
+        raise not_found(f"no tune of collection {info.name!r} has run on this server; its "
+                        "stored calibration is in GET /v1/collections/{name}")
+    return json_response(state)
 
 
 # aliases
@@ -235,6 +279,7 @@ async def upsert_documents(name: CollectionName, body: s.DocumentsUpsert, reques
              for i, d in enumerate(docs)]
     n = await svc.call(svc.store.upsert, name, items, svc.info_for(info.dim))
     await svc.remember(name, info.name, docs, emb.vectors, tenant)
+    svc.tuner.wrote(info, n)  # tuned in the background once it has grown enough
     cut = [d.id for d, t in zip(docs, emb.truncated, strict=True) if t]
     return json_response({"upserted": n, "truncated": cut})
 

@@ -18,7 +18,9 @@ from api.batcher import DynamicBatcher
 from api.errors import conflict, invalid
 from api.metrics import Metrics
 from api.settings import Settings
-from index import EncoderInfo, Hit, StoreError, StoreUnavailableError, softmax
+from api.tuner import Tuner
+from index import CollectionInfo, EncoderInfo, Hit, StoreError, StoreUnavailableError, softmax
+from index.calibration import model_mapping
 from index.fusion import DEFAULT_FUSION, model_dense_weight
 from wiring.components import load_components
 from wiring.demo import Seeding
@@ -55,6 +57,7 @@ class Service:
         self.decoders, self.decoder_paths = self.parts.decoders, self.parts.decoder_paths
         self.model_created = int(settings.model.joinpath("model.safetensors").stat().st_mtime)
         self.dense_weight = model_dense_weight(settings.model)  # hybrid's default w
+        self.mapping = model_mapping(settings.model)  # collection signals -> w
         self.batcher = DynamicBatcher(
             lambda ids: self.encoder.encode_ids(ids, batch_size=len(ids), normalize=False),
             self.encoder.dim, max_size=settings.batch_max_size,
@@ -62,8 +65,10 @@ class Service:
             queue_max=settings.queue_max, metrics=metrics)
 
         self.seeding: dict[str, Seeding] = {}  # demo collections (api.app fills them)
+        self.tuner = Tuner(self)
 
     def close(self) -> None:
+        self.tuner.close()
         self.batcher.close()
         self.parts.close()
 
@@ -145,6 +150,18 @@ class Service:
                                with_vectors, consistency, query_text, mode, fusion,
                                self.dense_weight if dense_weight is None else dense_weight,
                                tenant)
+
+    def hybrid_weight(self, info: CollectionInfo, requested: float | None
+                      ) -> tuple[float, str]:
+        """Hybrid's dense weight for a search of ``info``, and where it came from: the
+        request's, else the collection's calibration, else the encoder's default."""
+        if requested is not None:
+            return requested, "request"
+        cal = info.calibration
+        if cal is not None and "dense_weight" in cal:
+            source = "encoder default" if cal.get("source") == "encoder default" else "collection"
+            return float(cal["dense_weight"]), source
+        return self.dense_weight, "encoder default"
 
     def decoder_for(self, collection: str, *names: str) -> Any:
         """The decoder configured for ``collection``, or for another name of it (the

@@ -7,7 +7,7 @@ import logging
 
 import typer
 
-from cli import alias, decoder, encoder, index, serve, stack, token_memory
+from cli import alias, decoder, encoder, index, serve, stack, token_memory, tune
 
 app = typer.Typer(help="qkv: retrieval-augmented embedding service.", no_args_is_help=True)
 
@@ -27,3 +27,4 @@ decoder.register(app)
 token_memory.register(app)
 stack.register(app)
 alias.register(app)
+tune.register(app)

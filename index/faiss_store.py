@@ -20,8 +20,10 @@ from __future__ import annotations
 import json
 import logging
 import os
+import random
 import shutil
 from collections.abc import Callable, Iterator, Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -80,7 +82,7 @@ class FaissStore:
         meta = json.loads((path / "collection.json").read_text())
         enc = EncoderInfo.from_dict(meta["encoder"]) if meta["encoder"] else None
         info = CollectionInfo(name, int(meta["dim"]), enc, bool(meta.get("hybrid", False)),
-                              bool(meta.get("multi_tenant", False)))
+                              bool(meta.get("multi_tenant", False)), meta.get("calibration"))
         col = Memory(info, self.index_type, self.hnsw_m)
         if (path / "items.jsonl").is_file():
             vectors = np.load(path / "vectors.npy")
@@ -184,6 +186,21 @@ class FaissStore:
 
     def describe(self, collection: str) -> CollectionInfo:
         return self._load(collection).info
+
+    def set_calibration(self, collection: str, calibration: dict[str, Any] | None) -> None:
+        col = self._load(collection)
+        path = self._dir(col.info.name)
+        meta = json.loads((path / "collection.json").read_text())
+        meta["calibration"] = calibration
+        (path / "collection.tmp.json").write_text(json.dumps(meta))
+        os.replace(path / "collection.tmp.json", path / "collection.json")
+        col.info = replace(col.info, calibration=calibration)
+
+    def sample(self, collection: str, n: int, seed: int = 0) -> tuple[list[Item], int]:
+        col = self._load(collection)
+        keys = sorted(col.items)
+        pick = sorted(random.Random(seed).sample(keys, min(n, len(keys))))
+        return [col.items[k] for k in pick if k in col.items], len(keys)
 
     # -- aliases (index.aliases) -------------------------------------------------------
     def _read_aliases(self) -> dict[str, str]:

@@ -107,7 +107,12 @@ def _normalised(side: str, hits: Sequence[Hit], fusion: str, rrf_k: int, depth: 
 def _mix(dense_confidence: float, bm25_confidence: float, dense_weight: float) -> float:
     cd = dense_weight * dense_confidence
     cb = (1.0 - dense_weight) * bm25_confidence
-    return cd / (cd + cb) if cd + cb > 0 else dense_weight
+    if cd + cb > 0:
+        return cd / (cd + cb)
+    # w is 0 or 1 and that side found nothing (or scored all alike): the other side ranks
+    if dense_confidence > 0:
+        return 1.0
+    return 0.0 if bm25_confidence > 0 else dense_weight
 
 
 def query_weight(dense: Sequence[Hit], bm25: Sequence[Hit], dense_weight: float,

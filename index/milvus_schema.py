@@ -19,6 +19,7 @@ from index.store import MAX_ID_BYTES, MAX_TEXT_BYTES, EncoderInfo, Hit, Item
 from index.tenancy import MAX_TENANT_CHARS, TENANT_FIELD, local_id
 
 ENCODER_PROPERTY = "qkv.encoder"
+CALIBRATION_PROPERTY = "qkv.calibration"  # hybrid's calibration (index.calibration)
 OUTPUT_FIELDS = ["id", "text", "value", "metadata"]
 SPARSE_FIELD = "sparse"
 BM25_FIELD = "bm25_text"  # the analysed copy of ``text`` that BM25 indexes

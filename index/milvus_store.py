@@ -24,7 +24,9 @@ from __future__ import annotations
 
 import json
 import logging
+import random
 import threading
+import time
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any, TypeVar
 
@@ -36,6 +38,7 @@ from index.fusion import DEFAULT_DENSE_WEIGHT, DEFAULT_FUSION, candidates, check
 from index.milvus_conn import connect, is_missing, is_unavailable, version_at_least
 from index.milvus_schema import (
     BM25_FIELD,
+    CALIBRATION_PROPERTY,
     ENCODER_PROPERTY,
     OUTPUT_FIELDS,
     SPARSE_FIELD,
@@ -73,6 +76,10 @@ BM25_MIN_VERSION = (2, 5)  # the first Milvus server with the BM25 function
 # Milvus 2.3.5 lost rows under a partition-key filter once they were upserted (count 0 of
 # 20 for `tenant == "acme"`, in a /tmp script): there the tenant is a plain field
 PARTITION_KEY_MIN_VERSION = (2, 4)
+# How long a collection's description is trusted before it is read again: another server
+# on the same store may have re-tuned its calibration since.
+INFO_TTL_S = 5.0
+SAMPLE_CHUNK = 1000
 T = TypeVar("T")
 
 
@@ -97,6 +104,7 @@ class MilvusStore:
         self.is_lite = "://" not in uri
         self._client: Any = None
         self._info: dict[str, CollectionInfo] = {}
+        self._info_at: dict[str, float] = {}  # when each was described (INFO_TTL_S)
         self._loaded: set[str] = set()
         self._analysed: dict[str, bool] = {}  # hybrid collection -> has BM25_FIELD
         self._bm25: bool | None = None
@@ -244,20 +252,52 @@ class MilvusStore:
 
     def describe(self, collection: str) -> CollectionInfo:
         collection = self._aliases.resolve(collection)
-        if collection in self._info:
+        if (collection in self._info
+                and time.monotonic() - self._info_at.get(collection, 0.0) < INFO_TTL_S):
             return self._info[collection]
         if not self._call("has_collection", lambda c: c.has_collection(collection)):
             raise CollectionNotFoundError(f"no collection {collection!r} in {self.uri}")
         d = self._call("describe_collection",
                        lambda c: c.describe_collection(collection, timeout=self.timeout))
         dim = next(int(f["params"]["dim"]) for f in d["fields"] if f["name"] == "vector")
-        raw = json.loads(d.get("properties", {}).get(ENCODER_PROPERTY, "null"))
+        props = d.get("properties", {})
+        raw = json.loads(props.get(ENCODER_PROPERTY, "null"))
+        calibration = json.loads(props.get(CALIBRATION_PROPERTY, "null"))
         hybrid = any(f["name"] == SPARSE_FIELD for f in d["fields"])
         self._analysed[collection] = any(f["name"] == BM25_FIELD for f in d["fields"])
         info = CollectionInfo(collection, dim, EncoderInfo.from_dict(raw) if raw else None,
-                              hybrid, any(f["name"] == TENANT_FIELD for f in d["fields"]))
+                              hybrid, any(f["name"] == TENANT_FIELD for f in d["fields"]),
+                              calibration if isinstance(calibration, dict) else None)
         self._info[collection] = info
+        self._info_at[collection] = time.monotonic()
         return info
+
+    def set_calibration(self, collection: str, calibration: dict[str, Any] | None) -> None:
+        collection = self._aliases.resolve(collection)
+        self.describe(collection)  # 404 first
+        value = json.dumps(calibration)
+        self._call("alter_collection_properties", lambda c: c.alter_collection_properties(
+            collection, properties={CALIBRATION_PROPERTY: value}, timeout=self.timeout))
+        self._info.pop(collection, None)
+
+    def sample(self, collection: str, n: int, seed: int = 0) -> tuple[list[Item], int]:
+        collection = self._aliases.resolve(collection)
+        info = self._ready(collection)
+        rows = self._call("sample", lambda c: c.query(
+            collection, filter='id > ""', output_fields=["id"], consistency_level="Strong",
+            timeout=self.timeout))
+        ids = sorted(str(r["id"]) for r in rows)
+        pick = sorted(random.Random(seed).sample(ids, min(n, len(ids))))
+        fields = [*OUTPUT_FIELDS, "vector", *([TENANT_FIELD] if info.multi_tenant else [])]
+        out: list[Item] = []
+        for start in range(0, len(pick), SAMPLE_CHUNK):
+            expr = "id in [" + ", ".join(quote(k) for k in pick[start:start + SAMPLE_CHUNK]) + "]"
+            got = self._call("sample", lambda c, e=expr: c.query(  # type: ignore[misc]
+                collection, filter=e, output_fields=fields, consistency_level="Strong",
+                timeout=self.timeout))
+            out += [item(r, info.multi_tenant) for r in got]
+        out.sort(key=lambda it: (it.tenant or "", it.id))
+        return out, len(ids)
 
     def _ready(self, collection: str, encoder: EncoderInfo | None = None) -> CollectionInfo:
         """Describe (cached), check the encoder, and make sure the collection is loaded."""

@@ -81,6 +81,8 @@ class CollectionInfo:
     encoder: EncoderInfo | None
     hybrid: bool = False
     multi_tenant: bool = False  # see index.tenancy
+    # hybrid's calibration (index.calibration.Calibration as a dict), None until tuned
+    calibration: dict[str, Any] | None = None
 
 
 @dataclass
@@ -191,6 +193,16 @@ class VectorStore(Protocol):
 
     def count(self, collection: str, tenant: str | None = None) -> int:
         """Exact number of items (the tenant's, in a multi-tenant collection; strong read)."""
+        ...
+
+    def set_calibration(self, collection: str, calibration: dict[str, Any] | None) -> None:
+        """Store hybrid's calibration with the collection (a JSON object; None removes it):
+        every later ``describe`` of it, from any client, returns it as ``calibration``."""
+        ...
+
+    def sample(self, collection: str, n: int, seed: int = 0) -> tuple[list[Item], int]:
+        """Up to ``n`` items drawn at random (``seed``) from the whole collection, every
+        tenant's, with their vectors; and how many items it holds."""
         ...
 
     def scan(self, collection: str, after: str | None = None, batch_size: int = 1000

@@ -245,6 +245,42 @@ def test_reopened_store_sees_data_and_encoder(store: VectorStore, collection: st
         again.close()
 
 
+def test_calibration_is_stored_with_the_collection_and_read_back_after_reopening(
+        store: VectorStore, collection: str, backend: str, request: pytest.FixtureRequest,
+        tmp_path: Path) -> None:
+    store.create(collection, D, ENC)
+    assert store.describe(collection).calibration is None
+    cal = {"dense_weight": 0.3, "source": "manual", "signals": {"dense": 0.5}}
+    store.set_calibration(collection, cal)
+    assert store.describe(collection).calibration == cal
+    store.upsert(collection, make_items(3))  # writes keep it
+    store.close()
+    again = open_backend(backend, request, tmp_path)
+    try:
+        assert again.describe(collection).calibration == cal
+        again.set_calibration(collection, None)
+        assert again.describe(collection).calibration is None
+    finally:
+        again.close()
+    with pytest.raises(CollectionNotFoundError):
+        store.set_calibration("t_missing_" + collection[2:], cal)
+
+
+def test_sample_draws_seeded_items_with_vectors_and_the_total(store: VectorStore,
+                                                              collection: str) -> None:
+    store.create(collection, D, ENC)
+    items = {it.id: it for it in make_items(30)}
+    store.upsert(collection, list(items.values()))
+    got, total = store.sample(collection, 8, seed=5)
+    assert total == 30 and len(got) == 8 and len({it.id for it in got}) == 8
+    assert [it.id for it in store.sample(collection, 8, seed=5)[0]] == [it.id for it in got]
+    for it in got:
+        assert it.text == items[it.id].text
+        np.testing.assert_allclose(it.vector, items[it.id].vector, atol=1e-6)
+    everything, _ = store.sample(collection, 100)
+    assert sorted(it.id for it in everything) == sorted(items)
+
+
 @pytest.mark.parametrize("mode", ["dense", "bm25", "hybrid"])
 def test_hybrid_collection_keeps_the_contract_in_every_mode(store: VectorStore, collection: str,
                                                             mode: str) -> None:

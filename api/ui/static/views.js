@@ -58,8 +58,11 @@ async function runSearch(form) {
   }
   $("#query-tokens").replaceChildren(...(pooled ? shaded(pooled[0].segments) : [body.query]));
   $("#search-summary").textContent = `${res.hits.length} hits in ${collection}, mode `
-    + `${res.mode}${res.truncated ? " (query cut to the token limit)" : ""}; weight = `
-    + `softmax(cosine / ${res.temperature}) over these hits.${seedingNote(res)}`;
+    + `${res.mode}${res.truncated ? " (query cut to the token limit)" : ""}`
+    + `${res.dense_weight == null ? "" : `, dense weight ${fmt(res.dense_weight, 2)} (from `
+      + `${res.weight_source === "collection" ? "the collection's calibration"
+        : res.weight_source === "request" ? "the request" : "the encoder's default"})`}`
+    + `; weight = softmax(cosine / ${res.temperature}) over these hits.${seedingNote(res)}`;
   $("#hits").replaceChildren(...res.hits.map((hit, i) => h("li", { class: "hit",
     "data-id": hit.id },
   h("div", { class: "hit-head" }, h("span", { class: "id" }, hit.id),

@@ -1,0 +1,127 @@
+"""The service's tune jobs (:mod:`wiring.tuning`): one at a time, in a worker thread, never on
+a request's path. A job starts on ``POST /v1/collections/{name}/tune`` or by itself when an
+API-written collection has grown enough (:func:`wiring.tuning.due`, checked every
+:data:`CHECK_EVERY` documents this server writes into it). Its texts are embedded through
+the service's batcher, so a tune takes its turn with the requests."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+import time
+from concurrent.futures import Future, ThreadPoolExecutor
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from index import CollectionInfo, StoreError
+from wiring.tuning import Labels, check_labels, check_tunable, due, tune
+
+if TYPE_CHECKING:
+    from api.service import Service
+
+log = logging.getLogger(__name__)
+CHECK_EVERY = 1000  # documents written into a collection between two checks of due()
+
+
+class Tuner:
+    """Tune jobs by collection; :meth:`state` says how the last one went."""
+
+    def __init__(self, svc: Service) -> None:
+        self.svc = svc
+        self._jobs: dict[str, dict[str, Any]] = {}
+        self._written: dict[str, int] = {}
+        self._lock = threading.Lock()
+        self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="qkv-tune")
+
+    def close(self) -> None:
+        self._pool.shutdown(wait=False, cancel_futures=True)
+
+    def state(self, collection: str) -> dict[str, Any] | None:
+        """The last tune job of ``collection`` on this server (None: none)."""
+        with self._lock:
+            job = self._jobs.get(collection)
+            return dict(job) if job is not None else None
+
+    def running(self, collection: str) -> bool:
+        job = self.state(collection)
+        return job is not None and job["state"] in ("queued", "running")
+
+    def check(self, info: CollectionInfo, labels: Labels | None) -> None:
+        """What a tune request is refused for before it starts (the store's errors: 409 for
+        a collection without BM25, 422 for labels naming unknown ids or an empty one)."""
+        check_tunable(info)
+        if labels is not None:
+            check_labels(self.svc.store, info, labels)
+        elif self.svc.store.count(info.name) == 0 if not info.multi_tenant else False:
+            raise ValueError(f"collection {info.name!r} has no documents to calibrate on")
+
+    def start(self, info: CollectionInfo, labels: Labels | None = None, seed: int = 0,
+              reason: str = "request") -> Future[dict[str, Any]]:
+        """Queue a tune of ``info``'s collection; the future gives its final state."""
+        loop = asyncio.get_running_loop()
+        with self._lock:
+            self._jobs[info.name] = {"collection": info.name, "state": "queued",
+                                     "reason": reason, "queued_at": time.time()}
+        return self._pool.submit(self._run, loop, info, labels, seed)
+
+    def _run(self, loop: asyncio.AbstractEventLoop, info: CollectionInfo,
+             labels: Labels | None, seed: int) -> dict[str, Any]:
+        self._update(info.name, state="running", started_at=time.time())
+
+        def embed(texts: Any) -> np.ndarray:
+            fut = asyncio.run_coroutine_threadsafe(
+                self.svc.embed(list(texts), True, dim=info.dim), loop)
+            return fut.result().vectors
+
+        try:
+            cal = tune(self.svc.store, info.name, embed, self.svc.mapping,
+                       self.svc.dense_weight, labels, seed)
+        except (StoreError, ValueError) as e:
+            log.warning("tuning %s failed: %s", info.name, e)
+            return self._update(info.name, state="failed", error=str(e),
+                                finished_at=time.time())
+        except Exception as e:  # a worker thread: say so instead of dying silently
+            log.exception("tuning %s failed", info.name)
+            return self._update(info.name, state="failed",
+                                error=f"internal error: {type(e).__name__}",
+                                finished_at=time.time())
+        return self._update(info.name, state="done", calibration=cal.to_dict(),
+                            finished_at=time.time())
+
+    def _update(self, collection: str, **fields: Any) -> dict[str, Any]:
+        with self._lock:
+            job = self._jobs.setdefault(collection, {"collection": collection})
+            job.update(fields)
+            return dict(job)
+
+    def wrote(self, info: CollectionInfo, rows: int) -> None:
+        """``rows`` documents were just written into ``info``'s collection: every
+        :data:`CHECK_EVERY` of them, start a tune if it is due (in the background)."""
+        if not info.hybrid or rows <= 0:
+            return
+        with self._lock:
+            n = self._written.get(info.name, 0) + rows
+            self._written[info.name] = n % CHECK_EVERY
+            if n < CHECK_EVERY:
+                return
+        if self.running(info.name):
+            return
+        loop = asyncio.get_running_loop()
+        self._pool.submit(self._auto, loop, info.name)
+
+    def _auto(self, loop: asyncio.AbstractEventLoop, collection: str) -> None:
+        try:
+            info = self.svc.store.describe(collection)
+            count = self.svc.store.count(collection) if not info.multi_tenant else \
+                self.svc.store.sample(collection, 0)[1]
+        except StoreError as e:
+            log.warning("could not check whether %s needs tuning: %s", collection, e)
+            return
+        if due(info, count):
+            with self._lock:
+                self._jobs[collection] = {"collection": collection, "state": "queued",
+                                          "reason": f"grown to {count} documents",
+                                          "queued_at": time.time()}
+            self._run(loop, info, None, 0)

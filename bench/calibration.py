@@ -1,0 +1,230 @@
+"""Fitting and checking hybrid search's per-collection calibration on labelled dev collections.
+
+Usage: python bench/calibration.py --data ../shared/data [--model models/encoder-default]
+       [--dev var/dev] [--devcoll var/devcoll] [--cache var/calibration] [--write]
+
+For each dev collection (the four of ``bench/fusion.py`` and those of
+``bench/devcollections.py``) the corpus is encoded once (cached under ``--cache`` by the
+encoder's fingerprint), and then:
+
+* *real*: its judged queries searched exactly (dense, top 100) and with BM25
+  (:class:`index.bm25.BM25Index`, which scores as Milvus does, top 100), fused by
+  :func:`index.fusion.fuse` at every weight of :data:`index.calibration.GRID`: nDCG@10 per
+  weight, and the best weight in hindsight;
+* *label-free*: :func:`index.calibration.measure` on the corpus alone (what a collection
+  sees of itself when it calibrates), timed.
+
+The mapping from signals to weight (:class:`index.calibration.Mapping`) is fitted on all dev
+collections and checked leave-one-out (fitted without a collection, scored on it): the
+mapping chosen maximises the worst collection's hybrid × BM25, then the mean. SciFact's test
+queries are held out. ``--write`` stores the mapping in the encoder's ``retrieval.json``.
+Prints a markdown section and appends it to bench/RESULTS.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shlex
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "bench"))
+
+from index.beir import load_beir, score_run  # noqa: E402
+from index.bm25 import BM25Index  # noqa: E402
+from index.calibration import GRID, Mapping, measure  # noqa: E402
+from index.fusion import CANDIDATES, RETRIEVAL_FILE, fuse  # noqa: E402
+from index.store import Hit  # noqa: E402
+
+PUBLIC_DEV = [("cranfield", "test"), ("multi30k-captions-val", "test")]
+CARVED_DEV = [("scifact-dev", "dev"), ("medquad-dev", "dev")]
+HELD_OUT = [("scifact", "test")]
+INTERCEPTS = np.round(np.arange(0.3, 1.31, 0.05), 3)
+SLOPES = (0.0, 0.25, 0.5, 0.75, 1.0, 1.5, 2.0, 3.0)
+HIGHS = (0.9, 0.95)
+
+
+def encoded(enc: Any, name: str, texts: list[str], cache: Path) -> np.ndarray:
+    path = cache / f"{name}.{enc.fingerprint}.npy"
+    if path.is_file():
+        x = np.load(path)
+        if len(x) == len(texts):
+            return x
+    t0 = time.time()
+    x = enc.encode(texts, batch_size=64)
+    print(f"  encoded {len(texts)} docs of {name} in {time.time() - t0:.0f} s", flush=True)
+    cache.mkdir(parents=True, exist_ok=True)
+    np.save(path, x)
+    return x
+
+
+def real_curve(enc: Any, corpus: dict[str, str], xb: np.ndarray, queries: dict[str, str],
+               qrels: dict[str, dict[str, int]]) -> dict[str, float]:
+    """nDCG@10 of dense, BM25, and the convex fusion at every weight (key ``w{w}``)."""
+    doc_ids, q_ids = list(corpus), list(queries)
+    xq = enc.encode([queries[q] for q in q_ids], batch_size=64)
+    k = min(CANDIDATES, len(doc_ids))
+    S = xq @ xb.T
+    bm25 = BM25Index.from_texts([corpus[i] for i in doc_ids])
+    runs: dict[str, dict[str, dict[str, float]]] = {}
+
+    def add(method: str, q: str, hits: list[Hit]) -> None:
+        runs.setdefault(method, {})[q] = {h.id: float(len(hits) - r) for r, h in enumerate(hits)}
+
+    for r, q in enumerate(q_ids):
+        top = np.argsort(-S[r], kind="stable")[:k]
+        dense = [Hit(doc_ids[j], float(S[r, j]), "", None, {}) for j in top]
+        lexical = [Hit(doc_ids[j], s, "", None, {}) for j, s in bm25.top(queries[q], k, doc_ids)]
+        add("dense", q, dense[:10])
+        add("bm25", q, lexical[:10])
+        add("rrf", q, fuse(dense, lexical, 10, "rrf", depth=k))
+        for w in GRID:
+            add(f"w{w}", q, fuse(dense, lexical, 10, "convex", w, depth=k))
+    return {m: score_run(run, qrels)["ndcg@10"] for m, run in runs.items()}
+
+
+def collect(args: argparse.Namespace) -> dict[str, dict[str, Any]]:
+    from devcollections import write_dev_collections
+
+    import encoder
+    from encoder.devsets import write_dev_sets
+
+    if not (args.dev / "medquad-dev").is_dir():
+        write_dev_sets(args.data, args.dev)
+    sets = {n: (args.data / "beir" / n, s) for n, s in PUBLIC_DEV + HELD_OUT}
+    sets |= {n: (args.dev / n, s) for n, s in CARVED_DEV}
+    sets |= {n: (p, "dev") for n, p in write_dev_collections(args.data, args.devcoll).items()}
+    enc = encoder.load(args.model)
+    out: dict[str, dict[str, Any]] = {}
+    for name, (folder, split) in sets.items():
+        path = args.cache / f"{name}.{enc.fingerprint}.json"
+        if path.is_file() and not args.again:
+            out[name] = json.loads(path.read_text())
+            continue
+        corpus, queries, qrels = load_beir(folder, split)
+        corpus = {i: t for i, t in corpus.items() if t.strip()}
+        texts = list(corpus.values())
+        xb = encoded(enc, name, texts, args.cache)
+        real = real_curve(enc, corpus, xb, queries, qrels)
+        t0 = time.perf_counter()
+        signals = measure(texts, xb, lambda t: enc.encode(list(t), batch_size=64), seed=0)
+        seconds = time.perf_counter() - t0
+        out[name] = {"split": split, "docs": len(texts), "queries": len(queries),
+                     "real": real, "signals": signals, "seconds": round(seconds, 1),
+                     "held_out": (name, split) in HELD_OUT}
+        path.write_text(json.dumps(out[name], indent=1))
+        print(name, {k: real[k] for k in ("dense", "bm25", "w0.5", "w0.9")},
+              {k: signals[k] for k in ("dense", "bm25", "dense_vs_bm25", "agreement", "ict")},
+              f"{seconds:.0f} s", flush=True)
+    return out
+
+
+def ratio(row: dict[str, Any], w: float) -> float:
+    """Hybrid at weight ``w`` (nearest grid point) × BM25 on the real queries."""
+    g = min(GRID, key=lambda v: abs(v - w))
+    return float(row["real"][f"w{g}"] / max(row["real"]["bm25"], 1e-9))
+
+
+def interp(row: dict[str, Any], w: float) -> float:
+    """Hybrid × BM25 at ``w``, interpolated linearly between grid points."""
+    xs = list(GRID)
+    ys = [row["real"][f"w{g}"] / max(row["real"]["bm25"], 1e-9) for g in xs]
+    return float(np.interp(w, xs, ys))
+
+
+def fit(rows: dict[str, dict[str, Any]]) -> tuple[Mapping, float, float]:
+    """The mapping with the best (worst ratio, mean ratio) over ``rows``."""
+    best: tuple[float, float] = (-1.0, -1.0)
+    chosen = Mapping()
+    for a in INTERCEPTS:
+        for b in SLOPES:
+            for hi in HIGHS:
+                m = Mapping(float(a), float(b), 0.0, hi)
+                r = [interp(row, m.weight(row["signals"])) for row in rows.values()]
+                key = (round(min(r), 3), float(np.mean(r)))
+                if key > best:
+                    best, chosen = key, m
+    return chosen, best[0], best[1]
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--data", type=Path, required=True)
+    ap.add_argument("--model", type=Path, default=ROOT / "models/encoder-default")
+    ap.add_argument("--dev", type=Path, default=ROOT / "var/dev")
+    ap.add_argument("--devcoll", type=Path, default=ROOT / "var/devcoll")
+    ap.add_argument("--cache", type=Path, default=ROOT / "var/calibration")
+    ap.add_argument("--again", action="store_true", help="Recompute cached collections.")
+    ap.add_argument("--write", action="store_true", help="Store the mapping with the model.")
+    ap.add_argument("--results", type=Path, default=ROOT / "bench/RESULTS.md")
+    args = ap.parse_args()
+    args.cache.mkdir(parents=True, exist_ok=True)
+    table = collect(args)
+    dev = {n: r for n, r in table.items() if not r["held_out"]}
+    held = {n: r for n, r in table.items() if r["held_out"]}
+    default_w = json.loads((args.model / RETRIEVAL_FILE).read_text())["dense_weight"]
+    mapping, worst, mean = fit(dev)
+    loo = {n: fit({m: r for m, r in dev.items() if m != n})[0] for n in dev}
+    lines = [f"\n## Per-collection hybrid calibration ({args.model.name}, "
+             f"{time.strftime('%Y-%m-%d')})", "",
+             f"`{shlex.join(['python', 'bench/calibration.py', *sys.argv[1:]])}`", "",
+             "nDCG@10 × BM25 on each collection's judged queries (exact dense and BM25, 100 "
+             "deep, fused as the stores fuse). Signals: the label-free pseudo-query figures "
+             "(`index.calibration.measure`: dense and BM25 gain at 10, their ratio), and the "
+             "weight the mapping gives, fitted on the other dev collections (leave-one-out) "
+             "and on all of them (`fit`).", "",
+             "| collection | docs | queries | dense | bm25 | default w | best w (hindsight) | "
+             "pq dense / bm25 | LOO w | LOO hybrid | fit w | fit hybrid | calib s |",
+             "|---" * 13 + "|"]
+    loo_r, fit_r, def_r, best_r = [], [], [], []
+    for n, row in table.items():
+        real, sig = row["real"], row["signals"]
+        best_w = max(GRID, key=lambda w: real[f"w{w}"])
+        lw = (loo[n] if n in loo else mapping).weight(sig)
+        fw = mapping.weight(sig)
+        if n in dev:
+            loo_r.append(interp(row, lw))
+            fit_r.append(interp(row, fw))
+            def_r.append(interp(row, default_w))
+            best_r.append(ratio(row, best_w))
+        lines.append(
+            f"| {n}{' (held out)' if row['held_out'] else ''} | {row['docs']} | "
+            f"{row['queries']} | {real['dense'] / real['bm25']:.3f}× | {real['bm25']:.3f} | "
+            f"{interp(row, default_w):.3f}× | {best_w} → {ratio(row, best_w):.3f}× | "
+            f"{sig['dense']:.3f} / {sig['bm25']:.3f} = {sig['dense_vs_bm25']:.2f} | {lw} | "
+            f"{interp(row, lw):.3f}× | {fw} | {interp(row, fw):.3f}× | {row['seconds']} |")
+    lines += ["", f"Dev collections ({len(dev)}): default weight {default_w}: worst "
+              f"{min(def_r):.3f}×, mean {np.mean(def_r):.3f}×; leave-one-out calibrated: worst "
+              f"{min(loo_r):.3f}×, mean {np.mean(loo_r):.3f}×; fitted on all: worst "
+              f"{worst:.3f}×, mean {mean:.3f}×; best weight in hindsight: worst "
+              f"{min(best_r):.3f}×, mean {np.mean(best_r):.3f}×.",
+              f"Mapping fitted on all dev collections: {mapping}."]
+    text = "\n".join(lines) + "\n"
+    print(text)
+    with open(args.results, "a") as f:
+        f.write(text)
+    if held:
+        print("held out:", {n: round(interp(r, mapping.weight(r["signals"])), 3)
+                            for n, r in held.items()})
+    if args.write:
+        path = args.model / RETRIEVAL_FILE
+        cfg = json.loads(path.read_text())
+        cfg["calibration"] = {
+            "mapping": {k: getattr(mapping, k) for k in ("intercept", "slope", "low", "high")},
+            "fitted_on": sorted(dev), "worst_dev": round(worst, 4),
+            "mean_dev": round(mean, 4), "loo_worst": round(min(loo_r), 4),
+            "loo_mean": round(float(np.mean(loo_r)), 4),
+            "command": "python bench/calibration.py --data DATA --write"}
+        path.write_text(json.dumps(cfg, indent=2) + "\n")
+        print(f"wrote {path}")
+
+
+if __name__ == "__main__":
+    main()

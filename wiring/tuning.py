@@ -1,0 +1,221 @@
+"""Tuning a collection's hybrid calibration (:mod:`index.calibration`) as a job: from its own
+documents (no labels), from judged queries, or set by hand; stored with the collection.
+
+Used by ``qkv tune``, at the end of ``qkv index``, by ``POST /v1/collections/{name}/tune``
+and by the service when an API-written collection has grown enough (:func:`due`). Never on
+a search's path.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import logging
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from index.calibration import (
+    MIN_DOCS,
+    POOL,
+    Calibration,
+    Labels,
+    Mapping,
+    from_labels,
+    measure,
+)
+from index.fusion import CANDIDATES
+from index.store import CollectionInfo, UnsupportedError, VectorStore
+
+log = logging.getLogger(__name__)
+
+Embed = Callable[[Sequence[str]], np.ndarray]
+AUTO_MIN_DOCS = 1000  # an API-written collection is first tuned when it holds this many
+AUTO_GROWTH = 2.0  # and again when it has grown this many times since
+MAX_LABELS = 5000  # judged queries one tune reads
+
+
+def check_tunable(info: CollectionInfo) -> None:
+    """Refuse a collection without BM25: it has no hybrid to calibrate."""
+    if not info.hybrid:
+        raise UnsupportedError(
+            f"collection {info.name!r} has no BM25 index (created without hybrid, or on a "
+            "store without BM25), so it has no hybrid search to calibrate")
+
+
+def manual(store: VectorStore, collection: str, weight: float) -> Calibration:
+    """Set the collection's weight by hand."""
+    info = store.describe(collection)
+    check_tunable(info)
+    cal = Calibration(weight, "manual", "set by hand", note="set by hand")
+    store.set_calibration(info.name, cal.to_dict())
+    return cal
+
+
+def check_labels(store: VectorStore, info: CollectionInfo, labels: Labels) -> None:
+    """Refuse empty labels, too many, or judged ids the collection does not hold
+    (``ValueError`` naming a few)."""
+    if not labels:
+        raise ValueError("labels: no judged queries (each needs a query and relevant ids)")
+    if len(labels) > MAX_LABELS:
+        raise ValueError(f"labels: {len(labels)} judged queries; at most {MAX_LABELS}")
+    ids = sorted({d for _, rel in labels.values() for d in rel})
+    if info.multi_tenant:
+        return  # ids are per tenant: a judged id is checked when it is searched for
+    found = {it.id for start in range(0, len(ids), 1000)
+             for it in store.get(info.name, ids[start:start + 1000])}
+    missing = [i for i in ids if i not in found]
+    if missing:
+        raise ValueError(f"labels: {len(missing)} judged document id(s) are not in collection "
+                         f"{info.name!r}: {', '.join(map(repr, missing[:5]))}"
+                         f"{' ...' if len(missing) > 5 else ''}")
+
+
+def tune(store: VectorStore, collection: str, embed: Embed, mapping: Mapping,
+         default_weight: float, labels: Labels | None = None, seed: int = 0) -> Calibration:
+    """Calibrate ``collection`` and store the result with it (see the module docstring)."""
+    t0 = time.perf_counter()
+    info = store.describe(collection)
+    check_tunable(info)
+    if labels is not None:
+        check_labels(store, info, labels)
+        cal = _with_labels(store, info, embed, labels, default_weight, seed)
+    else:
+        items, total = store.sample(info.name, POOL, seed)
+        if total == 0:
+            raise ValueError(f"collection {info.name!r} has no documents to calibrate on")
+        items = [it for it in items if it.text.strip()]
+        if len(items) < MIN_DOCS:
+            cal = Calibration(default_weight, "encoder default", "too few documents",
+                              docs=total, seed=seed,
+                              note=f"{len(items)} documents with text: too few to calibrate "
+                                   f"(at least {MIN_DOCS}); the encoder's default weight")
+        else:
+            signals = measure([it.text for it in items],
+                              np.stack([it.vector for it in items]), embed, seed)
+            cal = Calibration(mapping.weight(signals), "collection", "pseudo-queries",
+                              docs=total, queries=int(signals["queries"]), seed=seed,
+                              signals=signals | {"mapping": vars(mapping)},
+                              note=f"{signals['queries']} pseudo-queries over "
+                                   f"{signals['pool']} of {total} documents")
+    cal.seconds = round(time.perf_counter() - t0, 2)
+    store.set_calibration(info.name, cal.to_dict())
+    log.info("calibrated %s: dense weight %.3f (%s) in %.1f s", info.name, cal.dense_weight,
+             cal.source, cal.seconds)
+    return cal
+
+
+def _with_labels(store: VectorStore, info: CollectionInfo, embed: Embed, labels: Labels,
+                 default_weight: float, seed: int) -> Calibration:
+    qids = sorted(labels)
+    texts = [labels[q][0] for q in qids]
+    xq = embed(texts)
+    dense = store.search(info.name, xq, CANDIDATES, mode="dense")
+    bm25 = store.search(info.name, xq, CANDIDATES, query_text=texts, mode="bm25")
+    sides = {q: (d, b) for q, d, b in zip(qids, dense, bm25, strict=True)}
+    w, signals = from_labels(sides, labels, default_weight, seed)
+    return Calibration(w, "labels", "judged queries (nDCG@10)", docs=store.count(info.name)
+                       if not info.multi_tenant else 0, queries=len(qids), seed=seed,
+                       signals=signals,
+                       note=f"best nDCG@10 over {len(qids)} judged queries; beats the "
+                            f"encoder default in {signals['beats_default']:.0%} of bootstrap "
+                            "resamples")
+
+
+def due(info: CollectionInfo, count: int) -> bool:
+    """Whether an API-written collection of ``count`` documents should be (re)tuned by
+    itself: hybrid, at least :data:`AUTO_MIN_DOCS`, and never tuned, or tuned from its
+    documents when it had under 1/:data:`AUTO_GROWTH` of them. A weight set by hand or
+    chosen on labels is kept."""
+    if not info.hybrid or count < AUTO_MIN_DOCS:
+        return False
+    cal = info.calibration
+    if cal is None:
+        return True
+    if cal.get("source") not in ("collection", "encoder default"):
+        return False
+    return count >= AUTO_GROWTH * max(int(cal.get("docs", 0)), 1)
+
+
+def read_labels(path: Path, split: str = "test") -> Labels:
+    """Judged queries from a file: JSONL, one ``{"query": TEXT, "relevant": [ID, ...] or
+    {ID: GRADE}}`` a line (an optional ``"id"``), or a BEIR folder (``queries.jsonl`` and
+    ``qrels/SPLIT.tsv``)."""
+    if path.is_dir():
+        qrels: dict[str, dict[str, int]] = {}
+        with open(path / "qrels" / f"{split}.tsv", encoding="utf-8") as f:
+            for row in csv.DictReader(f, delimiter="\t"):
+                if int(row["score"]) > 0:
+                    qrels.setdefault(row["query-id"], {})[row["corpus-id"]] = int(row["score"])
+        with open(path / "queries.jsonl", encoding="utf-8") as f:
+            texts = {q["_id"]: q["text"] for q in map(json.loads, f) if q["_id"] in qrels}
+        return {q: (texts[q], qrels[q]) for q in sorted(texts)}
+    out: Labels = {}
+    with open(path, encoding="utf-8") as f:
+        for n, line in enumerate(f, 1):
+            if line.strip():
+                out.update(labels_from([json.loads(line)], f"{path}:{n}", start=len(out)))
+    return out
+
+
+def labels_from(rows: Sequence[dict[str, Any]], where: str = "labels", start: int = 0
+                ) -> Labels:
+    """Judged queries from rows ``{"query", "relevant", "id"?}`` (``ValueError`` naming a
+    bad one)."""
+    out: Labels = {}
+    for i, row in enumerate(rows):
+        query, rel = row.get("query"), row.get("relevant")
+        if not isinstance(query, str) or not query.strip():
+            raise ValueError(f"{where}: row {i}: `query` must be a non-empty string")
+        if isinstance(rel, list):
+            rel = {str(d): 1 for d in rel}
+        if not isinstance(rel, dict) or not rel:
+            raise ValueError(f"{where}: row {i}: `relevant` must be a non-empty list of ids "
+                             "or an object id → grade")
+        grades = {str(d): int(g) for d, g in rel.items() if int(g) > 0}
+        if not grades:
+            raise ValueError(f"{where}: row {i}: no relevant id has a grade above 0")
+        out[str(row.get("id", f"q{start + i}"))] = (query, grades)
+    return out
+
+
+def embed_at(encode: Embed, dim: int) -> Embed:
+    """``encode`` cut to a collection's ``dim`` (a Matryoshka size) and renormalised."""
+    def embed(texts: Sequence[str]) -> np.ndarray:
+        x = encode(list(texts))[:, :dim]
+        return np.ascontiguousarray(x / np.maximum(np.linalg.norm(x, axis=1, keepdims=True),
+                                                   1e-12), dtype=np.float32)
+    return embed
+
+
+def tune_collection(store: str, collection: str, model: Path, token: str = "",
+                    timeout: float = 10.0, labels: Labels | None = None,
+                    weight: float | None = None, seed: int = 0) -> Calibration:
+    """``qkv tune``: calibrate ``collection`` of the store at URI ``store`` with the encoder
+    at ``model`` (by hand with ``weight``; on judged queries with ``labels``)."""
+    import os
+
+    from index import open_store
+    from index.calibration import model_mapping
+    from index.fusion import model_dense_weight
+    from wiring.components import encoder_info, load_encoder
+
+    vector_store = open_store(store, token=token, timeout=timeout)
+    try:
+        if weight is not None:
+            return manual(vector_store, collection, weight)
+        info = vector_store.describe(collection)
+        check_tunable(info)
+        text_encoder = load_encoder(model, cpu_threads=os.cpu_count())
+        if info.encoder is not None and info.encoder.fingerprint != \
+                encoder_info(text_encoder).fingerprint:
+            raise ValueError(f"collection {info.name!r} was made by encoder "
+                             f"{info.encoder.name!r} ({info.encoder.fingerprint}), not the "
+                             f"one at {model}: give its --model")
+        return tune(vector_store, collection, embed_at(text_encoder.encode, info.dim),
+                    model_mapping(model), model_dense_weight(model), labels, seed)
+    finally:
+        vector_store.close()
