@@ -63,6 +63,9 @@ def index(
     drop_old: bool = typer.Option(False, "--drop-old", help="With --alias: drop the "
                                   "collection ALIAS pointed at before, a few seconds after "
                                   "the move (once no server still reads it)."),
+    tune: bool = typer.Option(True, "--tune/--no-tune", help="Once the job is complete, "
+                              "calibrate the collection's hybrid search from its documents "
+                              "(`qkv tune`; a hybrid collection, one shard)."),
 ) -> None:
     """Encode a corpus and upsert it into a collection. Resumable: run it again after a kill."""
     # Encoding overlaps the write of the previous batch: see wiring.runtime.
@@ -110,6 +113,8 @@ def index(
         typer.echo(f"error: {e}", err=True)
         raise typer.Exit(1) from e
     typer.echo(summary.line())
+    if tune and summary.complete and n_shards == 1:
+        tune_after(store, collection, model, token, timeout)
     if alias is not None and summary.complete:
         try:
             typer.echo(move_alias(store, token, timeout, alias, collection, drop_old))
@@ -121,6 +126,29 @@ def index(
     if summary.total_rejected:
         typer.echo(f"{summary.total_rejected} rows rejected; see {config.rejects_path}", err=True)
         raise typer.Exit(EXIT_REJECTED)
+
+
+def tune_after(store: str, collection: str, model: Path, token: str, timeout: float) -> None:
+    """Calibrate a just-indexed hybrid collection; a failure is said, not fatal (the index
+    is complete: `qkv tune` can run again later)."""
+    from index import StoreError, open_store
+    from wiring.tuning import tune_collection
+
+    vector_store = open_store(store, token=token, timeout=timeout)
+    try:
+        hybrid = vector_store.describe(collection).hybrid
+    finally:
+        vector_store.close()
+    if not hybrid:
+        return
+    try:
+        cal = tune_collection(store, collection, model, token, timeout)
+    except (StoreError, ValueError) as e:
+        typer.echo(f"warning: hybrid calibration failed ({e}); run `qkv tune {collection}`",
+                   err=True)
+        return
+    typer.echo(f"hybrid calibration: dense weight {cal.dense_weight} ({cal.source}; "
+               f"{cal.note}) in {cal.seconds:.1f} s")
 
 
 def register(app: typer.Typer) -> None:

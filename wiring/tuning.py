@@ -157,7 +157,10 @@ def read_labels(path: Path, split: str = "test") -> Labels:
     with open(path, encoding="utf-8") as f:
         for n, line in enumerate(f, 1):
             if line.strip():
-                out.update(labels_from([json.loads(line)], f"{path}:{n}", start=len(out)))
+                one = labels_from([json.loads(line)], f"{path}:{n}", start=len(out))
+                if set(one) & set(out):
+                    raise ValueError(f"{path}:{n}: query id {next(iter(one))!r} given twice")
+                out.update(one)
     return out
 
 
@@ -178,7 +181,10 @@ def labels_from(rows: Sequence[dict[str, Any]], where: str = "labels", start: in
         grades = {str(d): int(g) for d, g in rel.items() if int(g) > 0}
         if not grades:
             raise ValueError(f"{where}: row {i}: no relevant id has a grade above 0")
-        out[str(row.get("id", f"q{start + i}"))] = (query, grades)
+        qid = str(row.get("id") or f"q{start + i}")
+        if qid in out:
+            raise ValueError(f"{where}: row {i}: query id {qid!r} given twice")
+        out[qid] = (query, grades)
     return out
 
 

@@ -107,5 +107,47 @@ def test_dashed_collection_is_stored_underscored(tmp_path: Path, tiny_model_dir:
         assert store.list_collections() == ["tm_en_fr"]
         assert store.count("tm_en_fr") == 20
         assert store.get("tm_en_fr", ["p3"])[0].value == "un chien 3"
+        # a complete job calibrates hybrid: 20 documents are too few, so the default
+        cal = store.describe("tm_en_fr").calibration
+        assert cal is not None and cal["source"] == "encoder default" and cal["docs"] == 20
+    finally:
+        store.close()
+    assert "hybrid calibration: dense weight" in r.stdout
+
+
+def qkv_tune(args: list[str]) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-c", "from cli.app import app; app()", "tune",
+                           *args], capture_output=True, text=True, timeout=300)
+
+
+def test_qkv_tune_by_hand_from_documents_and_on_labels(tmp_path: Path,
+                                                       tiny_model_dir: Path) -> None:
+    src = tmp_path / "docs.jsonl"
+    words = "alpha beta gamma delta epsilon zeta eta theta iota kappa lambda mu".split()
+    src.write_text("".join(json.dumps({"id": f"d{i}", "text": " ".join(
+        f"{words[(i + j) % 12]} {words[(i * j) % 12]} item{i}." for j in range(4))}) + "\n"
+        for i in range(300)))
+    db = str(tmp_path / "qkv.db")
+    r = subprocess.run(qkv_index(["--collection", "c", "--input", str(src), "--store", db,
+                                  "--model", str(tiny_model_dir), "--no-progress", "--no-tune",
+                                  "--state-dir", str(tmp_path / "jobs")]),
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0 and "calibration" not in r.stdout, r.stderr
+    base = ["--store", db, "--model", str(tiny_model_dir)]
+    r = qkv_tune(["c", *base, "--weight", "0.3"])
+    assert r.returncode == 0 and "dense weight 0.3 (manual" in r.stdout, r.stderr
+    r = qkv_tune(["c", *base, "--seed", "2"])
+    assert r.returncode == 0 and "(collection; 300 pseudo-queries over 300 of 300" in r.stdout
+    labels = tmp_path / "labels.jsonl"
+    labels.write_text(json.dumps({"query": "item7 alpha", "relevant": ["d7"]}) + "\n" +
+                      json.dumps({"query": "item9", "relevant": {"d9": 2}}) + "\n")
+    r = qkv_tune(["c", *base, "--labels", str(labels)])
+    assert r.returncode == 0 and "(labels;" in r.stdout, r.stderr
+    labels.write_text(json.dumps({"query": "item7", "relevant": ["nope"]}) + "\n")
+    r = qkv_tune(["c", *base, "--labels", str(labels)])
+    assert r.returncode == 1 and "'nope'" in r.stderr
+    store = MilvusStore(db)
+    try:
+        assert store.describe("c").calibration["source"] == "labels"  # type: ignore[index]
     finally:
         store.close()
