@@ -4,12 +4,18 @@ and filled over HTTP, every query searched over HTTP in each mode.
 Usage: python bench/search_path.py --data ../shared/data [--sets scifact,cranfield,...]
        [--big 100000] [--batch 256]
 
-For each BEIR set (its test queries): ``POST /v1/collections`` (the default: hybrid), the
-corpus upserted in requests of ``--batch`` documents (ingest docs/s, next to the encoder
-alone on the same documents in this process), then each query searched one request at a
-time in ``dense``, ``bm25`` and ``hybrid`` mode (top 10, default fields) and embedded by
-``POST /v1/embeddings``. Reported: nDCG@10 per mode next to bm25s (same analysis) on the
-same queries, and p50/p99 latency per mode next to the p50 of embedding the query. With
+For each set (a BEIR folder under ``DATA/beir`` and its test queries, or ``PATH:SPLIT``):
+``POST /v1/collections`` (the default: hybrid), the corpus upserted in requests of
+``--batch`` documents (ingest docs/s, next to the encoder alone on the same documents in
+this process), ``POST .../tune`` (the collection calibrates its hybrid from its own
+documents, timed), then each query searched one request at a time in ``dense``, ``bm25``
+and ``hybrid`` mode (top 10, default fields; hybrid as a user gets it, with the
+collection's calibrated weight), hybrid with the encoder's default weight (the request's
+``dense_weight``), and embedded by ``POST /v1/embeddings``. Each query's dense and BM25
+lists 100 deep (two more requests) are fused here by :func:`index.fusion.fuse` at every
+weight of the calibration grid: the best weight in hindsight, what calibration leaves on
+the table. Reported: nDCG@10 per mode next to bm25s (same analysis) on the same queries,
+and p50/p99 latency per mode next to the p50 of embedding the query. With
 ``--big N`` the latency columns again on N documents (the ingest benchmark's texts) written
 by ``qkv index`` into the same kind of file. Prints a markdown section and appends it to
 bench/RESULTS.md.
@@ -35,6 +41,9 @@ sys.path.insert(0, str(ROOT / "bench"))
 from api_load import QKV, VAR, Server  # noqa: E402
 
 from index.beir import load_beir, score_run  # noqa: E402
+from index.calibration import GRID  # noqa: E402
+from index.fusion import fuse  # noqa: E402
+from index.store import Hit  # noqa: E402
 
 MODES = ("dense", "bm25", "hybrid")
 
@@ -64,21 +73,48 @@ def timed(client: httpx.Client, url: str, body: dict) -> tuple[float, dict]:  # 
     return ms, r.json()
 
 
-def search_all(client: httpx.Client, name: str, queries: dict[str, str]
+def search_all(client: httpx.Client, name: str, queries: dict[str, str],
+               default_w: float | None = None, hindsight: bool = False
                ) -> tuple[dict[str, dict[str, dict[str, float]]], dict[str, list[float]]]:
-    """Per mode the run (query → doc → score) and the latencies; also ``embed``."""
-    runs: dict[str, dict[str, dict[str, float]]] = {m: {} for m in MODES}
+    """Per mode the run (query → doc → score) and the latencies; also ``embed``. With
+    ``default_w``, also ``hybrid-default`` (hybrid at that weight); with ``hindsight``, a
+    run ``w{w}`` per grid weight, fused here from 100-deep dense and BM25 lists."""
+    runs: dict[str, dict[str, dict[str, float]]] = {}
     ms: dict[str, list[float]] = {m: [] for m in (*MODES, "embed")}
     url = f"/v1/collections/{name}/search"
+
+    def add(method: str, qid: str, ids: list[str]) -> None:
+        runs.setdefault(method, {})[qid] = {i: float(len(ids) - r) for r, i in enumerate(ids)}
+
     for qid, text in queries.items():
         t, _ = timed(client, "/v1/embeddings", {"input": text})
         ms["embed"].append(t)
         for mode in MODES:
             t, body = timed(client, url, {"query": text, "mode": mode, "top_k": 10})
             ms[mode].append(t)
-            hits = body["hits"]
-            runs[mode][qid] = {h["id"]: float(len(hits) - r) for r, h in enumerate(hits)}
+            add(mode, qid, [h["id"] for h in body["hits"]])
+        if default_w is not None:
+            _, body = timed(client, url, {"query": text, "mode": "hybrid", "top_k": 10,
+                                          "dense_weight": default_w})
+            add("hybrid-default", qid, [h["id"] for h in body["hits"]])
+        if hindsight:
+            sides = [[Hit(h["id"], h["score"], "", None, {}) for h in timed(
+                client, url, {"query": text, "mode": m, "top_k": 100, "fields": []})[1]["hits"]]
+                for m in ("dense", "bm25")]
+            for w in GRID:
+                add(f"w{w}", qid, [h.id for h in fuse(sides[0], sides[1], 10, "convex", w)])
     return runs, ms
+
+
+def tuned(client: httpx.Client, name: str) -> dict:  # type: ignore[type-arg]
+    """The collection's calibration from its documents, tuned now (after any tune the
+    server started by itself while it was filled)."""
+    url = f"/v1/collections/{name}/tune"
+    while client.get(url).json().get("state") in ("queued", "running"):
+        time.sleep(0.5)
+    r = client.post(url, json={"wait": True})
+    r.raise_for_status()
+    return r.json()["calibration"]  # type: ignore[no-any-return]
 
 
 def pct(xs: list[float], q: float) -> float:
@@ -102,10 +138,13 @@ def main() -> None:
     server = Server(str(db), args.model, {"QKV_STORE_TIMEOUT_S": "60"})
     try:
         with httpx.Client(base_url=server.base, timeout=120) as client:
-            for name in args.sets.split(","):
-                corpus, queries, qrels = load_beir(args.data / "beir" / name, "test")
+            for spec in args.sets.split(","):
+                folder, _, split = spec.partition(":")
+                path = Path(folder) if split else args.data / "beir" / folder
+                name = path.name
+                corpus, queries, qrels = load_beir(path, split or "test")
                 all_queries.update(queries)
-                coll = name.replace("-", "_")
+                coll = "c_" + name.replace("-", "_")
                 r = client.post("/v1/collections", json={"name": coll})
                 r.raise_for_status()
                 assert r.json()["hybrid"], r.text
@@ -117,13 +156,20 @@ def main() -> None:
                                 json={"documents": docs[s:s + args.batch]}).raise_for_status()
                 ingest = len(docs) / (time.perf_counter() - t0)
                 time.sleep(1.5)  # what a user does between writing and searching, at least
-                runs, ms = search_all(client, coll, queries)
-                nd = {m: score_run(runs[m], qrels)["ndcg@10"] for m in MODES}
+                cal = tuned(client, coll)
+                default_w = client.get("/v1/models").json()["data"][0]["dense_weight"]
+                runs, ms = search_all(client, coll, queries, default_w, hindsight=True)
+                nd = {m: score_run(run, qrels)["ndcg@10"] for m, run in runs.items()}
                 nd["bm25s"] = score_run(bm25s_run(corpus, queries), qrels)["ndcg@10"]
+                best = max(GRID, key=lambda w: nd[f"w{w}"])
                 alone = encoder_alone(args.model, [d["text"] for d in docs])
-                rows.append((name, len(docs), len(queries), nd, ingest, alone))
+                rows.append((name, len(docs), len(queries), nd, ingest, alone,
+                             (cal["dense_weight"], default_w, best, cal["seconds"])))
                 lat_rows.append((name, len(docs), ms))
-                print(name, nd, f"ingest {ingest:.0f}/s, encoder alone {alone:.0f}/s",
+                print(name, {m: nd[m] for m in (*MODES, "hybrid-default", "bm25s")},
+                      f"w {cal['dense_weight']} ({cal['source']}, {cal['seconds']} s), "
+                      f"best {best} → {nd[f'w{best}']}",
+                      f"ingest {ingest:.0f}/s, encoder alone {alone:.0f}/s",
                       {m: round(pct(v, 50), 1) for m, v in ms.items()}, flush=True)
     finally:
         server.stop()
@@ -149,18 +195,28 @@ def main() -> None:
     argv = shlex.join(["python", "bench/search_path.py", *sys.argv[1:]])
     lines = [f"\n## Search on the user's path: HTTP, Milvus Lite, hybrid by default "
              f"({time.strftime('%Y-%m-%d')})", "", f"`{argv}`", "",
-             "nDCG@10 over HTTP (test queries), next to bm25s with the same analysis:", "",
-             "| set | docs | queries | dense | bm25 | hybrid | bm25s | hybrid × bm25s | "
-             "ingest docs/s (API) | encoder alone docs/s | ingest × encoder |",
-             "|---|---|---|---|---|---|---|---|---|---|---|"]
-    for name, n, nq, nd, ingest, alone in rows:
+             "nDCG@10 over HTTP (test queries), next to bm25s with the same analysis; hybrid "
+             "with the encoder's default weight, self-calibrated (`POST .../tune`, no labels: "
+             "what a user gets) and at the best weight in hindsight:", "",
+             "| set | docs | queries | dense | bm25 | hybrid, default w | hybrid, calibrated "
+             "(w) | best w in hindsight | bm25s | × bm25s: default / calibrated / best | "
+             "calibration s (per 1,000 docs) | ingest docs/s (API) | ingest × encoder |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    for name, n, nq, nd, ingest, alone, (w, dw, best, secs) in rows:
+        b = nd["bm25s"]
         lines.append(f"| {name} | {n} | {nq} | {nd['dense']:.3f} | {nd['bm25']:.3f} | "
-                     f"{nd['hybrid']:.3f} | {nd['bm25s']:.3f} | "
-                     f"{nd['hybrid'] / nd['bm25s']:.3f}× | {ingest:.0f} | {alone:.0f} | "
-                     f"{ingest / alone:.2f}× |")
+                     f"{nd['hybrid-default']:.3f} (w {dw}) | {nd['hybrid']:.3f} (w {w}) | "
+                     f"{nd[f'w{best}']:.3f} (w {best}) | {b:.3f} | "
+                     f"{nd['hybrid-default'] / b:.3f} / {nd['hybrid'] / b:.3f} / "
+                     f"{nd[f'w{best}'] / b:.3f} | {secs:.1f} ({1000 * secs / n:.1f}) | "
+                     f"{ingest:.0f} | {ingest / alone:.2f}× |")
     if rows:
-        mean = np.mean([r[3]["hybrid"] / r[3]["bm25s"] for r in rows])
-        lines.append(f"| mean | | | | | | | {mean:.3f}× | | | |")
+        means = [np.mean([r[3][m] / r[3]["bm25s"] for r in rows])
+                 for m in ("hybrid-default", "hybrid")]
+        hind = np.mean([r[3][f"w{r[6][2]}"] / r[3]["bm25s"] for r in rows])
+        worst = min(r[3]["hybrid"] / r[3]["bm25s"] for r in rows)
+        lines.append(f"| mean | | | | | | | | | {means[0]:.3f} / {means[1]:.3f} / {hind:.3f} "
+                     f"(calibrated worst {worst:.3f}) | | | |")
     lines += ["", "Latency of one request (ms), p50 / p99, and × the p50 of embedding the "
               "query (`POST /v1/embeddings`):", "",
               "| collection | embed p50 | dense | bm25 | hybrid | dense × embed | "
