@@ -87,6 +87,14 @@ class Settings(BaseSettings):
     default_temperature: float = Field(0.05, gt=0, description="Softmax temperature of "
                                        "search weights and attend when a request gives none.")
 
+    # hybrid calibration (index.calibration, api.tuner)
+    auto_tune: bool = Field(True, description="Calibrate an API-written hybrid collection's "
+                            "hybrid search in the background once it holds "
+                            "`auto_tune_min_docs` documents, and again each time it has "
+                            "doubled (a weight set by hand or chosen on labels is kept).")
+    auto_tune_min_docs: int = Field(1000, ge=1, description="Documents a collection holds "
+                                    "before it is first calibrated by itself.")
+
     # dynamic batching
     batch_max_size: int = Field(64, ge=1, description="Texts per encoder batch; 1 turns "
                                 "dynamic batching off.")

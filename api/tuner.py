@@ -1,7 +1,8 @@
 """The service's tune jobs (:mod:`wiring.tuning`): one at a time, in a worker thread, never on
 a request's path. A job starts on ``POST /v1/collections/{name}/tune`` or by itself when an
 API-written collection has grown enough (:func:`wiring.tuning.due`, checked every
-:data:`CHECK_EVERY` documents this server writes into it). Its texts are embedded through
+:data:`CHECK_EVERY` documents this server writes into it, or every
+``QKV_AUTO_TUNE_MIN_DOCS`` when fewer). Its texts are embedded through
 the service's batcher, so a tune takes its turn with the requests."""
 
 from __future__ import annotations
@@ -99,12 +100,13 @@ class Tuner:
     def wrote(self, info: CollectionInfo, rows: int) -> None:
         """``rows`` documents were just written into ``info``'s collection: every
         :data:`CHECK_EVERY` of them, start a tune if it is due (in the background)."""
-        if not info.hybrid or rows <= 0:
+        if not self.svc.settings.auto_tune or not info.hybrid or rows <= 0:
             return
+        every = min(CHECK_EVERY, self.svc.settings.auto_tune_min_docs)
         with self._lock:
             n = self._written.get(info.name, 0) + rows
-            self._written[info.name] = n % CHECK_EVERY
-            if n < CHECK_EVERY:
+            self._written[info.name] = n % every
+            if n < every:
                 return
         if self.running(info.name):
             return
@@ -119,7 +121,7 @@ class Tuner:
         except StoreError as e:
             log.warning("could not check whether %s needs tuning: %s", collection, e)
             return
-        if due(info, count):
+        if due(info, count, self.svc.settings.auto_tune_min_docs):
             with self._lock:
                 self._jobs[collection] = {"collection": collection, "state": "queued",
                                           "reason": f"grown to {count} documents",

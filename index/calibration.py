@@ -47,7 +47,7 @@ GRID = (0.0, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.85, 0.9, 0.95, 1.0)
 SOURCES = ("collection", "labels", "manual", "encoder default", "request")
 MIN_DOCS = 200  # fewer documents than this: too few to calibrate, the encoder's default
 POOL = 3000  # documents searched by the pseudo-queries (a sample of a bigger collection)
-QUERIES = 300  # pseudo-queries cut
+QUERIES = 500  # pseudo-queries cut
 _SENTENCE = re.compile(r"(?<=[.!?;])\s+(?=\S)")
 
 
@@ -176,9 +176,11 @@ def measure(texts: Sequence[str], vectors: np.ndarray, embed: Embed, seed: int =
         a, b = {h.id for h in dense[:10]}, {h.id for h in lexical[:10]}
         agree.append(len(a & b) / 10)
     out: dict[str, Any] = {k: round(float(np.mean(v)), 4) for k, v in gains.items()}
-    out |= {"queries": len(pq), "pool": len(docs), "ict": len(changed) / len(pq),
+    best_side = max(out["dense"], out["bm25"], 1e-6)
+    out |= {"queries": len(pq), "pool": len(docs), "ict": round(len(changed) / len(pq), 4),
             "agreement": round(float(np.mean(agree)), 4),
-            "dense_vs_bm25": round(out["dense"] / max(out["bm25"], 1e-6), 4)}
+            "dense_vs_bm25": round(out["dense"] / max(out["bm25"], 1e-6), 4),
+            "fusion_gain": round(max(out[f"w{w}"] for w in GRID) / best_side - 1.0, 4)}
     return out
 
 
@@ -192,19 +194,24 @@ def best_weight(curve: dict[float, float], tolerance: float = 0.0) -> float:
 
 @dataclass(frozen=True)
 class Mapping:
-    """How the signals become a weight: ``w = clip(intercept + slope · log(dense_vs_bm25),
-    low, high)`` on the pseudo-queries' dense-to-BM25 ratio, fitted on dev collections
-    (``bench/calibration.py``). The defaults are a neutral guess, used only when an
-    encoder's ``retrieval.json`` has no fitted mapping."""
+    """How the signals become a weight::
+
+        w = clip(intercept + slope · log(dense_vs_bm25) + gain · fusion_gain, low, high)
+
+    on the pseudo-queries' dense-to-BM25 ratio and how much fusing them gained over the
+    better side, fitted on dev collections (``bench/calibration.py``). The defaults are a
+    neutral guess, used only when an encoder's ``retrieval.json`` has no fitted mapping."""
 
     intercept: float = 0.9
     slope: float = 1.0
     low: float = 0.0
     high: float = 0.95
+    gain: float = 0.0
 
     def weight(self, signals: dict[str, Any]) -> float:
         ratio = max(float(signals.get("dense_vs_bm25", 0.0)), 1e-3)
-        w = self.intercept + self.slope * math.log(ratio)
+        w = (self.intercept + self.slope * math.log(ratio)
+             + self.gain * float(signals.get("fusion_gain", 0.0)))
         return round(min(self.high, max(self.low, w)), 3)
 
     @classmethod

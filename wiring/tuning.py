@@ -125,12 +125,12 @@ def _with_labels(store: VectorStore, info: CollectionInfo, embed: Embed, labels:
                             "resamples")
 
 
-def due(info: CollectionInfo, count: int) -> bool:
+def due(info: CollectionInfo, count: int, min_docs: int = AUTO_MIN_DOCS) -> bool:
     """Whether an API-written collection of ``count`` documents should be (re)tuned by
-    itself: hybrid, at least :data:`AUTO_MIN_DOCS`, and never tuned, or tuned from its
-    documents when it had under 1/:data:`AUTO_GROWTH` of them. A weight set by hand or
-    chosen on labels is kept."""
-    if not info.hybrid or count < AUTO_MIN_DOCS:
+    itself: hybrid, at least ``min_docs``, and never tuned, or tuned from its documents
+    when it had under 1/:data:`AUTO_GROWTH` of them. A weight set by hand or chosen on
+    labels is kept."""
+    if not info.hybrid or count < min_docs:
         return False
     cal = info.calibration
     if cal is None:

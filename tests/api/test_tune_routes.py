@@ -171,3 +171,42 @@ def test_tune_errors_are_clear(app: TestClient, docs_coll: str) -> None:
     assert "BM25" in r.text
     assert_error(app.post("/v1/collections/nope_missing/tune", json={}), 404)
     assert_error(app.get(f"/v1/collections/{empty}/tune"), 404)
+
+
+def test_a_growing_collection_tunes_itself_in_the_background(db: str) -> None:
+    from api.app import create_app
+    from api.settings import Settings
+
+    settings = Settings(store=db, model=MODEL, auto_tune_min_docs=N_DOCS)  # type: ignore[call-arg]
+    with TestClient(create_app(settings)) as app:
+        name = make(app, demo_docs(N_DOCS - 1))
+        assert app.get(f"/v1/collections/{name}").json()["tuning"] is None  # not yet due
+        more = demo_docs(N_DOCS + 1)[-1:]
+        assert app.post(f"/v1/collections/{name}/documents",
+                        json={"documents": more}).status_code == 200
+        import time
+
+        end = time.monotonic() + 120
+        while (job := app.get(f"/v1/collections/{name}").json()["tuning"]) is None or \
+                job["state"] != "done":
+            assert time.monotonic() < end and (job is None or job["state"] != "failed"), job
+            time.sleep(0.2)
+        assert job["reason"] == f"grown to {N_DOCS} documents"
+        cal = app.get(f"/v1/collections/{name}").json()["calibration"]
+        assert cal["source"] == "collection" and cal["docs"] == N_DOCS
+
+
+def test_due_tunes_at_the_size_then_on_doubling_and_keeps_a_hand_set_weight() -> None:
+    from index import CollectionInfo
+    from wiring.tuning import due
+
+    def info(cal: dict | None, hybrid: bool = True) -> CollectionInfo:  # type: ignore[type-arg]
+        return CollectionInfo("c", 4, None, hybrid, False, cal)
+
+    assert not due(info(None), 999) and due(info(None), 1000)
+    assert not due(info(None, hybrid=False), 5000)
+    tuned = {"source": "collection", "docs": 1000, "dense_weight": 0.5}
+    assert not due(info(tuned), 1999) and due(info(tuned), 2000)
+    assert not due(info(tuned | {"source": "manual"}), 10**6)
+    assert not due(info(tuned | {"source": "labels"}), 10**6)
+    assert due(info({"source": "encoder default", "docs": 300, "dense_weight": 0.9}), 1000)
