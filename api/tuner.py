@@ -34,9 +34,12 @@ class Tuner:
         self._jobs: dict[str, dict[str, Any]] = {}
         self._written: dict[str, int] = {}
         self._lock = threading.Lock()
+        self._closed = threading.Event()
         self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="qkv-tune")
 
     def close(self) -> None:
+        """Stop: queued tunes are dropped, a running one fails at its next encoding."""
+        self._closed.set()
         self._pool.shutdown(wait=False, cancel_futures=True)
 
     def state(self, collection: str) -> dict[str, Any] | None:
@@ -74,7 +77,13 @@ class Tuner:
         def embed(texts: Any) -> np.ndarray:
             fut = asyncio.run_coroutine_threadsafe(
                 self.svc.embed(list(texts), True, dim=info.dim), loop)
-            return fut.result().vectors
+            while True:  # the loop may stop meanwhile: never wait on it for ever
+                try:
+                    return fut.result(timeout=0.5).vectors
+                except TimeoutError:
+                    if self._closed.is_set():
+                        fut.cancel()
+                        raise RuntimeError("the service is stopping") from None
 
         try:
             cal = tune(self.svc.store, info.name, embed, self.svc.mapping,
@@ -84,7 +93,8 @@ class Tuner:
             return self._update(info.name, state="failed", error=str(e),
                                 finished_at=time.time())
         except Exception as e:  # a worker thread: say so instead of dying silently
-            log.exception("tuning %s failed", info.name)
+            if not self._closed.is_set():
+                log.exception("tuning %s failed", info.name)
             return self._update(info.name, state="failed",
                                 error=f"internal error: {type(e).__name__}",
                                 finished_at=time.time())
@@ -113,7 +123,14 @@ class Tuner:
         loop = asyncio.get_running_loop()
         self._pool.submit(self._auto, loop, info.name)
 
+    def filled(self, collection: str) -> None:
+        """A collection was just filled in the background (a demo): tune it if it is due."""
+        if self.svc.settings.auto_tune and not self._closed.is_set():
+            self._pool.submit(self._auto, asyncio.get_running_loop(), collection)
+
     def _auto(self, loop: asyncio.AbstractEventLoop, collection: str) -> None:
+        if self._closed.is_set():
+            return
         try:
             info = self.svc.store.describe(collection)
             count = self.svc.store.count(collection) if not info.multi_tenant else \

@@ -39,6 +39,7 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
 from api_load import QKV, VAR, Server  # noqa: E402
+from machine import stamp  # noqa: E402
 
 from index.beir import load_beir, score_run  # noqa: E402
 from index.calibration import GRID  # noqa: E402
@@ -194,7 +195,7 @@ def main() -> None:
         lat_rows.append((f"{args.big:,} docs (qkv index, {index_s:.0f} s)", args.big, ms))
     argv = shlex.join(["python", "bench/search_path.py", *sys.argv[1:]])
     lines = [f"\n## Search on the user's path: HTTP, Milvus Lite, hybrid by default "
-             f"({time.strftime('%Y-%m-%d')})", "", f"`{argv}`", "",
+             f"({time.strftime('%Y-%m-%d')})", "", f"`{argv}` ({stamp()})", "",
              "nDCG@10 over HTTP (test queries), next to bm25s with the same analysis; hybrid "
              "with the encoder's default weight, self-calibrated (`POST .../tune`, no labels: "
              "what a user gets) and at the best weight in hindsight:", "",

@@ -199,19 +199,25 @@ class Mapping:
         w = clip(intercept + slope · log(dense_vs_bm25) + gain · fusion_gain, low, high)
 
     on the pseudo-queries' dense-to-BM25 ratio and how much fusing them gained over the
-    better side, fitted on dev collections (``bench/calibration.py``). The defaults are a
-    neutral guess, used only when an encoder's ``retrieval.json`` has no fitted mapping."""
+    better side, and ``w = boost`` where that gain reaches ``boost_gain`` (the dense side
+    adds so much that it earns the weight strong encoders get); fitted on dev collections
+    (``bench/calibration.py``). The defaults are a neutral guess, used only when an
+    encoder's ``retrieval.json`` has no fitted mapping."""
 
     intercept: float = 0.9
     slope: float = 1.0
     low: float = 0.0
     high: float = 0.95
     gain: float = 0.0
+    boost_gain: float = 1.0  # a fusion gain this high or more ...
+    boost: float = 0.95  # ... gives this weight (1.0: never: no fusion gains 100 %)
 
     def weight(self, signals: dict[str, Any]) -> float:
         ratio = max(float(signals.get("dense_vs_bm25", 0.0)), 1e-3)
-        w = (self.intercept + self.slope * math.log(ratio)
-             + self.gain * float(signals.get("fusion_gain", 0.0)))
+        gained = float(signals.get("fusion_gain", 0.0))
+        if gained >= self.boost_gain:
+            return round(self.boost, 3)
+        w = self.intercept + self.slope * math.log(ratio) + self.gain * gained
         return round(min(self.high, max(self.low, w)), 3)
 
     @classmethod
