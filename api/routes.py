@@ -195,11 +195,11 @@ async def tune_collection(name: CollectionName, body: s.TuneRequest, request: Re
         cal = await svc.call(manual, svc.store, info.name, body.dense_weight)
         return json_response({"collection": info.name, "state": "done",
                               "reason": "set by hand", "calibration": cal.to_dict()})
-    if svc.tuner.running(info.name):
-        raise conflict(f"a tune of collection {info.name!r} is already running")
     labels = (labels_from([q.model_dump() for q in body.labels])
               if body.labels is not None else None)
     await svc.call(svc.tuner.check, info, labels)
+    if svc.tuner.running(info.name):  # checked and started with no await between
+        raise conflict(f"a tune of collection {info.name!r} is already running")
     job = svc.tuner.start(info, labels, body.seed)
     if body.wait:
         return json_response(await asyncio.wrap_future(job))

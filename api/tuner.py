@@ -58,8 +58,13 @@ class Tuner:
         check_tunable(info)
         if labels is not None:
             check_labels(self.svc.store, info, labels)
-        elif self.svc.store.count(info.name) == 0 if not info.multi_tenant else False:
-            raise ValueError(f"collection {info.name!r} has no documents to calibrate on")
+        else:
+            store = self.svc.store
+            # a multi-tenant collection counts per tenant: its total comes with a sample
+            total = (store.sample(info.name, 0)[1] if info.multi_tenant
+                     else store.count(info.name))
+            if total == 0:
+                raise ValueError(f"collection {info.name!r} has no documents to calibrate on")
 
     def start(self, info: CollectionInfo, labels: Labels | None = None, seed: int = 0,
               reason: str = "request") -> Future[dict[str, Any]]:
@@ -88,9 +93,15 @@ class Tuner:
         try:
             cal = tune(self.svc.store, info.name, embed, self.svc.mapping,
                        self.svc.dense_weight, labels, seed)
-        except (StoreError, ValueError) as e:
+        except ValueError as e:  # ours: names the collection or field
             log.warning("tuning %s failed: %s", info.name, e)
             return self._update(info.name, state="failed", error=str(e),
+                                finished_at=time.time())
+        except StoreError as e:  # its text may name a server path: logged, not shown
+            log.warning("tuning %s failed: %s", info.name, e)
+            return self._update(info.name, state="failed",
+                                error=f"the store failed while tuning collection "
+                                      f"{info.name!r} ({type(e).__name__}); try again",
                                 finished_at=time.time())
         except Exception as e:  # a worker thread: say so instead of dying silently
             if not self._closed.is_set():

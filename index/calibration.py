@@ -43,7 +43,7 @@ from index.fusion import CANDIDATES, RETRIEVAL_FILE, check_fusion, fuse
 from index.store import Hit
 
 Embed = Callable[[Sequence[str]], np.ndarray]
-GRID = (0.0, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.85, 0.9, 0.95, 1.0)
+GRID = (0.0, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.85, 0.9, 0.92, 0.95, 1.0)
 SOURCES = ("collection", "labels", "manual", "encoder default", "request")
 MIN_DOCS = 200  # fewer documents than this: too few to calibrate, the encoder's default
 POOL = 3000  # documents searched by the pseudo-queries (a sample of a bigger collection)
