@@ -13,6 +13,7 @@ from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from pydantic import AfterValidator
 
 from api import schemas as s
+from api import tune_schemas as ts
 from api.errors import ApiError, conflict, invalid, not_found, too_large
 from api.service import Service
 from index import (
@@ -177,9 +178,9 @@ async def delete_collection(name: CollectionName, request: Request) -> Response:
     return json_response({"deleted": name})
 
 
-@v1.post("/v1/collections/{name}/tune", response_model=s.TuneState, tags=["collections"],
-         responses={202: {"model": s.TuneState, "description": "Tune started."}})
-async def tune_collection(name: CollectionName, body: s.TuneRequest, request: Request
+@v1.post("/v1/collections/{name}/tune", response_model=ts.TuneState, tags=["collections"],
+         responses={202: {"model": ts.TuneState, "description": "Tune started."}})
+async def tune_collection(name: CollectionName, body: ts.TuneRequest, request: Request
                           ) -> Response:
     """Calibrate hybrid search for this collection and store the result with it: from its
     own documents (no labels: pseudo-queries, see ``index.calibration``), from judged
@@ -206,7 +207,7 @@ async def tune_collection(name: CollectionName, body: s.TuneRequest, request: Re
     return json_response(svc.tuner.state(info.name), 202)
 
 
-@v1.get("/v1/collections/{name}/tune", response_model=s.TuneState, tags=["collections"])
+@v1.get("/v1/collections/{name}/tune", response_model=ts.TuneState, tags=["collections"])
 async def tune_state(name: CollectionName, request: Request) -> Response:
     """This server's last tune job of the collection (404 when there was none)."""
     svc = service(request)

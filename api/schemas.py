@@ -12,6 +12,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 
+from api import tune_schemas as ts
 from api.demo_schemas import Seeding, seeding_field
 from api.knn_schemas import KnnOut, KnnRequest
 from index import collection_name
@@ -190,33 +191,6 @@ class EncoderOut(BaseModel):
     dim: int
 
 
-class CalibrationOut(BaseModel):
-    dense_weight: float = Field(description="w of hybrid's convex fusion for this collection.")
-    source: Literal["collection", "labels", "manual", "encoder default"] = Field(
-        description="collection: estimated from its own documents (pseudo-queries, no "
-        "labels); labels: chosen by nDCG@10 on judged queries; manual: set by hand; encoder "
-        "default: too few documents to calibrate.")
-    method: str
-    docs: int = Field(description="Documents in the collection when it was tuned.")
-    queries: int = Field(description="Pseudo- or judged queries it was chosen on.")
-    seed: int
-    seconds: float = Field(description="What the tune cost.")
-    note: str
-    signals: dict[str, Any] = Field(description="What the weight was chosen from.")
-    at: float = Field(description="When (Unix time).")
-
-
-class TuneState(BaseModel):
-    collection: str
-    state: Literal["queued", "running", "done", "failed"]
-    reason: str | None = None
-    error: str | None = None
-    calibration: CalibrationOut | None = None
-    queued_at: float | None = None
-    started_at: float | None = None
-    finished_at: float | None = None
-
-
 class CollectionOut(BaseModel):
     name: str
     dim: int
@@ -226,31 +200,10 @@ class CollectionOut(BaseModel):
     decoder: str | None = Field(None, description="The decoder generate uses, if any.")
     hybrid: bool = Field(False, description="Whether the collection has a BM25 index (search "
                          "modes bm25 and hybrid).")
-    aliases: list[str] = Field(default_factory=list, description="The aliases that point at "
-                               "it.")
+    aliases: list[str] = Field(default_factory=list, description="Aliases pointing at it.")
     multi_tenant: bool = False
-    calibration: CalibrationOut | None = Field(
-        None, description="Hybrid search's calibration stored with the collection (null: "
-        "not tuned yet; hybrid uses the encoder's default weight).")
-    tuning: TuneState | None = Field(None, description="This server's last tune job of it.")
-
-
-class JudgedQuery(RequestBody):
-    query: str = Field(min_length=1, max_length=10_000)
-    relevant: list[str] | dict[str, int] = Field(
-        description="The relevant document ids, or id → grade (grades above 0 count).")
-    id: str | None = None
-
-
-class TuneRequest(RequestBody):
-    labels: list[JudgedQuery] | None = Field(
-        None, min_length=1, max_length=5000, description="Judged queries: the weight is "
-        "chosen by nDCG@10 on them. Without: estimated from the collection's documents.")
-    dense_weight: float | None = Field(None, ge=0, le=1, description="Set the weight by hand "
-                                       "instead (answered at once).")
-    seed: int = Field(0, ge=0)
-    wait: bool = Field(False, description="Answer when the tune is done (200) instead of at "
-                       "once (202); it runs off the request path either way.")
+    calibration: ts.CalibrationOut | None = ts.calibration_field()
+    tuning: ts.TuneState | None = ts.tuning_field()
 
 
 class AliasSet(RequestBody):
@@ -359,8 +312,8 @@ class SearchRequest(RequestBody):
                            "sides that found the hit; 'weighted' scores "
                            "w·(1 + cos)/2 + (1 − w)·(2/π)·atan(bm25). w = dense_weight.")
     dense_weight: float | None = Field(None, ge=0, le=1, description="w of the convex and "
-                                       "weighted fusions. Default: the served encoder's "
-                                       "(GET /v1/models), chosen on public dev sets.")
+                                       "weighted fusions. Default: the collection's (POST "
+                                       ".../tune), else the encoder's (GET /v1/models).")
 
 
 class SearchBatchRequest(RequestBody):
@@ -392,11 +345,8 @@ class SearchResponse(BaseModel):
     temperature: float
     truncated: bool
     mode: SearchMode = Field(description="The mode that ran.")
-    dense_weight: float | None = Field(None, description="In hybrid mode: the w it fused "
-                                       "with (before each query's confidence scaling).")
-    weight_source: Literal["collection", "encoder default", "request"] | None = Field(
-        None, description="In hybrid mode: where w came from (the collection's calibration, "
-        "the encoder's default, or the request).")
+    dense_weight: float | None = ts.dense_weight_field()
+    weight_source: ts.WeightSource | None = ts.weight_source_field()
     seeding: Seeding | None = seeding_field()
 
 

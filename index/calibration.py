@@ -15,7 +15,7 @@ its own weight from its documents, without labels:
    the source's reciprocal-rank gain at 10 is taken for each side alone and for the convex
    fusion (:func:`index.fusion.fuse`, exactly as the stores fuse) at every weight of
    :data:`GRID`.
-3. *The weight* (:func:`weight_from_signals`): pseudo-queries are easier for BM25 than
+3. *The weight* (:class:`Mapping`): pseudo-queries are easier for BM25 than
    real queries are, so the signals are not the answer: a mapping learned on labelled dev
    collections (``bench/calibration.py``, stored in the encoder's ``retrieval.json``)
    turns them into the weight.
@@ -225,11 +225,6 @@ class Mapping:
         if not d:
             return cls()
         return cls(**{k: float(v) for k, v in d.items() if k in cls.__dataclass_fields__})
-
-
-def weight_from_signals(signals: dict[str, Any], mapping: Mapping) -> float:
-    """The dense weight the mapping gives for these signals."""
-    return mapping.weight(signals)
 
 
 def model_mapping(model_dir: str | Path) -> Mapping:

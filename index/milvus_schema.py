@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 
 from index.analysis import BM25_B, BM25_K1, STOP_WORDS, analyzed
-from index.store import MAX_ID_BYTES, MAX_TEXT_BYTES, EncoderInfo, Hit, Item
+from index.store import MAX_ID_BYTES, MAX_TEXT_BYTES, CollectionInfo, EncoderInfo, Hit, Item
 from index.tenancy import MAX_TENANT_CHARS, TENANT_FIELD, local_id
 
 ENCODER_PROPERTY = "qkv.encoder"
@@ -66,6 +66,20 @@ def create_collection(client: Any, name: str, dim: int, encoder: EncoderInfo | N
                              consistency_level="Bounded", timeout=timeout)
 
 
+def described(name: str, d: dict[str, Any]) -> tuple[CollectionInfo, bool]:
+    """The info of collection ``name`` from Milvus' ``describe_collection`` answer ``d``, and
+    whether it has :data:`BM25_FIELD`."""
+    dim = next(int(f["params"]["dim"]) for f in d["fields"] if f["name"] == "vector")
+    props = d.get("properties", {})
+    raw = json.loads(props.get(ENCODER_PROPERTY, "null"))
+    calibration = json.loads(props.get(CALIBRATION_PROPERTY, "null"))
+    names = {f["name"] for f in d["fields"]}
+    info = CollectionInfo(name, dim, EncoderInfo.from_dict(raw) if raw else None,
+                          SPARSE_FIELD in names, TENANT_FIELD in names,
+                          calibration if isinstance(calibration, dict) else None)
+    return info, BM25_FIELD in names
+
+
 def bm25_text(text: str) -> str:
     """What ``bm25_text`` holds for ``text``: :func:`index.analysis.analyzed`, cut at a space
     to fit a VARCHAR of MAX_TEXT_BYTES (lower-casing can lengthen a text in UTF-8)."""
@@ -81,6 +95,11 @@ def bm25_query(text: str) -> str:
     (all of it when nothing else is left)."""
     kept = _STOP_RE.sub(" ", text)
     return kept if kept.strip(" \t\n\r.,;:!?'\"()-") else text
+
+
+def item_fields(multi_tenant: bool) -> list[str]:
+    """The fields a read of whole items asks for."""
+    return [*OUTPUT_FIELDS, "vector", *([TENANT_FIELD] if multi_tenant else [])]
 
 
 def item(row: dict[str, Any], multi_tenant: bool = False) -> Item:

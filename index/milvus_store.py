@@ -36,15 +36,16 @@ from index.aliases import AliasCache, check_create, check_drop, checked_set
 from index.filters import Filter, quote, to_milvus_expr
 from index.fusion import DEFAULT_DENSE_WEIGHT, DEFAULT_FUSION, candidates, check_fusion, fuse
 from index.milvus_conn import connect, is_missing, is_unavailable, version_at_least
+from index.milvus_reads import ids_after, read_aliases, rows_of
 from index.milvus_schema import (
     BM25_FIELD,
     CALIBRATION_PROPERTY,
-    ENCODER_PROPERTY,
     OUTPUT_FIELDS,
-    SPARSE_FIELD,
     bm25_text,
     create_collection,
+    described,
     item,
+    item_fields,
 )
 from index.milvus_search import bm25_search, dense_search
 from index.sealing import Sealer
@@ -79,7 +80,6 @@ PARTITION_KEY_MIN_VERSION = (2, 4)
 # How long a collection's description is trusted before it is read again: another server
 # on the same store may have re-tuned its calibration since.
 INFO_TTL_S = 5.0
-SAMPLE_CHUNK = 1000
 T = TypeVar("T")
 
 
@@ -221,16 +221,7 @@ class MilvusStore:
 
     # -- aliases (index.aliases) -------------------------------------------------------
     def _read_aliases(self) -> dict[str, str]:
-        def read(c: Any) -> dict[str, str]:
-            out = {}
-            for alias in c.list_aliases().get("aliases", []):
-                try:
-                    out[alias] = str(c.describe_alias(alias)["collection_name"])
-                except Exception as e:  # dropped since it was listed
-                    log.debug("alias %s: %s", alias, e)
-            return out
-
-        return self._call("list_aliases", read)
+        return dict(self._call("list_aliases", read_aliases))
 
     def list_aliases(self) -> dict[str, str]:
         return self._aliases.fresh()
@@ -259,17 +250,8 @@ class MilvusStore:
             raise CollectionNotFoundError(f"no collection {collection!r} in {self.uri}")
         d = self._call("describe_collection",
                        lambda c: c.describe_collection(collection, timeout=self.timeout))
-        dim = next(int(f["params"]["dim"]) for f in d["fields"] if f["name"] == "vector")
-        props = d.get("properties", {})
-        raw = json.loads(props.get(ENCODER_PROPERTY, "null"))
-        calibration = json.loads(props.get(CALIBRATION_PROPERTY, "null"))
-        hybrid = any(f["name"] == SPARSE_FIELD for f in d["fields"])
-        self._analysed[collection] = any(f["name"] == BM25_FIELD for f in d["fields"])
-        info = CollectionInfo(collection, dim, EncoderInfo.from_dict(raw) if raw else None,
-                              hybrid, any(f["name"] == TENANT_FIELD for f in d["fields"]),
-                              calibration if isinstance(calibration, dict) else None)
-        self._info[collection] = info
-        self._info_at[collection] = time.monotonic()
+        info, self._analysed[collection] = described(collection, d)
+        self._info[collection], self._info_at[collection] = info, time.monotonic()
         return info
 
     def set_calibration(self, collection: str, calibration: dict[str, Any] | None) -> None:
@@ -283,21 +265,11 @@ class MilvusStore:
     def sample(self, collection: str, n: int, seed: int = 0) -> tuple[list[Item], int]:
         collection = self._aliases.resolve(collection)
         info = self._ready(collection)
-        rows = self._call("sample", lambda c: c.query(
-            collection, filter='id > ""', output_fields=["id"], consistency_level="Strong",
-            timeout=self.timeout))
-        ids = sorted(str(r["id"]) for r in rows)
+        ids = ids_after(self._call, collection, "", self.timeout)
         pick = sorted(random.Random(seed).sample(ids, min(n, len(ids))))
-        fields = [*OUTPUT_FIELDS, "vector", *([TENANT_FIELD] if info.multi_tenant else [])]
-        out: list[Item] = []
-        for start in range(0, len(pick), SAMPLE_CHUNK):
-            expr = "id in [" + ", ".join(quote(k) for k in pick[start:start + SAMPLE_CHUNK]) + "]"
-            got = self._call("sample", lambda c, e=expr: c.query(  # type: ignore[misc]
-                collection, filter=e, output_fields=fields, consistency_level="Strong",
-                timeout=self.timeout))
-            out += [item(r, info.multi_tenant) for r in got]
-        out.sort(key=lambda it: (it.tenant or "", it.id))
-        return out, len(ids)
+        rows = rows_of(self._call, collection, pick, item_fields(info.multi_tenant), self.timeout)
+        return sorted((item(r, info.multi_tenant) for r in rows),
+                      key=lambda it: (it.tenant or "", it.id)), len(ids)
 
     def _ready(self, collection: str, encoder: EncoderInfo | None = None) -> CollectionInfo:
         """Describe (cached), check the encoder, and make sure the collection is loaded."""
@@ -367,11 +339,8 @@ class MilvusStore:
         if not ids:
             return []
         keys = {stored_id(tenant, i): i for i in ids}
-        expr = "id in [" + ", ".join(quote(k) for k in keys) + "]"
-        fields = [*OUTPUT_FIELDS, "vector", *([TENANT_FIELD] if info.multi_tenant else [])]
-        rows = self._call("query", lambda c: c.query(
-            collection, filter=expr, output_fields=fields, consistency_level="Strong",
-            timeout=self.timeout))
+        fields = item_fields(info.multi_tenant)
+        rows = rows_of(self._call, collection, list(keys), fields, self.timeout)
         by_id = {str(r["id"]): r for r in rows}
         return [item(by_id[k], info.multi_tenant) for k in keys if k in by_id]
 
@@ -391,10 +360,7 @@ class MilvusStore:
         # query_iterator pages in id order on every backend (2.3.5 skipped half the rows)
         collection = self._aliases.resolve(collection)
         check_tenant(self._ready(collection), None)
-        rows = self._call("scan", lambda c: c.query(
-            collection, filter=f"id > {quote(after or '')}", output_fields=["id"],
-            consistency_level="Strong", timeout=self.timeout))
-        ids = sorted(str(r["id"]) for r in rows)
+        ids = ids_after(self._call, collection, after or "", self.timeout)
         for start in range(0, len(ids), batch_size):
             yield self.get(collection, ids[start : start + batch_size])
 

@@ -273,6 +273,11 @@ def test_search_shades_tokens_and_filters(browser: Any, server: str, api: httpx.
     ).json()["hits"]
     assert [h.get_attribute("data-id") for h in hits] == [h["id"] for h in want]
     assert len(want) == 3, "the filter keeps the three 'ml' notes"
+    # hybrid's weight and where it came from (a small collection: the encoder's default)
+    said = api.post("/v1/collections/notes/search", json={"query": query}).json()
+    assert said["mode"] == "hybrid" and said["weight_source"] == "encoder default"
+    summary = browser.find_element(By.ID, "search-summary").text
+    assert f"dense weight {said['dense_weight']:.2f} (from the encoder's default)" in summary
     assert {b.text.split()[0] for b in browser.find_elements(By.CSS_SELECTOR, "#hits .badge")
             } <= {"dense", "bm25"}
     # the query's tokens, shaded by the weights /v1/pooling gives

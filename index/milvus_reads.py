@@ -1,0 +1,47 @@
+"""Reads a :class:`index.milvus_store.MilvusStore` shares: strong reads of a collection's
+rows by id for ``get``, ``scan`` and ``sample`` (every id after one, in id order; the rows
+of a list of ids, a thousand a query), and the aliases."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Sequence
+from typing import Any, TypeVar
+
+from index.filters import quote
+
+log = logging.getLogger(__name__)
+T = TypeVar("T")
+Call = Callable[[str, Callable[[Any], Any]], Any]  # MilvusStore._call
+ROWS_PER_QUERY = 1000
+
+
+def ids_after(call: Call, collection: str, after: str, timeout: float) -> list[str]:
+    """Every stored id that sorts after ``after`` (all for ""), sorted."""
+    rows = call("query ids", lambda c: c.query(
+        collection, filter=f"id > {quote(after)}", output_fields=["id"],
+        consistency_level="Strong", timeout=timeout))
+    return sorted(str(r["id"]) for r in rows)
+
+
+def rows_of(call: Call, collection: str, ids: Sequence[str], fields: list[str],
+            timeout: float) -> list[dict[str, Any]]:
+    """The rows of those stored ids that exist, in no particular order."""
+    out: list[dict[str, Any]] = []
+    for start in range(0, len(ids), ROWS_PER_QUERY):
+        expr = "id in [" + ", ".join(quote(k) for k in ids[start:start + ROWS_PER_QUERY]) + "]"
+        out += call("query", lambda c, e=expr: c.query(  # type: ignore[misc]
+            collection, filter=e, output_fields=fields, consistency_level="Strong",
+            timeout=timeout))
+    return out
+
+
+def read_aliases(client: Any) -> dict[str, str]:
+    """Every alias and the collection it points at."""
+    out = {}
+    for alias in client.list_aliases().get("aliases", []):
+        try:
+            out[alias] = str(client.describe_alias(alias)["collection_name"])
+        except Exception as e:  # dropped since it was listed
+            log.debug("alias %s: %s", alias, e)
+    return out
