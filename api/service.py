@@ -65,7 +65,7 @@ class Service:
             queue_max=settings.queue_max, metrics=metrics)
 
         self.seeding: dict[str, Seeding] = {}  # demo collections (api.app fills them)
-        self.tuner = Tuner(self)
+        self.tuner = Tuner(self.store, self.embed, self.mapping, self.dense_weight, settings)
 
     def close(self) -> None:
         self.tuner.close()

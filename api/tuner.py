@@ -11,16 +11,18 @@ import asyncio
 import logging
 import threading
 import time
+from collections.abc import Callable, Coroutine
 from concurrent.futures import Future, ThreadPoolExecutor
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
-from index import CollectionInfo, StoreError
+from api.settings import Settings
+from index import CollectionInfo, StoreError, VectorStore
+from index.calibration import Mapping
 from wiring.tuning import Labels, check_labels, check_tunable, due, tune
 
-if TYPE_CHECKING:
-    from api.service import Service
+EmbedAsync = Callable[..., Coroutine[Any, Any, Any]]
 
 log = logging.getLogger(__name__)
 CHECK_EVERY = 1000  # documents written into a collection between two checks of due()
@@ -29,8 +31,12 @@ CHECK_EVERY = 1000  # documents written into a collection between two checks of 
 class Tuner:
     """Tune jobs by collection; :meth:`state` says how the last one went."""
 
-    def __init__(self, svc: Service) -> None:
-        self.svc = svc
+    def __init__(self, store: VectorStore, embed: EmbedAsync, mapping: Mapping,
+                 default_weight: float, settings: Settings) -> None:
+        """``embed(texts, truncate, dim=...)`` is the service's (it queues the texts for
+        the batcher and returns their :class:`api.service.Embedded`)."""
+        self.store, self.embed, self.mapping = store, embed, mapping
+        self.default_weight, self.settings = default_weight, settings
         self._jobs: dict[str, dict[str, Any]] = {}
         self._written: dict[str, int] = {}
         self._lock = threading.Lock()
@@ -57,9 +63,9 @@ class Tuner:
         a collection without BM25, 422 for labels naming unknown ids or an empty one)."""
         check_tunable(info)
         if labels is not None:
-            check_labels(self.svc.store, info, labels)
+            check_labels(self.store, info, labels)
         else:
-            store = self.svc.store
+            store = self.store
             # a multi-tenant collection counts per tenant: its total comes with a sample
             total = (store.sample(info.name, 0)[1] if info.multi_tenant
                      else store.count(info.name))
@@ -81,7 +87,7 @@ class Tuner:
 
         def embed(texts: Any) -> np.ndarray:
             fut = asyncio.run_coroutine_threadsafe(
-                self.svc.embed(list(texts), True, dim=info.dim), loop)
+                self.embed(list(texts), True, dim=info.dim), loop)
             while True:  # the loop may stop meanwhile: never wait on it for ever
                 try:
                     return fut.result(timeout=0.5).vectors
@@ -91,8 +97,8 @@ class Tuner:
                         raise RuntimeError("the service is stopping") from None
 
         try:
-            cal = tune(self.svc.store, info.name, embed, self.svc.mapping,
-                       self.svc.dense_weight, labels, seed)
+            cal = tune(self.store, info.name, embed, self.mapping,
+                       self.default_weight, labels, seed)
         except ValueError as e:  # ours: names the collection or field
             log.warning("tuning %s failed: %s", info.name, e)
             return self._update(info.name, state="failed", error=str(e),
@@ -121,9 +127,9 @@ class Tuner:
     def wrote(self, info: CollectionInfo, rows: int) -> None:
         """``rows`` documents were just written into ``info``'s collection: every
         :data:`CHECK_EVERY` of them, start a tune if it is due (in the background)."""
-        if not self.svc.settings.auto_tune or not info.hybrid or rows <= 0:
+        if not self.settings.auto_tune or not info.hybrid or rows <= 0:
             return
-        every = min(CHECK_EVERY, self.svc.settings.auto_tune_min_docs)
+        every = min(CHECK_EVERY, self.settings.auto_tune_min_docs)
         with self._lock:
             n = self._written.get(info.name, 0) + rows
             self._written[info.name] = n % every
@@ -136,20 +142,20 @@ class Tuner:
 
     def filled(self, collection: str) -> None:
         """A collection was just filled in the background (a demo): tune it if it is due."""
-        if self.svc.settings.auto_tune and not self._closed.is_set():
+        if self.settings.auto_tune and not self._closed.is_set():
             self._pool.submit(self._auto, asyncio.get_running_loop(), collection)
 
     def _auto(self, loop: asyncio.AbstractEventLoop, collection: str) -> None:
         if self._closed.is_set():
             return
         try:
-            info = self.svc.store.describe(collection)
-            count = self.svc.store.count(collection) if not info.multi_tenant else \
-                self.svc.store.sample(collection, 0)[1]
+            info = self.store.describe(collection)
+            count = self.store.count(collection) if not info.multi_tenant else \
+                self.store.sample(collection, 0)[1]
         except StoreError as e:
             log.warning("could not check whether %s needs tuning: %s", collection, e)
             return
-        if due(info, count, self.svc.settings.auto_tune_min_docs):
+        if due(info, count, self.settings.auto_tune_min_docs):
             with self._lock:
                 self._jobs[collection] = {"collection": collection, "state": "queued",
                                           "reason": f"grown to {count} documents",
