@@ -28,7 +28,7 @@ from index.calibration import (
     measure,
 )
 from index.fusion import CANDIDATES
-from index.store import CollectionInfo, UnsupportedError, VectorStore
+from index.store import CollectionInfo, Item, UnsupportedError, VectorStore
 
 log = logging.getLogger(__name__)
 
@@ -62,9 +62,11 @@ def check_labels(store: VectorStore, info: CollectionInfo, labels: Labels) -> No
         raise ValueError("labels: no judged queries (each needs a query and relevant ids)")
     if len(labels) > MAX_LABELS:
         raise ValueError(f"labels: {len(labels)} judged queries; at most {MAX_LABELS}")
-    ids = sorted({d for _, rel in labels.values() for d in rel})
     if info.multi_tenant:
-        return  # ids are per tenant: a judged id is checked when it is searched for
+        raise ValueError(f"labels: collection {info.name!r} is multi-tenant, and judged "
+                         "queries are searched per tenant; tune it from its documents or "
+                         "set its weight by hand")
+    ids = sorted({d for _, rel in labels.values() for d in rel})
     found = {it.id for start in range(0, len(ids), 1000)
              for it in store.get(info.name, ids[start:start + 1000])}
     missing = [i for i in ids if i not in found]
@@ -87,25 +89,36 @@ def tune(store: VectorStore, collection: str, embed: Embed, mapping: Mapping,
         items, total = store.sample(info.name, POOL, seed)
         if total == 0:
             raise ValueError(f"collection {info.name!r} has no documents to calibrate on")
-        items = [it for it in items if it.text.strip()]
-        if len(items) < MIN_DOCS:
-            cal = Calibration(default_weight, "encoder default", "too few documents",
-                              docs=total, seed=seed,
-                              note=f"{len(items)} documents with text: too few to calibrate "
-                                   f"(at least {MIN_DOCS}); the encoder's default weight")
-        else:
-            signals = measure([it.text for it in items],
-                              np.stack([it.vector for it in items]), embed, seed)
-            cal = Calibration(mapping.weight(signals), "collection", "pseudo-queries",
-                              docs=total, queries=int(signals["queries"]), seed=seed,
-                              signals=signals | {"mapping": vars(mapping)},
-                              note=f"{signals['queries']} pseudo-queries over "
-                                   f"{signals['pool']} of {total} documents")
+        cal = _from_documents([it for it in items if it.text.strip()], total, embed, mapping,
+                              default_weight, seed)
     cal.seconds = round(time.perf_counter() - t0, 2)
     store.set_calibration(info.name, cal.to_dict())
     log.info("calibrated %s: dense weight %.3f (%s) in %.1f s", info.name, cal.dense_weight,
              cal.source, cal.seconds)
     return cal
+
+
+def _from_documents(items: list[Item], total: int, embed: Embed, mapping: Mapping,
+                    default_weight: float, seed: int) -> Calibration:
+    """The label-free calibration from a sample of the collection's ``total`` documents;
+    the encoder's default where too few of them (or too few long enough) to calibrate."""
+    if len(items) < MIN_DOCS:
+        return Calibration(default_weight, "encoder default", "too few documents",
+                           docs=total, seed=seed,
+                           note=f"{len(items)} documents with text: too few to calibrate (at "
+                                f"least {MIN_DOCS}); the encoder's default weight")
+    signals = measure([it.text for it in items], np.stack([it.vector for it in items]),
+                      embed, seed)
+    if signals["queries"] < MIN_DOCS // 2:
+        return Calibration(default_weight, "encoder default", "too few pseudo-queries",
+                           docs=total, seed=seed, signals=signals,
+                           note=f"{signals['queries']} documents long enough (4 words) to cut "
+                                "a query from: too few; the encoder's default weight")
+    return Calibration(mapping.weight(signals), "collection", "pseudo-queries", docs=total,
+                       queries=int(signals["queries"]), seed=seed,
+                       signals=signals | {"mapping": vars(mapping)},
+                       note=f"{signals['queries']} pseudo-queries over {signals['pool']} of "
+                            f"{total} documents")
 
 
 def _with_labels(store: VectorStore, info: CollectionInfo, embed: Embed, labels: Labels,
@@ -117,8 +130,8 @@ def _with_labels(store: VectorStore, info: CollectionInfo, embed: Embed, labels:
     bm25 = store.search(info.name, xq, CANDIDATES, query_text=texts, mode="bm25")
     sides = {q: (d, b) for q, d, b in zip(qids, dense, bm25, strict=True)}
     w, signals = from_labels(sides, labels, default_weight, seed)
-    return Calibration(w, "labels", "judged queries (nDCG@10)", docs=store.count(info.name)
-                       if not info.multi_tenant else 0, queries=len(qids), seed=seed,
+    return Calibration(w, "labels", "judged queries (nDCG@10)", docs=store.count(info.name),
+                       queries=len(qids), seed=seed,
                        signals=signals,
                        note=f"best nDCG@10 over {len(qids)} judged queries; beats the "
                             f"encoder default in {signals['beats_default']:.0%} of bootstrap "
