@@ -64,21 +64,25 @@ class Tuner:
         check_tunable(info)
         if labels is not None:
             check_labels(self.store, info, labels)
-        else:
-            store = self.store
-            # a multi-tenant collection counts per tenant: its total comes with a sample
-            total = (store.sample(info.name, 0)[1] if info.multi_tenant
-                     else store.count(info.name))
-            if total == 0:
-                raise ValueError(f"collection {info.name!r} has no documents to calibrate on")
+        elif self._total(info) == 0:
+            raise ValueError(f"collection {info.name!r} has no documents to calibrate on")
+
+    def _total(self, info: CollectionInfo) -> int:
+        """Documents in the collection, every tenant's (a multi-tenant collection counts
+        per tenant: its total comes with a sample of none)."""
+        return (self.store.sample(info.name, 0)[1] if info.multi_tenant
+                else self.store.count(info.name))
+
+    def _queue(self, collection: str, reason: str) -> None:
+        with self._lock:
+            self._jobs[collection] = {"collection": collection, "state": "queued",
+                                      "reason": reason, "queued_at": time.time()}
 
     def start(self, info: CollectionInfo, labels: Labels | None = None, seed: int = 0,
               reason: str = "request") -> Future[dict[str, Any]]:
         """Queue a tune of ``info``'s collection; the future gives its final state."""
         loop = asyncio.get_running_loop()
-        with self._lock:
-            self._jobs[info.name] = {"collection": info.name, "state": "queued",
-                                     "reason": reason, "queued_at": time.time()}
+        self._queue(info.name, reason)
         return self._pool.submit(self._run, loop, info, labels, seed)
 
     def _run(self, loop: asyncio.AbstractEventLoop, info: CollectionInfo,
@@ -150,14 +154,10 @@ class Tuner:
             return
         try:
             info = self.store.describe(collection)
-            count = self.store.count(collection) if not info.multi_tenant else \
-                self.store.sample(collection, 0)[1]
+            count = self._total(info)
         except StoreError as e:
             log.warning("could not check whether %s needs tuning: %s", collection, e)
             return
         if due(info, count, self.settings.auto_tune_min_docs):
-            with self._lock:
-                self._jobs[collection] = {"collection": collection, "state": "queued",
-                                          "reason": f"grown to {count} documents",
-                                          "queued_at": time.time()}
+            self._queue(collection, f"grown to {count} documents")
             self._run(loop, info, None, 0)

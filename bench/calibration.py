@@ -147,12 +147,6 @@ def collect(args: argparse.Namespace) -> dict[str, dict[str, Any]]:
     return out
 
 
-def ratio(row: dict[str, Any], w: float) -> float:
-    """Hybrid at weight ``w`` (nearest grid point) × BM25 on the real queries."""
-    g = min(GRID, key=lambda v: abs(v - w))
-    return float(row["real"][f"w{g}"] / max(row["real"]["bm25"], 1e-9))
-
-
 def interp(row: dict[str, Any], w: float) -> float:
     """Hybrid × BM25 at ``w``, interpolated linearly between grid points."""
     ys = row.get("_ys")
@@ -249,12 +243,12 @@ def main() -> None:
             stats["loo_vs_default"] += [interp(row, w) / d for w in lw]
             stats["fit_vs_default"] += [interp(row, w) / d for w in fw]
             stats["default"].append(d)
-            stats["best"].append(ratio(row, best_w))
+            stats["best"].append(interp(row, best_w))
         sig = seeds[0]
         lines.append(
             f"| {n}{' (held out)' if row['held_out'] else ''} | {row['docs']} | "
             f"{row['queries']} | {real['dense'] / real['bm25']:.3f}× | {real['bm25']:.3f} | "
-            f"{d:.3f}× | {best_w} → {ratio(row, best_w):.3f}× | "
+            f"{d:.3f}× | {best_w} → {interp(row, best_w):.3f}× | "
             f"{sig['dense_vs_bm25']:.2f}, {sig['fusion_gain']:.3f} | "
             + ", ".join(f"{w:.2f} → {interp(row, w):.3f}×" for w in lw) + " | "
             + ", ".join(f"{w:.2f} → {interp(row, w):.3f}×" for w in fw)

@@ -129,20 +129,16 @@ def index(
 
 
 def tune_after(store: str, collection: str, model: Path, token: str, timeout: float) -> None:
-    """Calibrate a just-indexed hybrid collection; a failure is said, not fatal (the index
-    is complete: `qkv tune` can run again later)."""
-    from index import StoreError, open_store
+    """Calibrate a just-indexed hybrid collection (a dense-only one has nothing to
+    calibrate); a failure is said, not fatal (the index is complete: `qkv tune` can run
+    again later)."""
+    from index import StoreError, UnsupportedError
     from wiring.tuning import tune_collection
 
-    vector_store = open_store(store, token=token, timeout=timeout)
-    try:
-        hybrid = vector_store.describe(collection).hybrid
-    finally:
-        vector_store.close()
-    if not hybrid:
-        return
     try:
         cal = tune_collection(store, collection, model, token, timeout)
+    except UnsupportedError:
+        return
     except (StoreError, ValueError) as e:
         typer.echo(f"warning: hybrid calibration failed ({e}); run `qkv tune {collection}`",
                    err=True)

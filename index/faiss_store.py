@@ -168,8 +168,7 @@ class FaissStore:
         meta = {"dim": dim, "encoder": encoder.to_dict() if encoder else None,
                 "index_type": self.index_type, "hybrid": bool(hybrid),
                 "multi_tenant": bool(multi_tenant)}
-        (path / "collection.tmp.json").write_text(json.dumps(meta))
-        os.replace(path / "collection.tmp.json", path / "collection.json")
+        _write_meta(path, meta)
         return self.describe(collection)
 
     def bm25_available(self) -> bool:
@@ -192,8 +191,7 @@ class FaissStore:
         path = self._dir(col.info.name)
         meta = json.loads((path / "collection.json").read_text())
         meta["calibration"] = calibration
-        (path / "collection.tmp.json").write_text(json.dumps(meta))
-        os.replace(path / "collection.tmp.json", path / "collection.json")
+        _write_meta(path, meta)
         col.info = replace(col.info, calibration=calibration)
 
     def sample(self, collection: str, n: int, seed: int = 0) -> tuple[list[Item], int]:
@@ -355,3 +353,9 @@ class FaissStore:
 
     def close(self) -> None:
         self._open.clear()
+
+
+def _write_meta(path: Path, meta: dict[str, Any]) -> None:
+    """``collection.json`` of the collection at ``path``, replaced in one step."""
+    (path / "collection.tmp.json").write_text(json.dumps(meta))
+    os.replace(path / "collection.tmp.json", path / "collection.json")

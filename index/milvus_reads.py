@@ -6,12 +6,11 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Sequence
-from typing import Any, TypeVar
+from typing import Any
 
 from index.filters import quote
 
 log = logging.getLogger(__name__)
-T = TypeVar("T")
 Call = Callable[[str, Callable[[Any], Any]], Any]  # MilvusStore._call
 ROWS_PER_QUERY = 1000
 
