@@ -1,0 +1,137 @@
+"""Milvus Lite 3.x's BM25 search, with cached row visibility and array postings.
+
+A copy of ``milvus_lite.engine.collection.Collection._search_sparse`` (Apache-2.0,
+milvus-lite 3.2.2) for the BM25 metric, with the same results: each sealed segment's rows
+made visible by :class:`index.lite_visibility.SealedView` (cached per generation of
+segments) instead of a per-search Python loop over every row, and scored by
+:class:`index.lite_bm25.FastBM25Index` (cached on the segment, as Lite caches its own)
+instead of Lite's per-posting Python loop. Other sparse metrics go to Lite's own method.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from index.lite_bm25 import FastBM25Index
+from index.lite_dense import VIEWS
+
+ORIGINAL: dict[str, Callable[..., Any]] = {}  # set by index.lite_speed.install
+
+
+def search_sparse(self: Any, query_vectors: list, vector_field: str, top_k: int,
+                  metric_type: str, partition_names: list[str] | None, expr: str | None,
+                  output_fields: list[str] | None, timezone: str | None = None
+                  ) -> list[list[dict]]:
+    """``Collection._search_sparse`` (BM25): per-segment top-k, the memtable rebuilt each
+    time (small), one merge keeping each key's newest version."""
+    if metric_type != "BM25":
+        return ORIGINAL["search_sparse"](self, query_vectors, vector_field, top_k,
+                                         metric_type, partition_names, expr, output_fields,
+                                         timezone)
+    from milvus_lite.analyzer.sparse import bytes_to_sparse
+    from milvus_lite.engine.projection import build_projection_plan, project_record
+    from milvus_lite.search.filter.eval.python_backend import _eval_row
+    from milvus_lite.search.indexed_filter import evaluate_segment_filter
+
+    partition_filter = set(partition_names) if partition_names else None
+    plan = build_projection_plan(output_fields, self._schema, api_kind="search")
+    spec = self._index_specs.get(vector_field)
+    params = spec.build_params if spec else {}
+    k1, b = float(params.get("bm25_k1", 1.5)), float(params.get("bm25_b", 0.75))
+    queries = self._prepare_sparse_queries(query_vectors, vector_field)
+    nq = len(queries)
+    compiled = self._compile_filter(expr, timezone=timezone) if expr else None
+    filter_plan = self._indexed_filter_plan(compiled)
+    candidates: list[list[tuple[float, Any, Any]]] = [[] for _ in range(nq)]
+
+    segments, delta = self._read_snapshot()
+    mt_deletes = self._memtable.delete_index_snapshot()
+    mt_seq_of = {pk: int(pos[2]) for pk, pos in self._memtable.pk_index_snapshot()}
+    view = VIEWS.get(segments, delta._map)
+    masks = view.masks(mt_seq_of, mt_deletes, partition_of_delete=True)
+
+    for seg, mask in zip(segments, masks, strict=True):
+        if partition_filter is not None and seg.partition not in partition_filter:
+            continue
+        table = seg.table
+        if table is None or len(table) == 0:
+            continue
+        index = seg.sparse_indexes.get(vector_field)
+        if not (isinstance(index, FastBM25Index) and index.k1 == k1 and index.b == b):
+            index = FastBM25Index(k1=k1, b=b)
+            index.build_from_column(table.column(vector_field))
+            seg.sparse_indexes[vector_field] = index
+        if compiled is not None:
+            mask = mask & evaluate_segment_filter(seg, compiled, filter_plan)
+        if not mask.any():
+            continue
+        ids, dists = index.search(queries, top_k, valid_mask=mask)
+        for qi in range(nq):
+            for j in range(top_k):
+                lid = int(ids[qi, j])
+                if lid < 0:
+                    break
+                candidates[qi].append((float(dists[qi, j]), seg.pks[lid], (table, lid)))
+
+    # The memtable, rebuilt each time (small and mutable)
+    sealed_newest = view.newest_sealed(list(mt_seq_of))
+    mt_pks: list = []
+    mt_sparse: list = []
+    mt_refs: list = []
+    for pk, seq, record in self._memtable.active_record_snapshots(
+            partition_names=partition_names):
+        newest = max(sealed_newest.get(pk, -1), mt_seq_of.get(pk, -1))
+        if delta.is_deleted(pk, seq) or newest > seq:
+            continue
+        raw = record.get(vector_field)
+        mt_pks.append(pk)
+        mt_sparse.append(bytes_to_sparse(raw) if isinstance(raw, bytes) else (raw or {}))
+        mt_refs.append((record, seq))
+    if mt_pks:
+        valid = np.ones(len(mt_pks), dtype=bool)
+        if compiled is not None:
+            valid = np.array([bool(_eval_row(compiled.ast, r)) for r, _ in mt_refs])
+        index = FastBM25Index(k1=k1, b=b)
+        index.build(mt_sparse, valid_mask=valid)
+        ids, dists = index.search(queries, top_k)
+        for qi in range(nq):
+            for j in range(top_k):
+                lid = int(ids[qi, j])
+                if lid < 0:
+                    break
+                candidates[qi].append((float(dists[qi, j]), mt_pks[lid], mt_refs[lid]))
+
+    return [_merge(c, top_k, lambda rec: project_record(rec, self._schema, plan))
+            for c in candidates]
+
+
+def _merge(candidates: list[tuple[float, Any, Any]], top_k: int,
+           project: Callable[[dict], dict]) -> list[dict]:
+    """Each key's newest version, best first, materialised."""
+    def is_memtable(source: Any) -> bool:
+        return isinstance(source, tuple) and bool(source) and isinstance(source[0], dict)
+
+    best: dict[Any, tuple[int, tuple[float, Any, Any]]] = {}
+    for cand in candidates:
+        _, pk, source = cand
+        if is_memtable(source):
+            seq = int(source[1])
+        else:
+            table, row = source
+            seq = int(table.column("_seq")[row].as_py())
+        if pk not in best or seq > best[pk][0]:
+            best[pk] = (seq, cand)
+    deduped = sorted((v[1] for v in best.values()), key=lambda c: c[0])
+    hits: list[dict] = []
+    for dist, pk, source in deduped[:top_k]:
+        if is_memtable(source):
+            record = source[0]
+        else:
+            table, row = source
+            record = {name: table.column(name)[row].as_py() for name in table.column_names
+                      if name not in ("_seq", "_partition")}
+        hits.append({"id": pk, "distance": dist, "entity": project(record)})
+    return hits

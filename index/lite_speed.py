@@ -1,0 +1,108 @@
+"""Milvus Lite searches that do not rescan the collection: installed into this process's
+embedded Milvus Lite before the first connection to a Lite file.
+
+Milvus Lite 3.x is pure Python and runs in this process (pymilvus starts its gRPC server
+in a thread). Its searches first walk every primary key of every segment in Python to
+decide which rows are visible, and score BM25 posting by posting in Python: per search,
+linear in the collection (146 ms dense and 223 ms BM25 at 174,000 captions, 556 ms dense
+at 522,000). :mod:`index.lite_dense` and :mod:`index.lite_sparse` are the same two search
+paths with visibility cached per generation of segments (:mod:`index.lite_visibility`)
+and array postings (:mod:`index.lite_bm25`); their results are equal to Lite's own (a
+test holds them so on random workloads). They are written to go upstream as they are.
+
+They replace Lite's functions only when the installed Lite is the one they were copied
+from (the replaced functions' source hashes to what is recorded here): any other version
+runs unpatched, with a warning, at Lite's own speed. ``QKV_LITE_FAST_SEARCH=0`` keeps
+Lite's own paths (for comparison).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import inspect
+import logging
+import os
+import threading
+from typing import Any
+
+log = logging.getLogger(__name__)
+
+# sha256 of inspect.getsource of each function replaced, in milvus-lite 3.2.2
+KNOWN_SOURCES = {
+    "execute_search_with_index":
+        "e22ce49c5ee11c9535792072df8ac5d07fe48f7a76888f1063d46adc14a6022f",
+    "Collection._search_sparse":
+        "95df328148020ef43914f02127a7b74a4e7e82315bddc75e2e87b88735572552",
+}
+_state: dict[str, Any] = {"installed": None}
+_lock = threading.Lock()
+
+
+def _targets() -> dict[str, Any]:
+    from milvus_lite.engine import collection
+    from milvus_lite.search import executor_indexed
+
+    return {"execute_search_with_index": executor_indexed.execute_search_with_index,
+            "Collection._search_sparse": collection.Collection._search_sparse}
+
+
+def source_hashes() -> dict[str, str]:
+    """The sha256 of each replaced function's source as installed (unpatched)."""
+    originals = _state.get("originals") or _targets()
+    return {name: hashlib.sha256(inspect.getsource(fn).encode()).hexdigest()
+            for name, fn in originals.items()}
+
+
+def install() -> bool:
+    """Replace Lite's two search paths (once per process); whether they now run."""
+    with _lock:
+        if _state["installed"] is not None:
+            return bool(_state["installed"])
+        if os.environ.get("QKV_LITE_FAST_SEARCH", "1") == "0":
+            _state["installed"] = False
+            return False
+        try:
+            targets = _targets()
+        except ImportError:  # no Milvus Lite: nothing to patch
+            _state["installed"] = False
+            return False
+        hashes = source_hashes()
+        if hashes != KNOWN_SOURCES:
+            from milvus_lite import __version__ as version
+
+            log.warning("Milvus Lite %s is not the version qkv's fast search paths were "
+                        "written for (3.2.2): searches run on Lite's own, linear in the "
+                        "collection", version)
+            _state["installed"] = False
+            return False
+        from milvus_lite.engine import collection
+        from milvus_lite.search import executor_indexed
+
+        from index import lite_dense, lite_sparse
+
+        _state["originals"] = targets
+        lite_sparse.ORIGINAL["search_sparse"] = targets["Collection._search_sparse"]
+        executor_indexed.execute_search_with_index = lite_dense.execute_search_with_index
+        collection.execute_search_with_index = lite_dense.execute_search_with_index
+        collection.Collection._search_sparse = lite_sparse.search_sparse
+        _state["installed"] = True
+        log.info("Milvus Lite: fast search paths installed")
+        return True
+
+
+def uninstall() -> None:
+    """Put Lite's own paths back (tests compare the two in one process)."""
+    with _lock:
+        originals = _state.get("originals")
+        if originals:
+            from milvus_lite.engine import collection
+            from milvus_lite.search import executor_indexed
+
+            executor_indexed.execute_search_with_index = originals["execute_search_with_index"]
+            collection.execute_search_with_index = originals["execute_search_with_index"]
+            collection.Collection._search_sparse = originals["Collection._search_sparse"]
+        _state["installed"] = None
+
+
+def installed() -> bool:
+    return bool(_state["installed"])

@@ -1,0 +1,131 @@
+"""Milvus Lite's fast search paths (:mod:`index.lite_speed`) answer exactly what Lite's own
+answer: on one engine, through random upserts (new keys and overwrites, sealed and in the
+memtable), deletes (sealed and pending), flushes, compactions and filters, every dense and
+BM25 search is run both ways and compared field by field."""
+
+from __future__ import annotations
+
+import os
+import random
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pytest
+from milvus_lite.analyzer.sparse import sparse_to_bytes
+from milvus_lite.index.sparse_inverted import SparseInvertedIndex
+
+from index import MilvusStore, lite_speed
+from index.analysis import analyzed
+from index.lite_bm25 import FastBM25Index
+from index.store import Item
+
+WORDS = ("dog cat man woman child ball street red blue green runs jumps sits plays water "
+         "grass snow beach bike guitar park").split()
+
+
+def test_fast_paths_are_installed_for_lite(tmp_path: Path) -> None:
+    MilvusStore(str(tmp_path / "m.db")).list_collections()
+    assert lite_speed.installed(), "the installed milvus-lite is not the one patched for"
+    assert lite_speed.source_hashes() == lite_speed.KNOWN_SOURCES
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_bm25_index_scores_as_lite(seed: int) -> None:
+    rng = np.random.default_rng(seed)
+    n, vocab = int(rng.integers(1, 300)), int(rng.integers(2, 30))
+    docs = [{int(t) * 7919 + 3: float(rng.integers(1, 4))
+             for t in rng.choice(vocab, size=min(int(rng.integers(0, 8)), vocab), replace=False)}
+            for _ in range(n)]
+    mask = rng.random(n) > 0.3 if seed % 2 else None
+    lite = SparseInvertedIndex()
+    lite.build(docs)
+    column = pa.chunked_array([pa.array([sparse_to_bytes(d) for d in docs], type=pa.binary())])
+    from_column, from_dicts = FastBM25Index(), FastBM25Index()
+    from_column.build_from_column(column)
+    from_dicts.build(docs)
+    queries = [{int(t) * 7919 + 3: float(rng.integers(1, 3))
+                for t in rng.choice(vocab, size=int(rng.integers(1, 5)))} for _ in range(6)]
+    for k in (1, 7, 50):
+        want = lite.search([*queries, {}], k, valid_mask=mask)
+        for fast in (from_column, from_dicts):
+            got = fast.search([*queries, {}], k, valid_mask=mask)
+            assert np.array_equal(want[0], got[0]) and np.array_equal(want[1], got[1])
+
+
+def _engine_collection(uri: str, name: str) -> Any:
+    from milvus_lite.server_manager import server_manager_instance
+
+    db = server_manager_instance._servers[os.path.abspath(uri)][1]
+    return db.get_collection(name)
+
+
+def _both_ways(col: Any, search: Any) -> tuple[Any, Any]:
+    """One search through the fast paths and through Lite's own, on the same state."""
+    col._bg_executor.submit(lambda: None).result()  # compaction and index builds done
+    with col._maintenance_lock:
+        fast = search()
+        lite_speed.uninstall()
+        try:
+            own = search()
+        finally:
+            assert lite_speed.install()
+    return fast, own
+
+
+@pytest.fixture()
+def store(tmp_path: Path) -> Iterator[MilvusStore]:
+    s = MilvusStore(str(tmp_path / "m.db"))
+    s._sealer.rows, s._sealer.quiet_s = 10**9, 10**9  # flushes happen when the test says
+    yield s
+    s.close()
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_searches_equal_lites_own_through_writes(store: MilvusStore, seed: int) -> None:
+    rnd, rng = random.Random(seed), np.random.default_rng(seed)
+    multi = seed == 2
+    store.create("c", 8, hybrid=True, multi_tenant=multi)
+    col = _engine_collection(store.uri, "c")
+    tenants = ("acme", "zeta") if multi else (None,)
+    written: set[str] = set()
+
+    def write(ids: list[str]) -> None:
+        xb = rng.standard_normal((len(ids), 8)).astype(np.float32)
+        xb /= np.linalg.norm(xb, axis=1, keepdims=True)
+        items = [Item(id=i, vector=xb[j], text=" ".join(rnd.choices(WORDS, k=rnd.randint(1, 6))),
+                      metadata={"n": rnd.randint(0, 9)}, tenant=rnd.choice(tenants))
+                 for j, i in enumerate(ids)]
+        for tenant in tenants:
+            store.upsert("c", [it for it in items if it.tenant == tenant])
+        written.update(ids)
+
+    def compare(step: int) -> None:
+        xq = rng.standard_normal((3, 8)).astype(np.float32)
+        texts = [analyzed(" ".join(rnd.choices(WORDS, k=3))) for _ in range(3)]
+        expr = rnd.choice(["", "metadata[\"n\"] >= 4"] + (['tenant == "acme"'] if multi else []))
+        fields = ["id", "text", "metadata"]
+        for search in (
+            lambda: col.search(xq.tolist(), 10, anns_field="vector", metric_type="IP",
+                               expr=expr or None, output_fields=fields),
+            lambda: col.search(texts, 10, anns_field="sparse", metric_type="BM25",
+                               expr=expr or None, output_fields=fields),
+        ):
+            fast, own = _both_ways(col, search)
+            assert fast == own, f"step {step}, filter {expr!r}"
+
+    write([f"d{i}" for i in range(300)])
+    for step in range(14):
+        action = rnd.choice(("new", "overwrite", "delete", "flush", "flush"))
+        if action == "new":
+            write([f"d{len(written) + i}" for i in range(rnd.randint(1, 80))])
+        elif action == "overwrite":
+            write(rnd.sample(sorted(written), rnd.randint(1, 60)))
+        elif action == "delete":
+            for tenant in tenants:
+                store.delete("c", rnd.sample(sorted(written), rnd.randint(1, 40)), tenant=tenant)
+        else:
+            store.flush("c")
+        compare(step)
