@@ -114,7 +114,9 @@ def run_sampled(cmd: list[str], state_dir: Path | None = None) -> tuple[dict, Rs
         out, _ = proc.communicate()
     if proc.returncode != 0:
         raise SystemExit(f"{shlex.join(cmd)} exited {proc.returncode}:\n{out}")
-    last = out.strip().splitlines()[-1]
+    lines = out.strip().splitlines()
+    # the job's summary line ("read R, ..."), before what follows it (calibration, aliases)
+    last = next((x for x in lines if x.startswith("read ")), lines[-1])
     if last.startswith("{"):
         return json.loads(last), rss
     # qkv index's summary: "read R, written W, rejected 0, other shards 0, S s, D docs/s ..."

@@ -45,16 +45,22 @@ def __getattr__(name: str) -> Any:
     raise AttributeError(f"module 'index' has no attribute {name!r}")
 
 
-def open_store(uri: str, token: str = "", timeout: float = 10.0) -> VectorStore:
+def open_store(uri: str, token: str = "", timeout: float = 10.0, bulk: bool = False
+               ) -> VectorStore:
     """A store from a URI: ``faiss://DIR`` (or ``faiss+hnsw://DIR``) is a :class:`FaissStore`;
-    ``http(s)://host:port`` a Milvus server; anything else a Milvus Lite file."""
+    ``http(s)://host:port`` a Milvus server; anything else a Milvus Lite file. ``bulk``: for
+    a bulk job (Milvus Lite seals every :data:`index.sealing.BULK_SEAL_ROWS` rows instead
+    of every :data:`index.sealing.SEAL_ROWS`: fewer, larger segments to merge later)."""
     from index.faiss_store import FaissStore
 
     if uri.startswith("faiss://"):
         return FaissStore(uri.removeprefix("faiss://"), index_type="flat")
     if uri.startswith("faiss+hnsw://"):
         return FaissStore(uri.removeprefix("faiss+hnsw://"), index_type="hnsw")
-    return MilvusStore(uri, token=token, timeout=timeout)
+    from index.sealing import BULK_SEAL_ROWS, SEAL_ROWS
+
+    return MilvusStore(uri, token=token, timeout=timeout,
+                       seal_rows=BULK_SEAL_ROWS if bulk else SEAL_ROWS)
 
 
 __all__ = [

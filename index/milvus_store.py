@@ -48,7 +48,7 @@ from index.milvus_schema import (
     item_fields,
 )
 from index.milvus_search import bm25_search, dense_search
-from index.sealing import Sealer
+from index.sealing import SEAL_ROWS, Sealer
 from index.store import (
     CollectionInfo,
     CollectionNotFoundError,
@@ -95,6 +95,7 @@ class MilvusStore:
         hnsw_m: int = 16,
         ef_construction: int = 200,
         ef: int = 128,
+        seal_rows: int = SEAL_ROWS,
     ) -> None:
         if index_type not in INDEX_TYPES:
             raise ValueError(f"index_type must be one of {INDEX_TYPES}, got {index_type!r}")
@@ -108,7 +109,7 @@ class MilvusStore:
         self._loaded: set[str] = set()
         self._analysed: dict[str, bool] = {}  # hybrid collection -> has BM25_FIELD
         self._bm25: bool | None = None
-        self._sealer = Sealer(self.flush)  # Lite only
+        self._sealer = Sealer(self.flush, rows=seal_rows)  # Lite only
         # Lite's count(*) misses rows while a flush moves them (4 of 30 counts during
         # flushes in a /tmp script; searches did not): count waits for a flush to end
         self._flushing = threading.Lock()

@@ -23,6 +23,11 @@ from collections.abc import Callable
 log = logging.getLogger(__name__)
 
 SEAL_ROWS = 1024
+# A bulk job (``qkv index``) seals larger segments: Lite merges segments of similar size
+# four at a time, so 1,024-row segments were rewritten (and re-indexed) four times on their
+# way to 100,000 rows; these take one merge. Searches meanwhile see up to this many rows
+# unsealed (slow, as above), which a bulk load can afford.
+BULK_SEAL_ROWS = 32_768
 SEAL_QUIET_S = 1.0
 
 

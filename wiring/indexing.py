@@ -75,7 +75,7 @@ def index_files(collection: str, inputs: list[Path], config: JobConfig, store: s
         # the history of bench/RESULTS.md).
         return text_encoder.encode(texts)
 
-    vector_store = open_store(store, token=token, timeout=timeout)
+    vector_store = open_store(store, token=token, timeout=timeout, bulk=True)
     try:
         return bulk_index(vector_store, collection, inputs, embed, config, encoder=info,
                           store_name=store)
