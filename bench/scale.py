@@ -110,7 +110,7 @@ def measure(server: Server, queries: list[str], exact: dict[int, list[str]] | No
     vectors = []
     for i, q in enumerate(queries):
         t0 = time.perf_counter()
-        r = client.post("/v1/embeddings", json={"input": q, "model": "qkv"})
+        r = client.post("/v1/embeddings", json={"input": q})
         times["embed"].append(time.perf_counter() - t0)
         r.raise_for_status()
         vectors.append(r.json()["data"][0]["embedding"])
