@@ -22,6 +22,7 @@ from index import (
     collection_name,
     hybrid_default,
 )
+from index.scale import backend, size_warning
 from index.tenancy import check_tenant
 from wiring.tuning import labels_from, manual
 
@@ -123,7 +124,10 @@ def _collection_out(svc: Service, info: CollectionInfo, aliases: dict[str, str],
             "encoder": info.encoder.to_dict() if info.encoder else None, "count": count,
             "decoder": str(dec) if dec else None, "hybrid": info.hybrid, "aliases": pointing,
             "multi_tenant": info.multi_tenant, "calibration": info.calibration,
-            "tuning": svc.tuner.state(info.name)}
+            "tuning": svc.tuner.state(info.name), "backend": backend(svc.store),
+            # the whole collection's size: a tenant's count says nothing of the backend's load
+            "size_warning": size_warning(backend(svc.store), None if info.multi_tenant
+                                         else count)}
 
 
 @v1.post("/v1/collections", status_code=201, response_model=s.CollectionOut,

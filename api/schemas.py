@@ -114,36 +114,6 @@ class TeiEmbedRequest(RequestBody):
 
 
 # pooling weights
-class PoolingRequest(RequestBody):
-    input: str | Texts = Field(description="A text or a list of texts.")
-    truncate: bool = Field(True, description="Cut texts over the encoder's token limit "
-                           "(false answers 422 instead).")
-
-
-class Segment(BaseModel):
-    text: str
-    weight: float | None = Field(description="The pooling weight of the token this piece "
-                                 "is; null for the spaces between tokens and text past the "
-                                 "token limit.")
-
-
-class PoolingData(BaseModel):
-    index: int
-    text: str = Field(description="The text as the encoder read it (control characters and "
-                      "runs of whitespace made one space).")
-    tokens: list[str]
-    weights: list[float] = Field(description="One per token; they sum to 1.")
-    offsets: list[tuple[int, int]] = Field(description="Each token's [start, end) in `text` "
-                                           "(`<s>` spans nothing).")
-    segments: list[Segment] = Field(description="`text` cut at token boundaries.")
-    truncated: bool
-
-
-class PoolingResponse(BaseModel):
-    model: str
-    data: list[PoolingData]
-
-
 # models
 class ModelCard(BaseModel):
     id: str
@@ -204,6 +174,10 @@ class CollectionOut(BaseModel):
     multi_tenant: bool = False
     calibration: ts.CalibrationOut | None = ts.calibration_field()
     tuning: ts.TuneState | None = ts.tuning_field()
+    backend: str = Field("", description="milvus-lite, milvus, faiss-flat or faiss-hnsw.")
+    size_warning: str | None = Field(None, description="Set (on GET of one collection) when "
+                                     "it holds more documents than its backend serves within "
+                                     "the latency targets, with the alternative.")
 
 
 class AliasSet(RequestBody):

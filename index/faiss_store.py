@@ -65,6 +65,7 @@ class FaissStore:
         self.root = Path(root)
         self.root.mkdir(parents=True, exist_ok=True)
         self.index_type, self.hnsw_m, self.ef = index_type, hnsw_m, ef
+        self.backend = f"faiss-{index_type}"
         self._open: dict[str, Memory] = {}
         self._aliases = AliasCache(self._read_aliases)  # aliases.json under the root
 

@@ -16,9 +16,8 @@ hybrid search runs the dense and the BM25 search in Milvus, each ``candidates(k)
 fuses them with :func:`index.fusion.fuse`. (Hybrid collections made before ``bm25_text``
 analyse ``text`` itself and are still searched, without stemming.)
 
-On Milvus Lite the store seals what it writes (:mod:`index.sealing`): Lite searches unsealed
-rows by brute force in Python.
-"""
+On Milvus Lite the store seals what it writes (:mod:`index.sealing`), and its searches run
+on :mod:`index.lite_speed`'s paths (no per-search rescan of the collection)."""
 
 from __future__ import annotations
 
@@ -77,8 +76,8 @@ BM25_MIN_VERSION = (2, 5)  # the first Milvus server with the BM25 function
 # Milvus 2.3.5 lost rows under a partition-key filter once they were upserted (count 0 of
 # 20 for `tenant == "acme"`, in a /tmp script): there the tenant is a plain field
 PARTITION_KEY_MIN_VERSION = (2, 4)
-# How long a collection's description is trusted before it is read again: another server
-# on the same store may have re-tuned its calibration since.
+# How long a collection's description is trusted before it is read again (another server
+# on the same store may have re-tuned its calibration since)
 INFO_TTL_S = 5.0
 T = TypeVar("T")
 
@@ -94,8 +93,7 @@ class MilvusStore:
         index_type: str = "HNSW",
         hnsw_m: int = 16,
         ef_construction: int = 200,
-        ef: int = 128,
-        seal_rows: int = SEAL_ROWS,
+        ef: int = 128, seal_rows: int = SEAL_ROWS,
     ) -> None:
         if index_type not in INDEX_TYPES:
             raise ValueError(f"index_type must be one of {INDEX_TYPES}, got {index_type!r}")
@@ -103,6 +101,7 @@ class MilvusStore:
         self.index_type, self.hnsw_m, self.ef_construction, self.ef = (
             index_type, hnsw_m, ef_construction, ef)
         self.is_lite = "://" not in uri
+        self.backend = "milvus-lite" if self.is_lite else "milvus"  # index.scale
         self._client: Any = None
         self._info: dict[str, CollectionInfo] = {}
         self._info_at: dict[str, float] = {}  # when each was described (INFO_TTL_S)

@@ -379,3 +379,18 @@ def test_store_unreachable_is_503(make_client: MakeClient) -> None:
     assert client.get("/health").status_code == 200
     assert client.post("/v1/embeddings", json={"input": "a"}).status_code == 200
     assert 'qkv_store_errors_total{kind="unavailable"}' in client.get("/metrics").text
+
+
+def test_collection_says_its_backend_and_when_it_is_past_its_fast_size(
+        client: TestClient, collection: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    from index import scale
+
+    add_docs(client, collection, DOCS)
+    got = client.get(f"/v1/collections/{collection}").json()
+    assert got["backend"] == "milvus-lite" and got["size_warning"] is None
+    monkeypatch.setitem(scale.FAST_UP_TO, "milvus-lite", 2)  # as if 4 documents were many
+    got = client.get(f"/v1/collections/{collection}").json()
+    assert "4 documents is past the 2 that milvus-lite serves" in got["size_warning"]
+    assert "Milvus server" in got["size_warning"]
+    listed = {c["name"]: c for c in client.get("/v1/collections").json()["collections"]}
+    assert listed[collection]["backend"] == "milvus-lite"

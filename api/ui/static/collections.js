@@ -5,12 +5,17 @@
 // ---------- Collections ----------
 async function loadCollections() {
   const collections = await fillCollectionSelects();
-  const counts = await Promise.all(collections.map((c) =>
-    api("GET", `/v1/collections/${enc(c.name)}`).then((d) => d.count, () => null)));
+  const details = await Promise.all(collections.map((c) =>
+    api("GET", `/v1/collections/${enc(c.name)}`).catch(() => ({}))));
+  // A collection past what its backend serves fast says so beside its count
+  const count = (d) => d.size_warning
+    ? h("span", { class: "size-warning", title: d.size_warning }, `${d.count} ⚠`)
+    : (d.count ?? "–");
   const rows = collections.map((c, i) => h("tr", { "data-name": c.name },
-    h("td", {}, h("strong", {}, c.name)), h("td", { class: "count" }, counts[i] ?? "–"),
+    h("td", {}, h("strong", {}, c.name)), h("td", { class: "count" }, count(details[i])),
     h("td", {}, c.encoder ? c.encoder.name : "–"), h("td", {}, c.dim),
     h("td", {}, c.hybrid ? "yes" : "no"), h("td", {}, c.decoder || "–"),
+    h("td", { class: "backend" }, c.backend || "–"),
     h("td", {}, h("button", { class: "danger drop", type: "button",
       onclick: (ev) => dropCollection(c.name, ev.target) }, "Drop"))));
   $("#collections tbody").replaceChildren(...rows);
