@@ -21,7 +21,7 @@ from typing import Any
 from fastapi import FastAPI
 
 from api import embedding_routes, errors, retrieval_routes, routes, tei_routes, web
-from api.errors import ApiError, error_response
+from api.errors import ApiError, RequestIdMiddleware, error_response, public_text
 from api.metrics import Metrics, MetricsMiddleware
 from api.settings import Settings
 from index import collection_name
@@ -123,7 +123,7 @@ async def fill_demos(svc: Any, plans: list[Any], stop: threading.Event,
         try:
             await svc.run(fill_demo, svc.parts, plan, stop=stop)
         except Exception as e:  # a background task: say it, never lose it
-            plan.progress.state, plan.progress.error = "failed", f"{type(e).__name__}: {e}"
+            plan.progress.state, plan.progress.error = "failed", public_text(e)
             log.exception("demo collection %r not filled; the next start tries again",
                           plan.collection)
         if plan.progress.state == "complete" and not stop.is_set():
@@ -140,7 +140,7 @@ async def fill_demos(svc: Any, plans: list[Any], stop: threading.Event,
         await svc.run(demo_token_memory, svc.parts, settings.demo_tm_collection,
                       settings.demo_token_memory, token_memory, stop, settings.store)
     except Exception as e:
-        token_memory.state, token_memory.error = "failed", f"{type(e).__name__}: {e}"
+        token_memory.state, token_memory.error = "failed", public_text(e)
         log.exception("the demo token memory was not built; the next start tries again")
 
 
@@ -227,4 +227,5 @@ def create_app(settings: Settings | None = None, banner: str | None = None) -> F
     app.include_router(web.web)
     app.add_middleware(BodyLimitMiddleware, limit=settings.max_body_bytes)
     app.add_middleware(MetricsMiddleware, metrics=metrics)
+    app.add_middleware(RequestIdMiddleware)
     return app

@@ -11,6 +11,8 @@ never FastAPI's default body.
 from __future__ import annotations
 
 import logging
+import re
+import uuid
 from typing import Any
 
 import orjson
@@ -66,6 +68,46 @@ def too_large(message: str) -> ApiError:
 
 def invalid(message: str, param: str | None = None) -> ApiError:
     return ApiError(422, "invalid_request", message, param=param)
+
+
+_REQUEST_ID = re.compile(r"^[A-Za-z0-9._-]{1,64}$")
+
+
+class RequestIdMiddleware:
+    """Pure ASGI middleware: every request gets an id (the caller's ``X-Request-Id`` when it
+    is a plain token, else a new one), answered in ``X-Request-Id``; a 5xx names it in its
+    message and the log line with the store's own text carries it."""
+
+    def __init__(self, app: Any) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        given = dict(scope.get("headers") or []).get(b"x-request-id", b"").decode("latin-1")
+        rid = given if _REQUEST_ID.match(given) else uuid.uuid4().hex[:16]
+        scope.setdefault("state", {})["request_id"] = rid
+
+        async def send_with_id(message: Any) -> None:
+            if message["type"] == "http.response.start":
+                message["headers"] = [*message.get("headers", []),
+                                      (b"x-request-id", rid.encode())]
+            await send(message)
+
+        await self.app(scope, receive, send_with_id)
+
+
+def public_text(e: BaseException) -> str:
+    """What an answer may say of an exception: our own errors' messages (they name
+    collections and fields), else only its kind (an OSError's text names files)."""
+    if isinstance(e, StoreError | ValueError | ApiError):
+        return f"{type(e).__name__}: {e}"
+    return f"{type(e).__name__} (the details are in the server's log)"
+
+
+def request_id(request: Request) -> str:
+    return str(getattr(request.state, "request_id", "") or "")
 
 
 def from_exception(e: Exception) -> ApiError:
@@ -144,7 +186,7 @@ def install(app: FastAPI) -> None:
 
     @app.exception_handler(StoreError)
     async def _store(request: Request, e: StoreError) -> Response:
-        return error_response(from_exception(e), request.url.path)
+        return error_response(_logged(request, e, from_exception(e)), request.url.path)
 
     @app.exception_handler(ValueError)
     async def _value(request: Request, e: ValueError) -> Response:
@@ -167,4 +209,17 @@ def install(app: FastAPI) -> None:
 
     @app.exception_handler(Exception)
     async def _other(request: Request, e: Exception) -> Response:
-        return error_response(from_exception(e), request.url.path)
+        return error_response(_logged(request, e, from_exception(e)), request.url.path)
+
+
+def _logged(request: Request, e: Exception, err: ApiError) -> ApiError:
+    """Log what the answer leaves out (the store's own text) under the request's id; a
+    5xx names the id, so the log line can be found."""
+    rid, detail = request_id(request), getattr(e, "detail", "")
+    if err.status >= 500:
+        log.error("request %s %s %s: %d %s: %s%s", rid, request.method, request.url.path,
+                  err.status, type(e).__name__, e, f" ({detail})" if detail else "")
+        err.message = f"{err.message} (request id {rid}: the details are in the server's log)"
+    elif detail:
+        log.info("request %s: %s (%s)", rid, e, detail)
+    return err

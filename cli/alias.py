@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import typer
 
+from index.store import explain
+
 alias_app = typer.Typer(help="Collection aliases: names that can be moved to another "
                         "collection in one step.", no_args_is_help=True)
 STORE = typer.Option("var/qkv.db", "--store", help="Milvus Lite file, http://host:port, or "
@@ -22,7 +24,7 @@ def _run(store: str, token: str, what: str, *args: str) -> object:
     try:
         return getattr(s, what)(*names)
     except StoreError as e:
-        typer.echo(f"error: {e}", err=True)
+        typer.echo(f"error: {explain(e)}", err=True)
         raise typer.Exit(1) from e
     finally:
         s.close()

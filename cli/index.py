@@ -12,6 +12,8 @@ from pathlib import Path
 
 import typer
 
+from index.store import explain
+
 log = logging.getLogger(__name__)
 
 EXIT_REJECTED = 3
@@ -107,10 +109,10 @@ def index(
         summary = index_files(collection, inputs, config, store, model, token, timeout, device,
                               workers)
     except StoreUnavailableError as e:
-        typer.echo(f"error: {e}", err=True)
+        typer.echo(f"error: {explain(e)}", err=True)
         raise typer.Exit(EXIT_UNAVAILABLE) from e
     except (StoreError, ValueError) as e:
-        typer.echo(f"error: {e}", err=True)
+        typer.echo(f"error: {explain(e)}", err=True)
         raise typer.Exit(1) from e
     typer.echo(summary.line())
     if tune and summary.complete and n_shards == 1:

@@ -10,6 +10,7 @@ from pathlib import Path
 import typer
 
 from cli.decoder import DEFAULT_ENCODER
+from index.store import explain
 
 
 def build_token_memory(
@@ -54,7 +55,7 @@ def build_token_memory(
                                       batch_size=batch_size, restart=restart,
                                       stop_after_pages=stop_after_pages)
         except (StoreError, ValueError) as e:
-            typer.echo(f"error: {e}", err=True)
+            typer.echo(f"error: {explain(e)}", err=True)
             raise typer.Exit(1) from e
         typer.echo(json.dumps(info))
         return

@@ -8,6 +8,7 @@ from pathlib import Path
 import typer
 
 from cli.index import DEFAULT_MODEL
+from index.store import explain
 
 
 def tune(
@@ -39,7 +40,7 @@ def tune(
         judged = read_labels(labels, split) if labels is not None else None
         cal = tune_collection(store, name, model, token, timeout, judged, weight, seed)
     except (StoreError, ValueError, OSError) as e:
-        typer.echo(f"error: {e}", err=True)
+        typer.echo(f"error: {explain(e)}", err=True)
         raise typer.Exit(1) from e
     typer.echo(f"{name}: dense weight {cal.dense_weight} ({cal.source}; {cal.note}) "
                f"in {cal.seconds:.1f} s")

@@ -79,7 +79,7 @@ class FaissStore:
             return self._open[name]
         path = self._dir(name)
         if not (path / "collection.json").is_file():
-            raise CollectionNotFoundError(f"no collection {name!r} in {self.root}")
+            raise CollectionNotFoundError(f"no collection {name!r}")
         meta = json.loads((path / "collection.json").read_text())
         enc = EncoderInfo.from_dict(meta["encoder"]) if meta["encoder"] else None
         info = CollectionInfo(name, int(meta["dim"]), enc, bool(meta.get("hybrid", False)),
@@ -224,7 +224,7 @@ class FaissStore:
     def drop_alias(self, alias: str) -> None:
         aliases = self.list_aliases()
         if aliases.pop(alias, None) is None:
-            raise CollectionNotFoundError(f"no alias {alias!r} in {self.root}")
+            raise CollectionNotFoundError(f"no alias {alias!r}")
         self._write_aliases(aliases)
 
     def upsert(

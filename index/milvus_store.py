@@ -131,12 +131,12 @@ class MilvusStore:
                 self._info.clear()
                 self._loaded.clear()
                 self._aliases.invalidate()
-                raise CollectionNotFoundError(f"Milvus {what}: {e}") from e
+                raise CollectionNotFoundError(f"no such collection (Milvus {what})", str(e)) from e
             if is_unavailable(e):
                 self.close()  # reconnect from scratch on the next call
-                raise StoreUnavailableError(
-                    f"Milvus at {self.uri} unreachable ({what}): {e}") from e
-            raise StoreError(f"Milvus {what} failed: {e}") from e
+                raise StoreUnavailableError(f"Milvus unreachable ({what})",
+                                            f"{self.uri}: {e}") from e
+            raise StoreError(f"Milvus {what} failed", str(e)) from e
 
     def close(self) -> None:
         pending = self._sealer.stop()
@@ -203,7 +203,7 @@ class MilvusStore:
         version = self.server_version()
         if not version_at_least(version, BM25_MIN_VERSION):
             raise UnsupportedError(
-                f"Milvus {version} at {self.uri} has no BM25 full-text search (it came in "
+                f"Milvus {version} has no BM25 full-text search (it came in "
                 "Milvus 2.5); create the collection without hybrid, or use Milvus Lite or a "
                 "Milvus >= 2.5 server")
 
@@ -237,7 +237,7 @@ class MilvusStore:
 
     def drop_alias(self, alias: str) -> None:
         if alias not in self.list_aliases():
-            raise CollectionNotFoundError(f"no alias {alias!r} in {self.uri}")
+            raise CollectionNotFoundError(f"no alias {alias!r}")
         self._call("drop_alias", lambda c: c.drop_alias(alias))
         self._aliases.invalidate()
 
@@ -247,7 +247,7 @@ class MilvusStore:
                 and time.monotonic() - self._info_at.get(collection, 0.0) < INFO_TTL_S):
             return self._info[collection]
         if not self._call("has_collection", lambda c: c.has_collection(collection)):
-            raise CollectionNotFoundError(f"no collection {collection!r} in {self.uri}")
+            raise CollectionNotFoundError(f"no collection {collection!r}")
         d = self._call("describe_collection",
                        lambda c: c.describe_collection(collection, timeout=self.timeout))
         info, self._analysed[collection] = described(collection, d)

@@ -29,7 +29,19 @@ SEARCH_MODES = ("dense", "bm25", "hybrid")
 
 
 class StoreError(Exception):
-    """Base of every error the index package raises about a store or a collection."""
+    """Base of every error the index package raises about a store or a collection. The
+    message names collections and fields, never a file path or the store's own exception
+    text: those go in ``detail``, which the CLI prints and the API only logs."""
+
+    def __init__(self, message: str, detail: str = "") -> None:
+        super().__init__(message)
+        self.detail = detail
+
+
+def explain(e: BaseException) -> str:
+    """An error's message with its detail, for a person at the command line."""
+    detail = getattr(e, "detail", "")
+    return f"{e} ({detail})" if detail else str(e)
 
 
 class CollectionNotFoundError(StoreError):

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from index import EncoderInfo, VectorStore, collection_name, open_store
+from index.guarded import guarded
 
 if TYPE_CHECKING:
     from encoder import TextEncoder
@@ -91,5 +92,5 @@ def load_components(model: Path, store: str, *, token: str = "", timeout: float 
         log.info("collection %s generates with token memory %s (%d tokens)", stored, path,
                  memories[stored].size)
     return Components(encoder=text_encoder, info=encoder_info(text_encoder),
-                      store=open_store(store, token=token, timeout=timeout),
+                      store=guarded(open_store(store, token=token, timeout=timeout)),
                       decoders=loaded, decoder_paths=paths, token_memories=memories)
