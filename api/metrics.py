@@ -50,6 +50,11 @@ class Metrics:
                                 "Texts refused with 429 (encoder queue full)", registry=r)
         self.store_errors = Counter("qkv_store_errors_total", "Failed store calls", ["kind"],
                                     registry=r)
+        self.store_free_bytes = Gauge("qkv_store_free_bytes", "Free bytes on the file system "
+                                      "of the store's data (Milvus Lite, FAISS)", registry=r)
+        self.writes_refused = Counter("qkv_writes_refused_total",
+                                      "Writes refused with 507 (store's disk under the flood "
+                                      "mark)", registry=r)
 
     def render(self) -> bytes:
         return generate_latest(self.registry)

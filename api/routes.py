@@ -31,7 +31,9 @@ _ERROR_TEXTS = ((401, "Missing or wrong API key"), (404, "Unknown collection or 
                 (413, "Body or batch over the limits"),
                 (422, "Invalid request, or text over the token limit without truncate"),
                 (429, "Encoder queue full (see Retry-After)"),
-                (503, "Store unreachable (see Retry-After)"))
+                (502, "The store failed (the answer names the request id of the log line)"),
+                (503, "Store unreachable (see Retry-After)"),
+                (507, "The store's disk is under the flood mark: writes refused (Retry-After)"))
 # the error responses of /v1/* (OpenAI's shape) and of the TEI routes (TEI's)
 ERRORS: dict[int | str, dict[str, Any]] = {
     code: {"model": s.OpenAIErrorBody, "description": text} for code, text in _ERROR_TEXTS}
@@ -137,6 +139,7 @@ async def create_collection(body: s.CollectionCreate, request: Request) -> Respo
     BM25 index of the text beside the vectors) unless ``hybrid`` is false or the store has
     no BM25; ``hybrid: true`` on such a store is 409."""
     svc = service(request)
+    svc.disk.check()
     dim = svc.info.dim if body.dimensions is None else body.dimensions
     if dim not in svc.encoder.dims:
         raise invalid(f"dimensions must be one of {', '.join(map(str, svc.encoder.dims))} for "
@@ -193,6 +196,7 @@ async def tune_collection(name: CollectionName, body: ts.TuneRequest, request: R
     without BM25 is 409; labels naming ids it lacks, or an empty collection, 422; a tune of
     it already running, 409."""
     svc = service(request)
+    svc.disk.check()
     info = await svc.call(svc.store.describe, name)
     if body.dense_weight is not None:
         if body.labels is not None:
@@ -254,6 +258,7 @@ async def set_alias(alias: AliasName, body: s.AliasSet, request: Request) -> Res
     without a failed request (a zero-downtime re-index: ``qkv index --alias``). Other
     servers on the same store see the move within a second."""
     svc = service(request)
+    svc.disk.check()
     before = await svc.call(svc.store.set_alias, alias, body.collection)
     return json_response({"alias": alias, "collection": body.collection, "previous": before})
 
@@ -270,8 +275,10 @@ async def delete_alias(alias: AliasName, request: Request) -> Response:
 async def upsert_documents(name: CollectionName, body: s.DocumentsUpsert, request: Request,
                            x_tenant: TenantHeader = None) -> Response:
     """Embed and upsert documents (the last of duplicate ids wins). At most
-    ``QKV_MAX_DOCUMENTS`` per request (413)."""
+    ``QKV_MAX_DOCUMENTS`` per request (413); 507 while the store's disk is under the flood
+    mark (``QKV_DISK_FLOOD_MB``)."""
     svc = service(request)
+    svc.disk.check()
     docs = body.documents
     if len(docs) > svc.settings.max_documents:
         raise too_large(f"{len(docs)} documents in one request; at most "

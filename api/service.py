@@ -15,6 +15,7 @@ import numpy as np
 from starlette.concurrency import run_in_threadpool
 
 from api.batcher import DynamicBatcher
+from api.disk import DiskGuard, data_dir
 from api.errors import conflict, invalid
 from api.metrics import Metrics
 from api.settings import Settings
@@ -64,6 +65,7 @@ class Service:
             max_tokens=settings.batch_max_tokens, max_wait_s=settings.batch_max_wait_ms / 1e3,
             queue_max=settings.queue_max, metrics=metrics)
 
+        self.disk = DiskGuard(data_dir(settings.store), settings.disk_flood_mb, metrics)
         self.seeding: dict[str, Seeding] = {}  # demo collections (api.app fills them)
         self.tuner = Tuner(self.store, self.embed, self.mapping, self.dense_weight, settings)
 
@@ -124,9 +126,11 @@ class Service:
             return False, f"store not reachable: {e}"
         filling = [f"{p.collection}{'' if p.kind == 'documents' else ' ' + p.kind} "
                    f"{p.written} of {p.of}" for p in self.seeding.values() if not p.done]
+        ok = "ok; writes: blocked (disk)" if self.disk.blocked() else "ok"
         if filling:
-            return True, "ok; demo collections filling in the background: " + ", ".join(filling)
-        return True, "ok"
+            return True, ok + "; demo collections filling in the background: " + ", ".join(
+                filling)
+        return True, ok
 
     def seeding_of(self, collection: str) -> dict[str, Any] | None:
         """How far a demo collection still being filled is (None once it is complete)."""

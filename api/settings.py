@@ -77,6 +77,9 @@ class Settings(BaseSettings):
 
     # limits
     max_body_bytes: int = Field(8 * 2**20, ge=1024, description="Largest request body (413).")
+    disk_flood_mb: float = Field(256, ge=0, description="Writes are refused (507) while the "
+                                 "store's data directory (Milvus Lite, FAISS) has less free "
+                                 "space than this; a Lite merge needs up to ~200 MB.")
     max_inputs: int = Field(2048, ge=1, description="Texts per embedding request (413); "
                             "OpenAI's limit. They are queued for the encoder 256 at a time.")
     max_documents: int = Field(1000, ge=1, description="Documents per upsert request (413).")

@@ -116,7 +116,7 @@ def measure(server: Server, queries: list[str], exact: dict[int, list[str]] | No
         vectors.append(r.json()["data"][0]["embedding"])
         for mode in MODES if hybrid else ("dense",):
             t0 = time.perf_counter()
-            r = client.post(url, json={"query": q, "k": 10, "mode": mode})
+            r = client.post(url, json={"query": q, "top_k": 10, "mode": mode})
             times[mode].append(time.perf_counter() - t0)
             r.raise_for_status()
             if mode == "dense":

@@ -41,7 +41,7 @@ def _mixed(base: str, seed: int, statuses: Counter[int], bodies: list[str],
         while time.monotonic() < stop:
             action = rnd.choices(("search", "upsert", "drop", "create"), (5, 5, 1, 1))[0]
             if action == "search":
-                r = c.post("/v1/collections/race/search", json={"query": "a dog", "k": 3})
+                r = c.post("/v1/collections/race/search", json={"query": "a dog", "top_k": 3})
             elif action == "upsert":
                 docs = [{"id": f"d{rnd.randrange(50)}", "text": f"a dog number {i}"}
                         for i in range(rnd.randint(1, 8))]

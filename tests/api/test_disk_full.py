@@ -1,0 +1,92 @@
+"""A full disk never hides an acknowledged document: the store on a small file system
+(tmpfs), documents upserted until the service refuses them with 507 (before the store
+fails: no 5xx of its own), every acknowledged one readable then, and writes taken again,
+without a restart, once the file system grows. Needs root to mount (skipped otherwise)."""
+
+from __future__ import annotations
+
+import random
+import string
+import subprocess
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+from uvicorn_server import UvicornServer
+
+pytestmark = pytest.mark.slow
+BATCH = 40
+
+
+@pytest.fixture
+def small_fs(tmp_path: Path) -> Iterator[Path]:
+    mnt = tmp_path / "mnt"
+    mnt.mkdir()
+    r = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=6m", "tmpfs", str(mnt)],
+                       capture_output=True, text=True, check=False)
+    if r.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here: {r.stderr.strip()}")
+    try:
+        yield mnt
+    finally:
+        subprocess.run(["umount", "-l", str(mnt)], check=False)
+
+
+def _upsert(c: httpx.Client, start: int) -> httpx.Response:
+    # ~2 KB of words that do not compress, so that a few hundred documents fill the disk
+    rnd = random.Random(start)
+    docs = [{"id": f"d{i}", "text": f"document {i} about a dog in the park: " + " ".join(
+        "".join(rnd.choices(string.ascii_lowercase, k=7)) for _ in range(250))}
+            for i in range(start, start + BATCH)]
+    return c.post("/v1/collections/full/documents", json={"documents": docs})
+
+
+def test_full_disk_refuses_writes_before_the_store_fails(small_fs: Path, tmp_path: Path,
+                                                         tiny_encoder_dir: Path) -> None:
+    server = UvicornServer(tmp_path / "serve.log",
+                           args=["--store", str(small_fs / "lite.db"), "--model",
+                                 str(tiny_encoder_dir)],
+                           env={"QKV_DISK_FLOOD_MB": "2", "QKV_AUTO_TUNE": "false"})
+    base = server.start()
+    try:
+        c = httpx.Client(base_url=base, timeout=60)
+        assert c.post("/v1/collections", json={"name": "full"}).status_code == 201
+        acked, refused = 0, None
+        for _ in range(400):
+            r = _upsert(c, acked)
+            if r.status_code != 200:
+                refused = r
+                break
+            acked += BATCH
+        assert refused is not None, f"{acked} documents fit: the file system never filled"
+        assert refused.status_code == 507, refused.text
+        assert refused.headers["retry-after"] and str(small_fs) not in refused.text
+        assert acked >= BATCH
+        # while full: every acknowledged document is there, reads and /ready work
+        assert c.get("/v1/collections/full").json()["count"] == acked
+        for i in range(0, acked, 7):
+            assert c.get(f"/v1/collections/full/documents/d{i}").status_code == 200, i
+        hits = c.post("/v1/collections/full/search", json={"query": "a dog", "top_k": 5})
+        assert hits.status_code == 200 and len(hits.json()["hits"]) == 5
+        ready = c.get("/ready")
+        assert ready.status_code == 200 and "writes: blocked (disk)" in ready.json()["detail"]
+        assert "qkv_writes_refused_total 1.0" in c.get("/metrics").text
+        # space comes back: writes are taken again within 30 s, with no restart
+        subprocess.run(["mount", "-o", "remount,size=64m", str(small_fs)], check=True)
+        deadline = time.monotonic() + 30
+        while (r := _upsert(c, acked)).status_code != 200:
+            assert r.status_code == 507 and time.monotonic() < deadline, r.text
+            time.sleep(1)
+        acked += BATCH
+        assert c.get("/v1/collections/full").json()["count"] == acked
+        assert c.get(f"/v1/collections/full/documents/d{acked - 1}").status_code == 200
+    finally:
+        server.stop()
+    # and after a restart
+    base = server.start()
+    try:
+        assert httpx.get(f"{base}/v1/collections/full", timeout=60).json()["count"] == acked
+    finally:
+        server.stop()
