@@ -23,23 +23,30 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-CACHED_VIEWS = 16  # generations kept (several collections, old and new during a flush)
+# views kept, one per collection (the newest generation of its segments): ~55 MB each at
+# 1,000,000 rows
+CACHED_VIEWS = 8
+PER_COLLECTION = 2
 
 
 class SealedView:
     """The visibility of every row of one tuple of segments under one set of tombstones."""
 
     def __init__(self, segments: Sequence[Any], deletes: Mapping[Any, int]) -> None:
-        self.segments = tuple(segments)  # held, so their ids stay theirs while cached
+        # no references held: a view must not keep merged-away segments (their vectors)
+        # alive; it knows its segments again by identity and content (:func:`signature`)
+        self.signature = signature(segments)
+        self.home = {home_of(s) for s in segments}
+        self.partitions = tuple(s.partition for s in segments)
         self.deletes = dict(deletes)
-        sizes = [s.num_rows for s in self.segments]
+        sizes = [s.num_rows for s in segments]
         self.offsets = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
         n = int(self.offsets[-1])
-        self.seqs = (np.concatenate([np.asarray(s.seqs, dtype=np.int64) for s in self.segments])
+        self.seqs = (np.concatenate([np.asarray(s.seqs, dtype=np.int64) for s in segments])
                      if n else np.zeros(0, dtype=np.int64))
         if n:
             keys = pa.chunked_array([s.table.column(s._pk_field) if s.table is not None
-                                     else pa.array(s.pks) for s in self.segments])
+                                     else pa.array(s.pks) for s in segments])
             encoded = pc.dictionary_encode(keys).combine_chunks()
             self.dictionary = encoded.dictionary
             self.codes = np.asarray(encoded.indices, dtype=np.int64)
@@ -102,7 +109,7 @@ class SealedView:
             if hide:
                 mask = mask.copy()
                 mask[np.asarray(hide, dtype=np.int64)] = False
-        return [mask[self.offsets[i]:self.offsets[i + 1]] for i in range(len(self.segments))]
+        return [mask[self.offsets[i]:self.offsets[i + 1]] for i in range(len(self.partitions))]
 
     def _rows_of(self, code: int) -> np.ndarray:
         """The visible rows (in the sealed view) of one key: at most a few."""
@@ -118,25 +125,44 @@ class SealedView:
         from milvus_lite.constants import ALL_PARTITIONS
 
         segment = int(np.searchsorted(self.offsets, row, side="right")) - 1
-        return partition in (ALL_PARTITIONS, self.segments[segment].partition)
+        return partition in (ALL_PARTITIONS, self.partitions[segment])
+
+
+
+
+def signature(segments: Sequence[Any]) -> tuple[Any, ...]:
+    """The segments' identities with what would tell a reused address apart (file, rows,
+    sequence range, first and last key): segments are immutable, so equal means the same."""
+    return tuple((id(s), getattr(s, "file_path", ""), s.num_rows,
+                  int(s.seqs[0]) if s.num_rows else -1, int(s.seqs[-1]) if s.num_rows else -1,
+                  s.pks[0] if s.num_rows else None, s.pks[-1] if s.num_rows else None)
+                 for s in segments)
+
+
+def home_of(segment: Any) -> str:
+    """The collection a segment belongs to (its files' directory)."""
+    return str(getattr(segment, "file_path", "")).split("/partitions/")[0]
 
 
 class ViewCache:
     """The last :data:`CACHED_VIEWS` views, by the identity of their segments."""
 
     def __init__(self) -> None:
-        self._views: dict[tuple[int, ...], SealedView] = {}
+        self._views: dict[tuple[Any, ...], SealedView] = {}
         self._lock = threading.Lock()
 
     def get(self, segments: Sequence[Any], deletes: Mapping[Any, int]) -> SealedView:
-        key = tuple(id(s) for s in segments)
+        key = signature(segments)
         with self._lock:
-            view = self._views.get(key)
-            if view is not None and view.deletes == deletes:
-                return view
-            view = SealedView(segments, deletes)
-            self._views.pop(key, None)
-            self._views[key] = view
+            view = self._views.pop(key, None)
+            if view is None or view.deletes != deletes:
+                view = SealedView(segments, deletes)
+            self._views[key] = view  # the most recently used last
+            # Per collection the two latest (a dense search of some partitions and a BM25
+            # one of all may read two scopes); an older generation is not read again
+            mine = [k for k, v in self._views.items() if v.home & view.home]
+            for old in mine[:-PER_COLLECTION]:
+                del self._views[old]
             while len(self._views) > CACHED_VIEWS:
                 self._views.pop(next(iter(self._views)))
             return view

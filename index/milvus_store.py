@@ -34,7 +34,7 @@ import numpy as np
 from index.aliases import AliasCache, check_create, check_drop, checked_set
 from index.filters import Filter, quote, to_milvus_expr
 from index.fusion import DEFAULT_DENSE_WEIGHT, DEFAULT_FUSION, candidates, check_fusion, fuse
-from index.milvus_conn import connect, is_missing, is_unavailable, version_at_least
+from index.milvus_conn import connect, failure, is_io_failure, restart_lite, version_at_least
 from index.milvus_reads import ids_after, read_aliases, rows_of
 from index.milvus_schema import (
     BM25_FIELD,
@@ -127,16 +127,16 @@ class MilvusStore:
         except StoreError:
             raise
         except Exception as e:
-            if is_missing(e):  # dropped by another client: what was cached of it is stale
+            err = failure(what, e, self.uri)
+            if isinstance(err, CollectionNotFoundError):  # dropped by another client
                 self._info.clear()
                 self._loaded.clear()
                 self._aliases.invalidate()
-                raise CollectionNotFoundError(f"no such collection (Milvus {what})", str(e)) from e
-            if is_unavailable(e):
+            elif isinstance(err, StoreUnavailableError):
                 self.close()  # reconnect from scratch on the next call
-                raise StoreUnavailableError(f"Milvus unreachable ({what})",
-                                            f"{self.uri}: {e}") from e
-            raise StoreError(f"Milvus {what} failed", str(e)) from e
+                if self.is_lite and is_io_failure(e):  # restarted, Lite replays its log
+                    restart_lite(self.uri)
+            raise err from e
 
     def close(self) -> None:
         pending = self._sealer.stop()

@@ -90,3 +90,38 @@ def test_full_disk_refuses_writes_before_the_store_fails(small_fs: Path, tmp_pat
         assert httpx.get(f"{base}/v1/collections/full", timeout=60).json()["count"] == acked
     finally:
         server.stop()
+
+
+def test_a_store_that_failed_a_write_is_reopened_and_loses_nothing(
+        small_fs: Path, tmp_path: Path, tiny_encoder_dir: Path) -> None:
+    """With the watermark off, the disk fills under Lite itself: the failed write is 503
+    (retry), never a raw 502, the store is re-opened from its write-ahead log, and every
+    acknowledged document is readable again once space returns, with no restart."""
+    server = UvicornServer(tmp_path / "serve.log",
+                           args=["--store", str(small_fs / "lite.db"), "--model",
+                                 str(tiny_encoder_dir)],
+                           env={"QKV_DISK_FLOOD_MB": "0", "QKV_AUTO_TUNE": "false"})
+    base = server.start()
+    try:
+        c = httpx.Client(base_url=base, timeout=60)
+        assert c.post("/v1/collections", json={"name": "full"}).status_code == 201
+        acked, failed = 0, None
+        for _ in range(400):
+            r = _upsert(c, acked)
+            if r.status_code != 200:
+                failed = r
+                break
+            acked += BATCH
+        assert failed is not None and failed.status_code == 503, failed and failed.text
+        assert str(small_fs) not in failed.text and "/tmp/" not in failed.text
+        subprocess.run(["mount", "-o", "remount,size=64m", str(small_fs)], check=True)
+        deadline = time.monotonic() + 30
+        while (r := _upsert(c, acked)).status_code != 200:
+            assert r.status_code in (503, 507) and time.monotonic() < deadline, r.text
+            time.sleep(1)
+        acked += BATCH
+        assert c.get("/v1/collections/full").json()["count"] == acked
+        for i in range(0, acked, 7):
+            assert c.get(f"/v1/collections/full/documents/d{i}").status_code == 200, i
+    finally:
+        server.stop()

@@ -129,3 +129,9 @@ def test_searches_equal_lites_own_through_writes(store: MilvusStore, seed: int) 
         else:
             store.flush("c")
         compare(step)
+    # the cached views of this collection: its latest generation's, never a pile of old ones
+    from index.lite_dense import VIEWS
+
+    home = f"{Path(store.uri).resolve()}/collections/c"
+    mine = [v for v in VIEWS._views.values() if home in v.home]
+    assert 1 <= len(mine) <= 2, [v.home for v in VIEWS._views.values()]

@@ -1,0 +1,148 @@
+"""Crasher: ``kill -9`` the server every few seconds while clients upsert, and check after
+each restart that every acknowledged document is there (Qdrant's crasher test, on qkv).
+
+Usage: python bench/crasher.py [--store lite|faiss] [--cycles 50] [--writers 4]
+       [--model DIR] [--results FILE]
+
+``qkv serve`` runs on a fresh store; ``--writers`` threads upsert batches of new ids over
+HTTP and record each batch the server acknowledged (200). Every 1-3 s (random) the server
+is killed with SIGKILL and started again; then the collection's count must be at least the
+acknowledged total, and every id acknowledged in the last second before the kill, plus 100
+others at random, must read back (GET). Prints a line per cycle and a markdown section
+appended to bench/RESULTS.md. ``tests/api/test_crasher.py`` runs a few cycles of it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import random
+import shlex
+import signal
+import sys
+import tempfile
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import httpx
+
+ROOT = Path(__file__).resolve().parents[1]
+BATCH = 16
+CHECK_SAMPLE = 100
+
+
+@dataclass
+class Crashes:
+    cycles: int = 0
+    acked: dict[str, float] = field(default_factory=dict)  # id -> when acknowledged
+    lost: list[str] = field(default_factory=list)
+    short_counts: list[tuple[int, int]] = field(default_factory=list)  # (count, acked)
+    checked: int = 0
+    statuses: dict[int, int] = field(default_factory=dict)
+
+
+def _writer(base: list[str], w: int, crashes: Crashes, lock: threading.Lock,
+            stop: threading.Event) -> None:
+    n = 0
+    with httpx.Client(timeout=30) as c:
+        while not stop.is_set():
+            ids = [f"w{w}-{n + i}" for i in range(BATCH)]
+            docs = [{"id": i, "text": f"document {i} about dogs and parks"} for i in ids]
+            try:
+                r = c.post(f"{base[0]}/v1/collections/crash/documents",
+                           json={"documents": docs})
+            except httpx.TransportError:  # the server is down: not acknowledged
+                time.sleep(0.2)
+                continue
+            with lock:
+                crashes.statuses[r.status_code] = crashes.statuses.get(r.status_code, 0) + 1
+                if r.status_code == 200:
+                    now = time.monotonic()
+                    crashes.acked.update((i, now) for i in ids)
+            n += BATCH
+
+
+def _check(base: str, crashes: Crashes, killed_at: float, rnd: random.Random) -> None:
+    acked = dict(crashes.acked)
+    count = httpx.get(f"{base}/v1/collections/crash", timeout=60).json()["count"]
+    if count < len(acked):
+        crashes.short_counts.append((count, len(acked)))
+    recent = [i for i, t in acked.items() if t >= killed_at - 1.0]
+    others = rnd.sample(sorted(acked), min(CHECK_SAMPLE, len(acked)))
+    with httpx.Client(base_url=base, timeout=60) as c:
+        for i in {*recent, *others}:
+            if c.get(f"/v1/collections/crash/documents/{i}").status_code != 200:
+                crashes.lost.append(i)
+            crashes.checked += 1
+
+
+def run(store: str, model: str, cycles: int, writers: int, log_dir: Path,
+        seed: int = 0, verbose: bool = True) -> Crashes:
+    sys.path.insert(0, str(ROOT / "tests/api"))
+    sys.path.insert(0, str(ROOT / "tests"))
+    from uvicorn_server import UvicornServer
+
+    rnd = random.Random(seed)
+    server = UvicornServer(log_dir / "crasher-serve.log", args=["--store", store, "--model",
+                                                                 model],
+                           env={"QKV_AUTO_TUNE": "false"})
+    base = [server.start()]
+    httpx.post(f"{base[0]}/v1/collections", json={"name": "crash"}, timeout=60)
+    crashes, lock, stop = Crashes(), threading.Lock(), threading.Event()
+    threads = [threading.Thread(target=_writer, args=(base, w, crashes, lock, stop))
+               for w in range(writers)]
+    for t in threads:
+        t.start()
+    try:
+        for cycle in range(cycles):
+            time.sleep(rnd.uniform(1.0, 3.0))
+            assert server.proc is not None
+            server.proc.send_signal(signal.SIGKILL)
+            killed_at = time.monotonic()
+            server.proc.wait(30)
+            server.proc = None
+            base[0] = server.start()
+            with lock:
+                _check(base[0], crashes, killed_at, rnd)
+            crashes.cycles = cycle + 1
+            if verbose:
+                print(f"cycle {cycle + 1}: {len(crashes.acked)} acknowledged, "
+                      f"{len(crashes.lost)} lost, counts short {len(crashes.short_counts)}",
+                      flush=True)
+    finally:
+        stop.set()
+        for t in threads:
+            t.join()
+        server.stop()
+    return crashes
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--store", choices=("lite", "faiss"), default="lite")
+    ap.add_argument("--cycles", type=int, default=50)
+    ap.add_argument("--writers", type=int, default=4)
+    ap.add_argument("--model", default="models/encoder-default")
+    ap.add_argument("--results", type=Path, default=ROOT / "bench/RESULTS.md")
+    args = ap.parse_args()
+    sys.path.insert(0, str(ROOT / "bench"))
+    from machine import stamp
+    from workload import append_results
+
+    with tempfile.TemporaryDirectory() as tmp:
+        store = str(Path(tmp) / "lite.db") if args.store == "lite" else f"faiss://{tmp}/f"
+        t0 = time.perf_counter()
+        c = run(store, args.model, args.cycles, args.writers, Path(tmp))
+        seconds = time.perf_counter() - t0
+    append_results("\n".join([
+        f"## Crasher: kill -9 under writers ({stamp()})", "",
+        f"`{shlex.join(['python', *sys.argv])}`", "",
+        f"{args.store}: {c.cycles} kill -9 cycles in {seconds:.0f} s, {args.writers} writers, "
+        f"{len(c.acked):,} documents acknowledged, {c.checked:,} read back after restarts: "
+        f"**{len(c.lost)} lost**, {len(c.short_counts)} counts below the acknowledged "
+        f"total. Answers: {dict(sorted(c.statuses.items()))}."]), args.results)
+
+
+if __name__ == "__main__":
+    main()
