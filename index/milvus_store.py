@@ -109,16 +109,17 @@ class MilvusStore:
         self._analysed: dict[str, bool] = {}  # hybrid collection -> has BM25_FIELD
         self._bm25: bool | None = None
         self._sealer = Sealer(self.flush, rows=seal_rows)  # Lite only
-        # Lite's count(*) misses rows while a flush moves them (4 of 30 counts during
-        # flushes in a /tmp script; searches did not): count waits for a flush to end
-        self._flushing = threading.Lock()
+        # One write at a time (upserts, deletes, flushes, and counts, which miss rows while a
+        # flush moves them): Lite lost acknowledged rows of concurrent writers on kill -9
+        self._flushing, self._connecting = threading.Lock(), threading.Lock()
         self._aliases = AliasCache(self._read_aliases)
 
     # -- connection -------------------------------------------------------------------
     def _connect(self) -> Any:
-        if self._client is None:
-            self._client = connect(self.uri, self.token, self.timeout)
-        return self._client
+        with self._connecting:  # two first calls at once started Lite twice (one failed)
+            if self._client is None:
+                self._client = connect(self.uri, self.token, self.timeout)
+            return self._client
 
     def _call(self, what: str, fn: Callable[[Any], T]) -> T:
         """Run ``fn(client)``, turning pymilvus failures into the store's errors."""
@@ -181,18 +182,13 @@ class MilvusStore:
                  self.index_type, ", BM25" if hybrid else "", self.uri)
         return self.describe(collection)
 
-    def server_version(self) -> str:
-        """The Milvus version string, e.g. ``v2.5.16``."""
+    def server_version(self) -> str:  # e.g. v2.5.16
         return str(self._call("get_server_version", lambda c: c.get_server_version()))
 
     def bm25_available(self) -> bool:
         """Milvus Lite and servers >= 2.5 have BM25 (asked once per store)."""
         if self._bm25 is None:
-            try:
-                self._check_bm25()
-                self._bm25 = True
-            except UnsupportedError:
-                self._bm25 = False
+            self._bm25 = version_at_least(self.server_version(), BM25_MIN_VERSION)
         return self._bm25
 
     def _version_at_least(self, least: tuple[int, int]) -> bool:
@@ -318,8 +314,9 @@ class MilvusStore:
                 row[BM25_FIELD] = bm25_text(row["text"])
         for start in range(0, len(rows), UPSERT_CHUNK):
             chunk = rows[start : start + UPSERT_CHUNK]
-            self._call("upsert", lambda c, ch=chunk: c.upsert(collection, ch,  # type: ignore[misc]
-                                                              timeout=self.timeout))
+            with self._flushing:
+                self._call("upsert", lambda c, ch=chunk: c.upsert(  # type: ignore[misc]
+                    collection, ch, timeout=self.timeout))
             self._wrote(collection, len(chunk))
         return len(rows)
 
@@ -328,7 +325,9 @@ class MilvusStore:
         check_tenant(self._ready(collection), tenant)
         if ids:
             expr = "id in [" + ", ".join(quote(stored_id(tenant, i)) for i in ids) + "]"
-            self._call("delete", lambda c: c.delete(collection, filter=expr, timeout=self.timeout))
+            with self._flushing:
+                self._call("delete", lambda c: c.delete(collection, filter=expr,
+                                                        timeout=self.timeout))
             self._wrote(collection, len(ids))
 
     def get(self, collection: str, ids: Sequence[str], tenant: str | None = None
