@@ -111,7 +111,7 @@ class MilvusStore:
         self._sealer = Sealer(self.flush, rows=seal_rows)  # Lite only
         # One write at a time (upserts, deletes, flushes, and counts, which miss rows while a
         # flush moves them): Lite lost acknowledged rows of concurrent writers on kill -9
-        self._flushing, self._connecting = threading.Lock(), threading.Lock()
+        self._flushing, self._connecting = threading.RLock(), threading.Lock()  # close() flushes
         self._aliases = AliasCache(self._read_aliases)
 
     # -- connection -------------------------------------------------------------------
