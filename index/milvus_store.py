@@ -107,11 +107,11 @@ class MilvusStore:
         self._info_at: dict[str, float] = {}  # when each was described (INFO_TTL_S)
         self._loaded: set[str] = set()
         self._analysed: dict[str, bool] = {}  # hybrid collection -> has BM25_FIELD
-        self._bm25: bool | None = None
+        self._bm25: bool | None = None  # (close() flushes under the write lock, below)
         self._sealer = Sealer(self.flush, rows=seal_rows)  # Lite only
         # One write at a time (upserts, deletes, flushes, and counts, which miss rows while a
         # flush moves them): Lite lost acknowledged rows of concurrent writers on kill -9
-        self._flushing, self._connecting = threading.RLock(), threading.Lock()  # close() flushes
+        self._flushing, self._connecting = threading.RLock(), threading.RLock()  # re-entrant
         self._aliases = AliasCache(self._read_aliases)
 
     # -- connection -------------------------------------------------------------------
@@ -271,10 +271,11 @@ class MilvusStore:
         """Describe (cached), check the encoder, and make sure the collection is loaded."""
         info = self.describe(collection)
         check_encoder(info, encoder)
-        if collection not in self._loaded:
-            self._call("load_collection",
-                       lambda c: c.load_collection(collection, timeout=self.timeout))
-            self._loaded.add(collection)
+        with self._connecting:  # one load at a time: a second one answered before Lite had
+            if collection not in self._loaded:  # loaded (queries: "state 'released'")
+                self._call("load_collection", lambda c: c.load_collection(
+                    collection, timeout=self.timeout))
+                self._loaded.add(collection)
         return info
 
     def flush(self, collection: str) -> None:
