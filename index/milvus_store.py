@@ -134,14 +134,14 @@ class MilvusStore:
                 self._loaded.clear()
                 self._aliases.invalidate()
             elif isinstance(err, StoreUnavailableError):
-                self.close()  # reconnect from scratch on the next call
+                self.close(seal=False)  # reconnect from scratch on the next call
                 if self.is_lite and is_io_failure(e):  # restarted, Lite replays its log
                     restart_lite(self.uri)
             raise err from e
 
-    def close(self) -> None:
+    def close(self, seal: bool = True) -> None:  # seal=False: after a failure, no flush
         pending = self._sealer.stop()
-        for collection in pending if self._client is not None else []:
+        for collection in pending if self._client is not None and seal else []:
             try:  # seal what waits, so the next start searches it fast
                 self.flush(collection)
             except StoreError as e:
