@@ -38,6 +38,7 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
 from api_load import QKV, Server  # noqa: E402
+from ingest import run_sampled  # noqa: E402
 from machine import stamp  # noqa: E402
 from workload import append_results, milvus_server, real_texts  # noqa: E402
 
@@ -89,11 +90,10 @@ def index(docs: Path, store: str, model: str, state: Path) -> float:
            "--model", model, "--state-dir", str(state), "--no-progress", "--timeout", "600",
            "--no-tune"]
     t0 = time.perf_counter()
-    out = subprocess.run(cmd, cwd=ROOT, check=True, capture_output=True, text=True).stdout
-    wall = time.perf_counter() - t0
-    last = next(x for x in out.splitlines() if x.startswith("read "))  # the job's summary
-    print(f"  {shlex.join(cmd[1:])}\n  -> {last} (wall {wall:.0f} s)", flush=True)
-    return float(last.split(",")[5].split()[0])
+    res, _ = run_sampled(cmd)  # bench/ingest.py's: runs it, reads the job's summary line
+    print(f"  {shlex.join(cmd[1:])}\n  -> {res['summary']} "
+          f"(wall {time.perf_counter() - t0:.0f} s)", flush=True)
+    return float(res["docs_s"])
 
 
 def disk_mb(path: Path) -> float:

@@ -10,6 +10,7 @@ instead of Lite's per-posting Python loop. Other sparse metrics go to Lite's own
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from typing import Any
 
@@ -42,10 +43,9 @@ def search_sparse(self: Any, query_vectors: list, vector_field: str, top_k: int,
     params = spec.build_params if spec else {}
     k1, b = float(params.get("bm25_k1", 1.5)), float(params.get("bm25_b", 0.75))
     queries = self._prepare_sparse_queries(query_vectors, vector_field)
-    nq = len(queries)
     compiled = self._compile_filter(expr, timezone=timezone) if expr else None
     filter_plan = self._indexed_filter_plan(compiled)
-    candidates: list[list[tuple[float, Any, Any]]] = [[] for _ in range(nq)]
+    candidates: list[list[tuple[float, Any, Any]]] = [[] for _ in queries]
 
     segments, delta = self._read_snapshot()
     mt_deletes = self._memtable.delete_index_snapshot()
@@ -69,12 +69,7 @@ def search_sparse(self: Any, query_vectors: list, vector_field: str, top_k: int,
         if not mask.any():
             continue
         ids, dists = index.search(queries, top_k, valid_mask=mask)
-        for qi in range(nq):
-            for j in range(top_k):
-                lid = int(ids[qi, j])
-                if lid < 0:
-                    break
-                candidates[qi].append((float(dists[qi, j]), seg.pks[lid], (table, lid)))
+        _collect(candidates, ids, dists, functools.partial(_sealed_hit, seg.pks, table))
 
     # The memtable, rebuilt each time (small and mutable)
     sealed_newest = view.newest_sealed(list(mt_seq_of))
@@ -97,15 +92,24 @@ def search_sparse(self: Any, query_vectors: list, vector_field: str, top_k: int,
         index = FastBM25Index(k1=k1, b=b)
         index.build(mt_sparse, valid_mask=valid)
         ids, dists = index.search(queries, top_k)
-        for qi in range(nq):
-            for j in range(top_k):
-                lid = int(ids[qi, j])
-                if lid < 0:
-                    break
-                candidates[qi].append((float(dists[qi, j]), mt_pks[lid], mt_refs[lid]))
+        _collect(candidates, ids, dists, lambda lid: (mt_pks[lid], mt_refs[lid]))
 
     return [_merge(c, top_k, lambda rec: project_record(rec, self._schema, plan))
             for c in candidates]
+
+
+def _sealed_hit(pks: list, table: Any, lid: int) -> tuple[Any, Any]:
+    return pks[lid], (table, lid)
+
+
+def _collect(candidates: list[list[tuple[float, Any, Any]]], ids: np.ndarray,
+             dists: np.ndarray, source: Callable[[int], tuple[Any, Any]]) -> None:
+    """Each query's hits from one source (rows padded with -1) as (distance, key, ref)."""
+    for qi, row in enumerate(ids):
+        for j, lid in enumerate(row.tolist()):
+            if lid < 0:
+                break  # padding from here on
+            candidates[qi].append((float(dists[qi, j]), *source(lid)))
 
 
 def _merge(candidates: list[tuple[float, Any, Any]], top_k: int,

@@ -43,24 +43,46 @@ def _upsert(c: httpx.Client, start: int) -> httpx.Response:
     return c.post("/v1/collections/full/documents", json={"documents": docs})
 
 
+def _server(small_fs: Path, tmp_path: Path, tiny_encoder_dir: Path, flood_mb: str
+            ) -> UvicornServer:
+    return UvicornServer(tmp_path / "serve.log",
+                         args=["--store", str(small_fs / "lite.db"), "--model",
+                               str(tiny_encoder_dir)],
+                         env={"QKV_DISK_FLOOD_MB": flood_mb, "QKV_AUTO_TUNE": "false"})
+
+
+def _fill(c: httpx.Client) -> tuple[int, httpx.Response]:
+    """Upsert into a new collection until a write is not 200: (documents acknowledged,
+    the first answer that was not)."""
+    assert c.post("/v1/collections", json={"name": "full"}).status_code == 201
+    acked = 0
+    for _ in range(400):
+        r = _upsert(c, acked)
+        if r.status_code != 200:
+            return acked, r
+        acked += BATCH
+    raise AssertionError(f"{acked} documents fit: the file system never filled")
+
+
+def _grow_and_write(c: httpx.Client, small_fs: Path, acked: int, waiting: tuple[int, ...]
+                    ) -> int:
+    """Grow the file system; a write must be taken again within 30 s (meanwhile only the
+    statuses in ``waiting``). Returns the new acknowledged total."""
+    subprocess.run(["mount", "-o", "remount,size=64m", str(small_fs)], check=True)
+    deadline = time.monotonic() + 30
+    while (r := _upsert(c, acked)).status_code != 200:
+        assert r.status_code in waiting and time.monotonic() < deadline, r.text
+        time.sleep(1)
+    return acked + BATCH
+
+
 def test_full_disk_refuses_writes_before_the_store_fails(small_fs: Path, tmp_path: Path,
                                                          tiny_encoder_dir: Path) -> None:
-    server = UvicornServer(tmp_path / "serve.log",
-                           args=["--store", str(small_fs / "lite.db"), "--model",
-                                 str(tiny_encoder_dir)],
-                           env={"QKV_DISK_FLOOD_MB": "2", "QKV_AUTO_TUNE": "false"})
+    server = _server(small_fs, tmp_path, tiny_encoder_dir, "2")
     base = server.start()
     try:
         c = httpx.Client(base_url=base, timeout=60)
-        assert c.post("/v1/collections", json={"name": "full"}).status_code == 201
-        acked, refused = 0, None
-        for _ in range(400):
-            r = _upsert(c, acked)
-            if r.status_code != 200:
-                refused = r
-                break
-            acked += BATCH
-        assert refused is not None, f"{acked} documents fit: the file system never filled"
+        acked, refused = _fill(c)
         assert refused.status_code == 507, refused.text
         assert refused.headers["retry-after"] and str(small_fs) not in refused.text
         assert acked >= BATCH
@@ -74,12 +96,7 @@ def test_full_disk_refuses_writes_before_the_store_fails(small_fs: Path, tmp_pat
         assert ready.status_code == 200 and "writes: blocked (disk)" in ready.json()["detail"]
         assert "qkv_writes_refused_total 1.0" in c.get("/metrics").text
         # space comes back: writes are taken again within 30 s, with no restart
-        subprocess.run(["mount", "-o", "remount,size=64m", str(small_fs)], check=True)
-        deadline = time.monotonic() + 30
-        while (r := _upsert(c, acked)).status_code != 200:
-            assert r.status_code == 507 and time.monotonic() < deadline, r.text
-            time.sleep(1)
-        acked += BATCH
+        acked = _grow_and_write(c, small_fs, acked, (507,))
         assert c.get("/v1/collections/full").json()["count"] == acked
         assert c.get(f"/v1/collections/full/documents/d{acked - 1}").status_code == 200
     finally:
@@ -97,29 +114,14 @@ def test_a_store_that_failed_a_write_is_reopened_and_loses_nothing(
     """With the watermark off, the disk fills under Lite itself: the failed write is 503
     (retry), never a raw 502, the store is re-opened from its write-ahead log, and every
     acknowledged document is readable again once space returns, with no restart."""
-    server = UvicornServer(tmp_path / "serve.log",
-                           args=["--store", str(small_fs / "lite.db"), "--model",
-                                 str(tiny_encoder_dir)],
-                           env={"QKV_DISK_FLOOD_MB": "0", "QKV_AUTO_TUNE": "false"})
+    server = _server(small_fs, tmp_path, tiny_encoder_dir, "0")
     base = server.start()
     try:
         c = httpx.Client(base_url=base, timeout=60)
-        assert c.post("/v1/collections", json={"name": "full"}).status_code == 201
-        acked, failed = 0, None
-        for _ in range(400):
-            r = _upsert(c, acked)
-            if r.status_code != 200:
-                failed = r
-                break
-            acked += BATCH
-        assert failed is not None and failed.status_code == 503, failed and failed.text
+        acked, failed = _fill(c)
+        assert failed.status_code == 503, failed.text
         assert str(small_fs) not in failed.text and "/tmp/" not in failed.text
-        subprocess.run(["mount", "-o", "remount,size=64m", str(small_fs)], check=True)
-        deadline = time.monotonic() + 30
-        while (r := _upsert(c, acked)).status_code != 200:
-            assert r.status_code in (503, 507) and time.monotonic() < deadline, r.text
-            time.sleep(1)
-        acked += BATCH
+        acked = _grow_and_write(c, small_fs, acked, (503, 507))
         assert c.get("/v1/collections/full").json()["count"] == acked
         for i in range(0, acked, 7):
             assert c.get(f"/v1/collections/full/documents/d{i}").status_code == 200, i
