@@ -40,6 +40,7 @@ class Crashes:
     short_counts: list[tuple[int, int]] = field(default_factory=list)  # (count, acked)
     checked: int = 0
     statuses: dict[int, int] = field(default_factory=dict)
+    failed_reads: dict[str, int] = field(default_factory=dict)  # "status body" -> how many
 
 
 def _writer(base: list[str], w: int, crashes: Crashes, lock: threading.Lock,
@@ -65,15 +66,22 @@ def _writer(base: list[str], w: int, crashes: Crashes, lock: threading.Lock,
 
 def _check(base: str, crashes: Crashes, killed_at: float, rnd: random.Random) -> None:
     acked = dict(crashes.acked)
-    count = httpx.get(f"{base}/v1/collections/crash", timeout=60).json()["count"]
+    r = httpx.get(f"{base}/v1/collections/crash", timeout=60)
+    if r.status_code != 200:
+        raise RuntimeError(f"collection after restart: {r.status_code} {r.text}")
+    count = r.json()["count"]
     if count < len(acked):
         crashes.short_counts.append((count, len(acked)))
     recent = [i for i, t in acked.items() if t >= killed_at - 1.0]
     others = rnd.sample(sorted(acked), min(CHECK_SAMPLE, len(acked)))
     with httpx.Client(base_url=base, timeout=60) as c:
         for i in {*recent, *others}:
-            if c.get(f"/v1/collections/crash/documents/{i}").status_code != 200:
+            r = c.get(f"/v1/collections/crash/documents/{i}")
+            if r.status_code != 200:
                 crashes.lost.append(i)
+                why = (f"{r.status_code} {r.json()['error']['code']}, acknowledged "
+                       f"{killed_at - acked[i]:.1f} s before the kill")
+                crashes.failed_reads[why] = crashes.failed_reads.get(why, 0) + 1
             crashes.checked += 1
 
 
@@ -109,7 +117,7 @@ def run(store: str, model: str, cycles: int, writers: int, log_dir: Path,
             if verbose:
                 print(f"cycle {cycle + 1}: {len(crashes.acked)} acknowledged, "
                       f"{len(crashes.lost)} lost, counts short {len(crashes.short_counts)}",
-                      flush=True)
+                      crashes.failed_reads or "", flush=True)
     finally:
         stop.set()
         for t in threads:

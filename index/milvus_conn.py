@@ -87,9 +87,10 @@ def connect(uri: str, token: str, timeout: float) -> Any:
     from pymilvus import MilvusClient  # heavy import, paid on first use only
 
     if "://" not in uri:
-        from index.lite_speed import install
+        from index import lite_fixes, lite_speed
 
-        install()  # Lite runs in this process: its search paths, without the rescans
+        lite_fixes.install()  # Lite runs in this process: its races mended,
+        lite_speed.install()  # and its search paths without the rescans
         grpc_log = logging.getLogger("grpc._server")
         if not any(isinstance(f, LiteNoise) for f in grpc_log.filters):
             grpc_log.addFilter(LiteNoise())
