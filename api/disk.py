@@ -16,11 +16,10 @@ import threading
 import time
 from pathlib import Path
 
-from api.errors import ApiError
+from api.errors import DISK_RETRY_S, ApiError
 from api.metrics import Metrics
 
 CHECK_EVERY_S = 1.0  # statvfs is cheap, but not per request under load
-RETRY_AFTER_S = 30
 
 
 def data_dir(store: str) -> Path | None:
@@ -76,4 +75,4 @@ class DiskGuard:
                 f"the store's disk has {free / 2**20:.1f} MB free, under the flood mark of "
                 f"{self.flood / 2**20:.0f} MB (QKV_DISK_FLOOD_MB): writes are refused until "
                 "space is freed; searches and reads go on",
-                {"Retry-After": str(RETRY_AFTER_S)})
+                {"Retry-After": str(DISK_RETRY_S)})

@@ -28,6 +28,7 @@ from index import (
     CollectionNotFoundError,
     EncoderMismatchError,
     StoreError,
+    StoreFullError,
     StoreUnavailableError,
     UnsupportedError,
 )
@@ -35,6 +36,7 @@ from index import (
 log = logging.getLogger(__name__)
 
 RETRY_AFTER_S = 1  # what 429 and 503 tell the client to wait, in seconds
+DISK_RETRY_S = 30  # and 507 (a full disk frees slowly)
 
 
 class ApiError(Exception):
@@ -121,6 +123,9 @@ def from_exception(e: Exception) -> ApiError:
         return conflict(str(e))
     if isinstance(e, StoreUnavailableError):
         return ApiError(503, "store_unavailable", str(e), {"Retry-After": str(RETRY_AFTER_S)})
+    if isinstance(e, StoreFullError):
+        return ApiError(507, "insufficient_storage", f"{e}: writes are refused until space is "
+                        "freed; searches and reads go on", {"Retry-After": str(DISK_RETRY_S)})
     if isinstance(e, StoreError):
         return ApiError(502, "store_error", str(e))
     if isinstance(e, ValueError):

@@ -122,8 +122,12 @@ class Service:
     async def ready(self) -> tuple[bool, str]:
         try:
             await self.call(self.store.list_collections)
+            if getattr(self.store, "damaged", None) is not None:
+                await self.call(self.store.heal)  # type: ignore[attr-defined]
         except StoreError as e:
-            return False, f"store not reachable: {e}"
+            damaged = getattr(self.store, "damaged", None)
+            return False, (f"writes: blocked (store re-opening after: {damaged})" if damaged
+                           else f"store not reachable: {e}")
         filling = [f"{p.collection}{'' if p.kind == 'documents' else ' ' + p.kind} "
                    f"{p.written} of {p.of}" for p in self.seeding.values() if not p.done]
         ok = "ok; writes: blocked (disk)" if self.disk.blocked() else "ok"

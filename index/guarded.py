@@ -9,19 +9,28 @@ wraps any :class:`index.store.VectorStore`: ``create``, ``drop``, ``set_alias``,
 each admin change happens between data calls, and a call that comes after a drop finds the
 collection gone (404) and a second create finds it there (409), never a half-dropped one.
 The lock prefers writers, so a stream of searches cannot hold a drop off for long.
+
+A store that failed at the file level (:class:`index.store.StoreDamagedError`: Milvus Lite
+on a full disk, re-opened from its write-ahead log) is marked *damaged*: ``damaged``
+says why, and no write reaches it until :meth:`GuardedStore.heal` has re-opened it and
+every collection has loaded and answered its count again (the counts go to the log).
+Writes meanwhile answer 503; reads go on. The next write (or ``/ready``) tries to heal.
 """
 
 from __future__ import annotations
 
 import functools
+import logging
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any, cast
 
-from index.store import VectorStore
+from index.store import StoreDamagedError, StoreUnavailableError, VectorStore
 
+log = logging.getLogger(__name__)
 EXCLUSIVE = frozenset({"create", "drop", "set_alias", "drop_alias", "set_calibration"})
+WRITES = EXCLUSIVE | {"upsert", "delete", "flush"}
 
 
 class ReadWriteLock:
@@ -72,7 +81,7 @@ class GuardedStore:
     def __init__(self, store: VectorStore) -> None:
         self.inner = store
         self._lock = ReadWriteLock()
-        self._guarded: dict[str, Callable[..., Any]] = {}
+        self.damaged: str | None = None  # why writes wait for heal(), or None
 
     def __getattr__(self, name: str) -> Any:
         attr = getattr(self.inner, name)
@@ -82,10 +91,39 @@ class GuardedStore:
 
         @functools.wraps(attr)
         def call(*args: Any, **kwargs: Any) -> Any:
-            with hold():
-                return attr(*args, **kwargs)
+            if name in WRITES and self.damaged is not None:
+                self.heal()
+            try:
+                with hold():
+                    return attr(*args, **kwargs)
+            except StoreDamagedError as e:
+                self.damaged = str(e)
+                raise
 
         return call
+
+    def heal(self) -> bool:
+        """Re-open a damaged store: every collection must load and count again (Lite replays
+        its write-ahead log on the way) before writes are let through. Raises 503's error
+        while it cannot; returns whether there was anything to heal."""
+        with self._lock.write():
+            if self.damaged is None:
+                return False
+            try:
+                counts = {c: self._count(c) for c in self.inner.list_collections()}
+            except StoreUnavailableError as e:
+                raise StoreUnavailableError(
+                    "the store is being re-opened after a failed write; writes wait until "
+                    "it answers again", getattr(e, "detail", "")) from e
+            log.warning("store re-opened after a failed write; collection counts: %s", counts)
+            self.damaged = None
+            return True
+
+    def _count(self, collection: str) -> int | str:
+        try:
+            return self.inner.count(collection)
+        except ValueError:  # multi-tenant: counted per tenant only, but loaded on the way
+            return "loaded"
 
 
 def guarded(store: VectorStore) -> VectorStore:

@@ -23,6 +23,7 @@ import inspect
 import logging
 import os
 import threading
+import time
 from typing import Any
 
 log = logging.getLogger(__name__)
@@ -99,12 +100,41 @@ def install() -> bool:
         def build_or_load_segment_index(self: Any, seg: Any, spec: Any) -> None:
             if spec.index_type == "HNSW" and seg.num_rows < HNSW_MIN_ROWS:
                 return  # searched by brute force until merged into a large segment
+            if spec.index_type == "HNSW" and self._load_state == "loading" and not os.path.exists(
+                    seg.index_file_path(self._index_dir(seg.partition), spec.index_type,
+                                        spec.field_name)):
+                build_later(self)  # searched exactly meanwhile
+                return
             build(self, seg, spec)
 
         collection.Collection._build_or_load_segment_index = build_or_load_segment_index
         _state["installed"] = True
         log.info("Milvus Lite: fast search paths installed")
         return True
+
+
+def build_later(col: Any) -> None:
+    """Build a loaded collection's missing HNSW graphs on its background worker.
+
+    A process killed after a merge and before the merged segment's graph was saved found
+    no graph on the next start, and ``load()`` built it there and then: 72,704 rows took
+    more than the 10 s a load may take, and the collection answered 503 after every restart
+    (the crasher bench). The load now skips the build; until the graph is there the segment
+    is searched exactly by brute force, as segments under ``HNSW_MIN_ROWS`` always are."""
+    if getattr(col, "_qkv_build_later", False) or col._bg_closed:
+        return
+    col._qkv_build_later = True
+
+    def when_loaded() -> None:
+        deadline = time.monotonic() + 600
+        while col._load_state == "loading" and time.monotonic() < deadline:
+            time.sleep(0.1)
+        col._qkv_build_later = False
+        if col._load_state == "loaded":
+            built = col._ensure_loaded_segments_indexed()
+            log.info("Milvus Lite: built %d segment graphs after the load", built)
+
+    col._bg_executor.submit(when_loaded)
 
 
 def uninstall() -> None:

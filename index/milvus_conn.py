@@ -8,7 +8,13 @@ import re
 from pathlib import Path
 from typing import Any
 
-from index.store import CollectionNotFoundError, StoreError, StoreUnavailableError
+from index.store import (
+    CollectionNotFoundError,
+    StoreDamagedError,
+    StoreError,
+    StoreFullError,
+    StoreUnavailableError,
+)
 
 log = logging.getLogger(__name__)
 
@@ -55,8 +61,11 @@ def failure(what: str, e: Exception, uri: str) -> StoreError:
     if is_unavailable(e):
         return StoreUnavailableError(f"Milvus unreachable ({what})", f"{uri}: {e}")
     if "://" not in uri and is_io_failure(e):
-        return StoreUnavailableError(f"Milvus Lite could not write ({what}); it is re-opened "
-                                     "from its write-ahead log, try again", f"{uri}: {e}")
+        return StoreDamagedError(f"Milvus Lite could not write ({what}); it is re-opened "
+                                 "from its write-ahead log, try again", f"{uri}: {e}")
+    if "://" in uri and "disk quota" in str(e).lower():  # the server's quotaAndLimits
+        return StoreFullError(f"the Milvus server refuses writes: its disk quota is used up "
+                              f"({what})", str(e))
     return StoreError(f"Milvus {what} failed", str(e))
 
 

@@ -66,6 +66,15 @@ class StoreUnavailableError(StoreError):
     """The store cannot be reached (server down, timeout). Retrying later may succeed."""
 
 
+class StoreDamagedError(StoreUnavailableError):
+    """The store failed at the file level (full disk, I/O error) and is being re-opened from
+    its write-ahead log: writes wait until every collection answers again."""
+
+
+class StoreFullError(StoreError):
+    """The store refuses writes for lack of space (a Milvus server's disk quota)."""
+
+
 @dataclass(frozen=True)
 class EncoderInfo:
     """Which encoder made a collection's vectors: name, fingerprint (weights + tokenizer)

@@ -5,6 +5,7 @@
 from __future__ import annotations
 
 import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -67,3 +68,53 @@ def test_concurrent_first_opens_share_one_collection(tmp_path: Path, mended: boo
     else:
         assert lite_fixes.install()
         assert len(_concurrent_opens(path)) == 1
+
+
+def test_a_missing_graph_is_built_after_the_load_not_during_it(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A kill between a merge and the save of its graph left a large segment without one;
+    the next load built it in the request (over 10 s at 72,704 rows: 503 after every
+    restart). Now the load skips it, searches stay exact, the worker builds it after."""
+    import milvus_lite.index.factory as factory
+    from milvus_lite.server_manager import server_manager_instance
+
+    from index import lite_speed
+
+    monkeypatch.setattr(lite_speed, "HNSW_MIN_ROWS", 500)
+    path = tmp_path / "m.db"
+    store = MilvusStore(str(path))
+    store.create("c", 8)
+    rng = np.random.default_rng(1)
+    vectors = rng.standard_normal((2000, 8)).astype(np.float32)
+    vectors /= np.linalg.norm(vectors, axis=1, keepdims=True)
+    store.upsert("c", [Item(id=str(i), vector=v) for i, v in enumerate(vectors)])
+    store.flush("c")
+    store.search("c", vectors[:1], 1)  # loaded: the worker builds the graph
+    graphs = lambda: sorted(path.glob("collections/c/partitions/*/indexes/*"))  # noqa: E731
+    deadline = time.monotonic() + 60
+    while not graphs() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert graphs(), "no graph was saved for the large segment"
+    store.close(seal=False)
+    server_manager_instance.release_server(str(path))
+    for g in graphs():
+        g.unlink()  # as if killed before the save
+
+    built_in: list[str] = []
+    build = factory.build_index_from_spec
+
+    def recording(*args: Any, **kwargs: Any) -> Any:
+        built_in.append(threading.current_thread().name)
+        return build(*args, **kwargs)
+
+    monkeypatch.setattr(factory, "build_index_from_spec", recording)
+    again = MilvusStore(str(path))
+    hits = again.search("c", vectors[:20], 1)
+    assert [h[0].id for h in hits] == [str(i) for i in range(20)]  # exact meanwhile
+    deadline = time.monotonic() + 60
+    while not graphs() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert graphs() and built_in, "the graph was not built after the load"
+    assert all(name.startswith("milvus_lite-") for name in built_in), built_in
+    again.close(seal=False)
+
