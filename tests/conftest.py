@@ -14,10 +14,26 @@ from wiring import runtime
 
 runtime.configure()  # before torch loads: idle OpenMP workers sleep (see wiring/runtime.py)
 
+import error_paths  # noqa: E402
 from store_backends import milvus_lite_server, milvus_standalone  # noqa: E402
 
 import encoder  # noqa: E402
 from encoder.tokenizer import train_tokenizer  # noqa: E402
+
+
+@pytest.fixture(scope="session", autouse=True)
+def error_bodies_name_no_path() -> Iterator[None]:
+    """Every error answer in the session is read for a server path (tests/error_paths.py)."""
+    undo = error_paths.install()
+    yield
+    undo()
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    if error_paths.leaks:  # also those a client thread swallowed
+        print(f"\n{len(error_paths.leaks)} error answers named a server path:",
+              *error_paths.leaks[:5], sep="\n")
+        session.exitstatus = 1
 
 
 @pytest.fixture(scope="session")
