@@ -21,7 +21,9 @@ from typing import Any
 from fastapi import FastAPI
 
 from api import embedding_routes, errors, retrieval_routes, routes, tei_routes, web
+from api.access import AuditMiddleware
 from api.errors import ApiError, RequestIdMiddleware, error_response, public_text
+from api.keys import KeyRing, default_keys_file
 from api.metrics import Metrics, MetricsMiddleware
 from api.settings import Settings
 from index import collection_name
@@ -101,13 +103,14 @@ def with_limits(schema: dict[str, Any], settings: Settings) -> None:
 
 
 def without_auth(schema: dict[str, Any]) -> None:
-    """Drop the bearer security and the 401 responses from an OpenAPI document, for a server
-    without ``QKV_API_KEY``: there the key is not needed and never refused, and a document
+    """Drop the bearer security and the 401/403 responses from an OpenAPI document, for a
+    server without keys (``QKV_API_KEY``, a keys file): none is needed or refused, and a document
     that says otherwise makes generated clients demand one."""
     for operations in schema.get("paths", {}).values():
         for op in operations.values():
             op.pop("security", None)
-            op.get("responses", {}).pop("401", None)
+            for status in ("401", "403"):
+                op.get("responses", {}).pop(status, None)
     schema.get("components", {}).pop("securitySchemes", None)
 
 
@@ -208,12 +211,14 @@ def create_app(settings: Settings | None = None, banner: str | None = None) -> F
         lifespan=lifespan,
     )
     app.state.settings = settings
+    app.state.keys = KeyRing(settings.keys_file or default_keys_file(settings.store),
+                             settings.api_key)  # a malformed file stops the start here
 
     def openapi() -> dict[str, Any]:
         if app.openapi_schema is None:
             schema = FastAPI.openapi(app)
             with_limits(schema, settings)
-            if not settings.api_key:
+            if app.state.keys.open:
                 without_auth(schema)
         return app.openapi_schema  # type: ignore[return-value]
 
@@ -225,6 +230,7 @@ def create_app(settings: Settings | None = None, banner: str | None = None) -> F
     app.include_router(retrieval_routes.retrieval_v1)
     app.include_router(tei_routes.tei)
     app.include_router(web.web)
+    app.add_middleware(AuditMiddleware)
     app.add_middleware(BodyLimitMiddleware, limit=settings.max_body_bytes)
     app.add_middleware(MetricsMiddleware, metrics=metrics)
     app.add_middleware(RequestIdMiddleware)

@@ -52,6 +52,9 @@ class Metrics:
                                     registry=r)
         self.store_free_bytes = Gauge("qkv_store_free_bytes", "Free bytes on the file system "
                                       "of the store's data (Milvus Lite, FAISS)", registry=r)
+        self.key_requests = Counter("qkv_key_requests_total", "Requests by API key id and "
+                                    "outcome (ok, unauthorized, forbidden, limited)",
+                                    ["key", "outcome"], registry=r)
         self.writes_refused = Counter("qkv_writes_refused_total",
                                       "Writes refused with 507 (store's disk under the flood "
                                       "mark)", registry=r)

@@ -87,6 +87,9 @@ def _plan(svc: Service, info: CollectionInfo, body: s.SearchRequest, where: str,
         texts = [body.query] if body.query is not None else None
         mode = resolve_mode(info, body.mode, texts, 1)  # 409 on a collection without BM25
     except (ValueError, ApiError) as e:
+        if isinstance(e, ApiError) and e.status == 403:  # the key's tenants: stays a 403
+            e.message = f"{where}{e.message}"
+            raise
         raise invalid(f"{where}{getattr(e, 'message', e)}") from e
     return _Plan(body, filt, mode, body.offset + body.top_k, tenant)
 

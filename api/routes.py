@@ -4,16 +4,15 @@ into the response shapes (vector-heavy ones serialised with orjson, straight fro
 from __future__ import annotations
 
 import asyncio
-import secrets
 from typing import Annotated, Any
 
 import orjson
 from fastapi import APIRouter, Depends, Header, Path, Query, Request, Response
-from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from pydantic import AfterValidator
 
 from api import schemas as s
 from api import tune_schemas as ts
+from api.access import authorize, bound_tenant, current, may_use
 from api.errors import ApiError, conflict, invalid, not_found, too_large
 from api.service import Service
 from index import (
@@ -26,11 +25,13 @@ from index.scale import backend, size_warning
 from index.tenancy import check_tenant
 from wiring.tuning import labels_from, manual
 
-_ERROR_TEXTS = ((401, "Missing or wrong API key"), (404, "Unknown collection or item"),
+_ERROR_TEXTS = ((401, "Missing, unknown or revoked API key"),
+                (403, "The key's scope, tenants or collections do not allow it"),
+                (404, "Unknown collection or item"),
                 (409, "Encoder/dimension mismatch, existing collection, no decoder"),
                 (413, "Body or batch over the limits"),
                 (422, "Invalid request, or text over the token limit without truncate"),
-                (429, "Encoder queue full (see Retry-After)"),
+                (429, "Encoder queue full, or the key over its limit (see Retry-After)"),
                 (502, "The store failed (the answer names the request id of the log line)"),
                 (503, "Store unreachable (see Retry-After)"),
                 (507, "The store's disk is under the flood mark: writes refused (Retry-After)"))
@@ -44,24 +45,13 @@ CollectionName = Annotated[str, Path(min_length=1, max_length=255,
                                      description=s.COLLECTION_NAME_HELP,
                                      json_schema_extra={"pattern": s.COLLECTION_NAME_PATTERN}),
                            AfterValidator(collection_name)]
-_bearer = HTTPBearer(auto_error=False, description="QKV_API_KEY, when the server sets one.")
 
 
 def service(request: Request) -> Service:
     return request.app.state.service  # type: ignore[no-any-return]
 
 
-async def require_key(
-    request: Request, credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)]
-) -> None:
-    key = request.app.state.settings.api_key
-    if not key:
-        return
-    given = credentials.credentials if credentials else ""
-    if not secrets.compare_digest(given.encode(), key.encode()):
-        raise ApiError(401, "unauthorized",
-                       "missing or wrong API key: send 'Authorization: Bearer <key>'",
-                       {"WWW-Authenticate": "Bearer"})
+require_key = authorize  # every /v1, TEI and web route: the key, its scope and grants
 
 
 TenantHeader = Annotated[str | None, Header(alias="X-Tenant", description="The tenant, in a "
@@ -70,11 +60,11 @@ TenantHeader = Annotated[str | None, Header(alias="X-Tenant", description="The t
 
 def tenant_of(header: str | None, body: str | None) -> str | None:
     """The request's tenant: the X-Tenant header or the body's ``tenant`` (422 if both are
-    given and differ)."""
+    given and differ); a key bound to tenants decides within them (api.access)."""
     if header is not None and body is not None and header != body:
         raise invalid(f"the X-Tenant header ({header!r}) and `tenant` ({body!r}) differ",
                       "tenant")
-    return body if body is not None else header
+    return bound_tenant(body if body is not None else header)
 
 
 def json_response(obj: Any, status: int = 200) -> Response:
@@ -155,9 +145,11 @@ async def list_collections(request: Request) -> Response:
     svc = service(request)
     out = []
     aliases = await svc.call(svc.store.list_aliases)
+    key = current.get()
     for name in await svc.call(svc.store.list_collections):
         info = await svc.call(svc.store.describe, name)
-        out.append(_collection_out(svc, info, aliases))
+        if may_use(key, info):  # a key bound to tenants or collections sees its own
+            out.append(_collection_out(svc, info, aliases))
     return json_response({"collections": out})
 
 
@@ -169,8 +161,9 @@ async def get_collection(name: CollectionName, request: Request,
     the answer is the collection it points at."""
     svc = service(request)
     info = await svc.call(svc.store.describe, name)
-    count = (await svc.call(svc.store.count, info.name, x_tenant)
-             if x_tenant is not None or not info.multi_tenant else None)
+    tenant = tenant_of(x_tenant, None)
+    count = (await svc.call(svc.store.count, info.name, tenant)
+             if tenant is not None or not info.multi_tenant else None)
     aliases = await svc.call(svc.store.list_aliases)
     return json_response(_collection_out(svc, info, aliases, count))
 
@@ -238,6 +231,11 @@ AliasName = Annotated[str, Path(min_length=1, max_length=255, description="Alias
 async def list_aliases(request: Request) -> Response:
     svc = service(request)
     aliases = await svc.call(svc.store.list_aliases)
+    key = current.get()
+    if key is not None and (key.tenants is not None or key.collections is not None):
+        seen = {c: may_use(key, await svc.call(svc.store.describe, c), a)
+                for a, c in aliases.items()}
+        aliases = {a: c for a, c in aliases.items() if seen[c]}
     return json_response({"aliases": [{"alias": a, "collection": c}
                                       for a, c in aliases.items()]})
 
@@ -268,6 +266,18 @@ async def delete_alias(alias: AliasName, request: Request) -> Response:
     svc = service(request)
     await svc.call(svc.store.drop_alias, alias)
     return json_response({"deleted": alias})
+
+
+@v1.get("/v1/keys/me", tags=["operations"])
+async def key_me(request: Request) -> Response:
+    """The calling key: its id, scope, tenants, collections and limits (never its secret);
+    on an open service (no keys), ``open: true`` and every scope. The web page asks this to
+    show what the key may do."""
+    key = current.get()
+    if key is None:
+        return json_response({"open": True, "id": None, "scope": "admin", "tenants": None,
+                              "collections": None, "rps": None, "tps": None})
+    return json_response({"open": False, **key.to_public()})
 
 
 # documents
@@ -317,7 +327,7 @@ async def get_document(name: CollectionName, doc_id: str, request: Request,
                        include_vector: Annotated[bool, Query()] = False,
                        x_tenant: TenantHeader = None) -> Response:
     svc = service(request)
-    items = await svc.call(svc.store.get, name, [doc_id], x_tenant)
+    items = await svc.call(svc.store.get, name, [doc_id], tenant_of(x_tenant, None))
     if not items:
         raise not_found(f"no document {doc_id!r} in collection {name!r}")
     it = items[0]

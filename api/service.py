@@ -14,6 +14,7 @@ from typing import Any, TypeVar
 import numpy as np
 from starlette.concurrency import run_in_threadpool
 
+from api.access import Limiter, charge_texts
 from api.batcher import DynamicBatcher
 from api.disk import DiskGuard, data_dir
 from api.errors import conflict, invalid
@@ -43,6 +44,7 @@ class Embedded:
 class Service:
     def __init__(self, settings: Settings, metrics: Metrics) -> None:
         self.settings, self.metrics = settings, metrics
+        self.limiter = Limiter()  # per API key (api.access)
         # On the CPU the encoder's threads share the cores with the event loop (HTTP, JSON,
         # tokenizing). Driven by wrk (a C client that costs next to nothing), all the cores
         # served more than half of them: 310 against 234 requests/s on 2 cores here
@@ -89,6 +91,7 @@ class Service:
         """Vectors of ``texts``, queued for the encoder ``EMBED_CHUNK`` at a time: a request
         of thousands of texts holds the queue no longer than its share, and requests that
         come meanwhile are batched in between."""
+        charge_texts(self.limiter, len(texts), self.metrics)  # the caller's key: 429 if over
         ids, cut = self.tokenize(texts, truncate)
         # Longest first, so the batcher's batches (cut in arrival order) hold texts of like
         # length and pad less than texts of mixed lengths as they came.

@@ -72,8 +72,11 @@ class Settings(BaseSettings):
                                "more requests with it off.")
 
     # security
-    api_key: str | None = Field(None, description="When set, /v1/*, /embed and writes need "
-                                "'Authorization: Bearer <key>'.")
+    api_key: str | None = Field(None, description="One admin key (with or without a keys "
+                                "file): /v1/*, /embed and writes need 'Authorization: Bearer "
+                                "<key>'.")
+    keys_file: Path | None = Field(None, description="API keys (qkv keys create), re-read "
+                                   "when changed; default keys.jsonl beside a local store.")
 
     # limits
     max_body_bytes: int = Field(8 * 2**20, ge=1024, description="Largest request body (413).")

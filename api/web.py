@@ -66,7 +66,7 @@ def page_config(request: Request) -> dict[str, Any]:
             "temperature": settings.default_temperature, "max_top_k": settings.max_top_k,
             "max_inputs": settings.max_inputs,
             "upload_batch": min(UPLOAD_BATCH, settings.max_documents),
-            "key_required": bool(settings.api_key)}
+            "key_required": not request.app.state.keys.open}
 
 
 def render(request: Request, slug: str) -> str:

@@ -101,7 +101,17 @@ def serve(
     except ValueError as e:  # pydantic's ValidationError is one
         raise typer.BadParameter(str(e)) from e
     shown = "localhost" if host in ("127.0.0.1", "0.0.0.0") else host
-    app = create_app(settings, banner=banner(settings, f"http://{shown}:{port}"))
+    from api.keys import KeyFileError
+
+    try:
+        app = create_app(settings, banner=banner(settings, f"http://{shown}:{port}"))
+    except KeyFileError as e:  # refuse to start on a malformed keys file, naming the line
+        typer.echo(f"error: keys file: {e}", err=True)
+        raise typer.Exit(2) from e
+    if app.state.keys.open and host not in ("127.0.0.1", "localhost", "::1"):
+        typer.echo(f"warning: no API keys (QKV_API_KEY, qkv keys create) and listening on "
+                   f"{host}: anyone who reaches this port may read, write and drop every "
+                   "collection", err=True)
     uvicorn.run(app, host=host, port=port, log_level=log_level, access_log=False)
 
 

@@ -19,6 +19,7 @@ import itertools
 import json
 import os
 import shutil
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -30,6 +31,7 @@ from uvicorn_server import UvicornServer
 
 ROOT = Path(__file__).resolve().parents[2]
 KEY = "ui-test-key"
+KEYS_FILE: list[Path] = []  # the server's keys file (the read-only key's test writes one)
 TIMEOUT = 60
 pytestmark = pytest.mark.slow
 
@@ -71,7 +73,9 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     srv = UvicornServer(tmp / "serve.log", [
         "--store", str(tmp / "ui.db"), "--model", str(ROOT / "models/encoder-default"),
         "--demo", str(tmp / "docs.jsonl"), "--demo-tm", str(tmp / "tm.jsonl"),
-        "--decoder", f"tm-en-fr={ROOT / 'models/decoder-en-fr'}"], {"QKV_API_KEY": KEY})
+        "--decoder", f"tm-en-fr={ROOT / 'models/decoder-en-fr'}"], {
+            "QKV_API_KEY": KEY, "QKV_KEYS_FILE": str(tmp / "keys.jsonl")})
+    KEYS_FILE[:] = [tmp / "keys.jsonl"]
     url = srv.start()
     yield url
     srv.stop()
@@ -395,3 +399,23 @@ def test_drop_asks_first(browser: Any, server: str, api: httpx.Client) -> None:
     wait(browser, lambda d: "notes" not in collection_rows(d), "the row to go")
     assert api.get("/v1/collections/notes").status_code == 404
     assert json.loads(api.get("/v1/collections").text)["collections"]
+
+
+def test_a_read_only_key_sees_no_drop_and_no_forms(browser: Any, server: str) -> None:
+    from api.keys import new_key, write_keys
+
+    key, secret = new_key("read", name="ui test")
+    write_keys(KEYS_FILE[0], {key.id: key})
+    time.sleep(1.1)  # the server re-reads its keys file within a second
+    browser.get(server + "/ui")
+    if not visible(browser, "#key-form"):
+        browser.find_element(By.ID, "key-button").click()
+    fill(browser, "#key-input", secret)
+    browser.find_element(By.CSS_SELECTOR, "#key-form button[type=submit]").click()
+    wait(browser, lambda d: f"key {key.id}: read" in d.find_element(By.ID, "key-scope").text,
+         "the key's scope")
+    wait(browser, lambda d: collection_rows(d), "the collections")
+    assert not browser.find_elements(By.CSS_SELECTOR, "button.drop")
+    assert not visible(browser, "#create-form") and not visible(browser, "#upload-form")
+    browser.execute_script("sessionStorage.clear()")
+

@@ -5,6 +5,10 @@
 // ---------- Collections ----------
 async function loadCollections() {
   const collections = await fillCollectionSelects();
+  const me = await whoami();
+  const admin = me.scope === "admin";
+  $("#create-form").closest("section").hidden = !admin;
+  $("#upload-form").closest("section").hidden = !mayWrite(me);
   const details = await Promise.all(collections.map((c) =>
     api("GET", `/v1/collections/${enc(c.name)}`).catch(() => ({}))));
   // A collection past what its backend serves fast says so beside its count
@@ -16,8 +20,8 @@ async function loadCollections() {
     h("td", {}, c.encoder ? c.encoder.name : "–"), h("td", {}, c.dim),
     h("td", {}, c.hybrid ? "yes" : "no"), h("td", {}, c.decoder || "–"),
     h("td", { class: "backend" }, c.backend || "–"),
-    h("td", {}, h("button", { class: "danger drop", type: "button",
-      onclick: (ev) => dropCollection(c.name, ev.target) }, "Drop"))));
+    h("td", {}, admin ? h("button", { class: "danger drop", type: "button",
+      onclick: (ev) => dropCollection(c.name, ev.target) }, "Drop") : "–")));
   $("#collections tbody").replaceChildren(...rows);
   $("#collections-empty").hidden = collections.length > 0;
 }

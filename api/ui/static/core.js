@@ -99,6 +99,18 @@ function onSubmit(form, fn) {
 }
 
 // ---------- the API key ----------
+// What the key in use may do (GET /v1/keys/me): a read-only key sees no Drop button, no
+// create or upload form
+let ME = null;
+async function whoami() {
+  if (!ME) {
+    ME = await api("GET", "/v1/keys/me").catch(() => ({ open: false, scope: "read" }));
+  }
+  const bound = ME.tenants ? ` · tenant ${ME.tenants.join(", ")}` : "";
+  $("#key-scope").textContent = ME.open || !ME.id ? "" : `key ${ME.id}: ${ME.scope}${bound}`;
+  return ME;
+}
+const mayWrite = (me) => me.scope === "write" || me.scope === "admin";
 function showKeyForm(show) {
   $("#key-form").hidden = !show;
   if (show) $("#key-input").focus();
@@ -109,6 +121,7 @@ function initKey(reload) {
   $("#key-form").addEventListener("submit", (ev) => {
     ev.preventDefault();
     sessionStorage.setItem(KEY, $("#key-input").value);
+    ME = null;
     $("#key-input").value = "";
     showKeyForm(false);
     clearError();
@@ -116,6 +129,7 @@ function initKey(reload) {
   });
   $("#key-forget").addEventListener("click", () => {
     sessionStorage.removeItem(KEY);
+    ME = null;
     $("#key-input").value = "";
   });
   $("#error-close").addEventListener("click", clearError);

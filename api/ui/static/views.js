@@ -170,6 +170,6 @@ function initGenerate() {
 const PAGES = { collections: initCollections, search: initSearch, attend: initAttend,
   generate: initGenerate };
 const load = PAGES[document.body.dataset.page]();
-const reload = () => busy(null, load);
+const reload = () => busy(null, async () => { await whoami(); await load(); });
 initKey(reload);
 if (!CONFIG.key_required || sessionStorage.getItem(KEY)) reload();

@@ -1,0 +1,240 @@
+"""Who may call what: the key of each request (:mod:`api.keys`), checked against the route's
+scope, its collection and its tenant; per-key limits; one audit line per write.
+
+- :func:`authorize` is the dependency of every ``/v1``, ``/embed``-family and web route
+  (``/health``, ``/ready`` and ``/metrics`` stay open). 401: no key, an unknown one, a
+  revoked one; 403: a key whose scope is below the route's (the message names the scope it
+  needs), or a collection the key is not granted. The key goes in ``request.state.key``
+  and in :data:`current` (routes ask :func:`bound_tenant` for the tenant to use).
+- :class:`Limiter`: token buckets per key id, requests/s checked here and texts/s where
+  texts are encoded (:func:`charge_texts`, from ``Service.embed``): 429 with Retry-After.
+- :class:`AuditMiddleware`: one JSON log line (logger ``qkv.audit``) per write and admin
+  call: key id, tenant, method, route, collection, count, status, request id.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import threading
+import time
+from contextvars import ContextVar
+from typing import Annotated, Any
+
+from fastapi import Depends, Request
+from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
+
+from api.errors import ApiError
+from api.keys import Key, KeyRing
+from index.store import CollectionInfo, CollectionNotFoundError
+
+audit_log = logging.getLogger("qkv.audit")
+current: ContextVar[Key | None] = ContextVar("qkv_key", default=None)
+# whether the request's collection is multi-tenant (set for keys bound to tenants): a
+# granted collection that is not takes no tenant, so none is forced on it
+current_multi_tenant: ContextVar[bool] = ContextVar("qkv_multi_tenant", default=True)
+_bearer = HTTPBearer(auto_error=False, description="An API key (qkv keys create), or "
+                     "QKV_API_KEY, when the server has any.")
+
+
+def required_scope(method: str, route: str) -> str:
+    """The scope a call needs, by its method and route template."""
+    if route.startswith("/v1/keys"):
+        return "read" if route == "/v1/keys/me" else "admin"
+    if route in ("/v1/collections", "/v1/collections/{name}") and method in ("POST", "DELETE"):
+        return "admin"
+    if route.startswith("/v1/aliases") and method in ("PUT", "DELETE"):
+        return "admin"
+    if method in ("POST", "DELETE") and route in ("/v1/collections/{name}/documents",
+                                                  "/v1/collections/{name}/tune"):
+        return "write"
+    return "read"
+
+
+def unauthorized() -> ApiError:
+    return ApiError(401, "unauthorized", "missing, unknown or revoked API key: send "
+                    "'Authorization: Bearer <key>'", {"WWW-Authenticate": "Bearer"})
+
+
+def forbidden(message: str) -> ApiError:
+    return ApiError(403, "forbidden", message)
+
+
+def may_use(key: Key | None, info: CollectionInfo, asked: str | None = None) -> bool:
+    """Whether ``key`` reaches collection ``info`` (``asked``: the name or alias used)."""
+    if key is None or (key.tenants is None and key.collections is None):
+        return True
+    granted = key.collections is not None and bool(
+        {info.name, asked} & set(key.collections))
+    if key.collections is not None and not granted:
+        return False
+    return granted or (key.tenants is not None and info.multi_tenant)
+
+
+def bound_tenant(given: str | None) -> str | None:
+    """The tenant a request acts in: ``given`` (header or body) for an unbound key; for a
+    key bound to tenants, ``given`` if it is one of them, the key's own when it has one and
+    none was given, else 403."""
+    key = current.get()
+    if key is None or key.tenants is None or not current_multi_tenant.get():
+        return given
+    if given is None:
+        if len(key.tenants) == 1:
+            return key.tenants[0]
+        raise forbidden(f"key {key.id} is bound to several tenants: name one in X-Tenant")
+    if given not in key.tenants:
+        raise forbidden(f"key {key.id} may not act in tenant {given!r}")
+    return given
+
+
+class Bucket:
+    def __init__(self, rate: float) -> None:
+        self.rate, self.capacity = rate, max(rate, 1.0)
+        self.tokens, self.at = self.capacity, time.monotonic()
+
+    def take(self, n: float) -> float:
+        """Take ``n`` (the bucket may go into debt when it was full enough for a large
+        request); 0 when taken, else the seconds to wait."""
+        now = time.monotonic()
+        self.tokens = min(self.capacity, self.tokens + (now - self.at) * self.rate)
+        self.at = now
+        if self.tokens >= min(n, self.capacity):
+            self.tokens -= n
+            return 0.0
+        return (min(n, self.capacity) - self.tokens) / self.rate
+
+
+class Limiter:
+    """Token buckets per key id and kind (requests, texts)."""
+
+    def __init__(self) -> None:
+        self._buckets: dict[tuple[str, str, float], Bucket] = {}
+        self._lock = threading.Lock()
+
+    def take(self, key: Key, kind: str, n: float = 1.0) -> None:
+        rate = key.rps if kind == "requests" else key.tps
+        if rate is None:
+            return
+        with self._lock:
+            bucket = self._buckets.setdefault((key.id, kind, rate), Bucket(rate))
+            wait = bucket.take(n)
+        if wait > 0:
+            raise ApiError(429, "rate_limited", f"key {key.id} is over its limit of {rate:g} "
+                           f"{kind}/s; retry in {wait:.1f} s",
+                           {"Retry-After": str(max(1, math.ceil(wait)))})
+
+
+def charge_texts(limiter: Limiter, n: int, metrics: Any = None) -> None:
+    """Count ``n`` texts against the calling key's texts/s (429 when over)."""
+    key = current.get()
+    if key is not None:
+        try:
+            limiter.take(key, "texts", n)
+        except ApiError:
+            if metrics is not None:
+                metrics.key_requests.labels(key.id, "limited").inc()
+            raise
+
+
+async def authorize(
+    request: Request,
+    credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)],
+) -> Key | None:
+    """The request's key, checked (see the module docstring); None on an open service."""
+    ring: KeyRing = request.app.state.keys
+    metrics = request.app.state.service.metrics
+    current.set(None)
+    current_multi_tenant.set(True)
+    if ring.open:
+        return None
+    key = ring.find(credentials.credentials) if credentials else None
+    if key is None:
+        metrics.key_requests.labels("unknown", "unauthorized").inc()
+        raise unauthorized()
+    route = getattr(request.scope.get("route"), "path", request.url.path)
+    need = required_scope(request.method, route)
+    if not key.allows(need):
+        metrics.key_requests.labels(key.id, "forbidden").inc()
+        raise forbidden(f"key {key.id} has scope '{key.scope}'; {request.method} {route} "
+                        f"needs scope '{need}'")
+    name = request.path_params.get("name")
+    if name is not None and (key.tenants is not None or key.collections is not None):
+        await _check_collection(request, key, name)
+    try:
+        request.app.state.service.limiter.take(key, "requests")
+    except ApiError:
+        metrics.key_requests.labels(key.id, "limited").inc()
+        raise
+    metrics.key_requests.labels(key.id, "ok").inc()
+    request.state.key = key
+    current.set(key)
+    if need != "read":
+        request.state.audit = {"key": key.id, "route": route, "collection": name,
+                               "tenant": key.tenants[0] if key.tenants else None}
+    return key
+
+
+async def _check_collection(request: Request, key: Key, name: str) -> None:
+    svc = request.app.state.service
+    try:
+        info = await svc.call(svc.store.describe, name)
+    except CollectionNotFoundError:
+        return  # the route answers 404 as for anyone
+    if not may_use(key, info, name):
+        request.app.state.service.metrics.key_requests.labels(key.id, "forbidden").inc()
+        raise forbidden(f"key {key.id} may not use collection {name!r}")
+    current_multi_tenant.set(info.multi_tenant)
+
+
+def audit_facts(body: bytes) -> tuple[int | None, str | None]:
+    """How many documents or ids a write's body names, and its ``tenant`` (None, None when
+    it is not such a body)."""
+    try:
+        d = json.loads(body) if body else None
+    except ValueError:
+        return None, None
+    if not isinstance(d, dict):
+        return None, None
+    count = next((len(d[f]) for f in ("documents", "ids") if isinstance(d.get(f), list)), None)
+    tenant = d.get("tenant")
+    return count, tenant if isinstance(tenant, str) else None
+
+
+class AuditMiddleware:
+    """Pure ASGI: after each call that :func:`authorize` marked (writes and admin calls),
+    one line to ``qkv.audit`` with the outcome."""
+
+    def __init__(self, app: Any) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] != "http" or scope["method"] in ("GET", "HEAD", "OPTIONS"):
+            await self.app(scope, receive, send)
+            return
+        status, body = [500], bytearray()
+
+        async def receive_copy() -> Any:
+            message = await receive()
+            if message["type"] == "http.request" and len(body) < 2**24:
+                body.extend(message.get("body", b""))
+            return message
+
+        async def send_status(message: Any) -> None:
+            if message["type"] == "http.response.start":
+                status[0] = message["status"]
+            await send(message)
+
+        try:
+            await self.app(scope, receive_copy, send_status)
+        finally:
+            state = scope.get("state") or {}
+            entry = state.get("audit")
+            if entry is not None:
+                headers = dict(scope.get("headers") or [])
+                count, tenant = audit_facts(bytes(body))
+                tenant = tenant or headers.get(b"x-tenant", b"").decode("latin-1") or None
+                audit_log.info(json.dumps({
+                    **entry, "method": scope["method"], "tenant": tenant or entry["tenant"],
+                    "count": count, "status": status[0],
+                    "request_id": state.get("request_id")}))

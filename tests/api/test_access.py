@@ -1,0 +1,167 @@
+"""API keys (issue 39), on Milvus Lite and the Milvus 2.3.5 server: scopes, tenants bound to a
+key over a collection whose tenants share ids, revocation on a running app, per-key limits
+in each route family's error shape, the audit line, and a malformed keys file."""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+from api_errors import error_of
+from conftest import MakeClient
+from fastapi.testclient import TestClient
+from typer.testing import CliRunner
+
+from api.keys import KeyFileError, KeyRing, new_key, read_keys, write_keys
+from cli.app import app as cli
+
+
+def _keys(path: Path, **specs: dict) -> dict[str, str]:  # type: ignore[type-arg]
+    """Write one key per spec; their secrets by spec name."""
+    keys, secrets = {}, {}
+    for label, spec in specs.items():
+        key, secret = new_key(**spec)
+        keys[key.id], secrets[label] = key, secret
+    write_keys(path, keys)
+    return secrets
+
+
+def _auth(secret: str, tenant: str | None = None) -> dict[str, str]:
+    h = {"Authorization": f"Bearer {secret}"}
+    return {**h, "X-Tenant": tenant} if tenant else h
+
+
+def test_scopes_tenants_and_grants(make_client: MakeClient, store_uri: str,
+                                   tmp_path: Path) -> None:
+    mt, plain, other = (f"{p}_{uuid.uuid4().hex[:8]}" for p in ("mt", "pl", "ot"))
+    s = _keys(tmp_path / "keys.jsonl", admin={"scope": "admin"}, read={"scope": "read"},
+              write={"scope": "write"}, acme={"scope": "write", "tenants": ["acme"]},
+              two={"scope": "read", "tenants": ["acme", "globex"]},
+              granted={"scope": "read", "tenants": ["acme"], "collections": [mt, plain]})
+    c = make_client(store=store_uri, keys_file=tmp_path / "keys.jsonl")
+    admin = _auth(s["admin"])
+    for name, multi in ((mt, True), (plain, False), (other, False)):
+        assert c.post("/v1/collections", json={"name": name, "multi_tenant": multi},
+                      headers=admin).status_code == 201
+    for tenant in ("acme", "globex"):  # the same ids in both tenants
+        r = c.post(f"/v1/collections/{mt}/documents", headers=_auth(s["write"], tenant),
+                   json={"documents": [{"id": f"d{i}", "text": f"{tenant} secret {i}"}
+                                       for i in range(4)]})
+        assert r.status_code == 200, r.text
+    c.post(f"/v1/collections/{plain}/documents", headers=admin,
+           json={"documents": [{"id": "p", "text": "plain text"}]})
+
+    # 401: none, unknown, malformed; 403 names the scope needed
+    for h in ({}, _auth("qkv-k00000000-" + "x" * 32), _auth("nonsense")):
+        r = c.post(f"/v1/collections/{plain}/search", json={"query": "x"}, headers=h)
+        assert r.status_code == 401 and "API key" in error_of(r)["error"]
+    r = c.post(f"/v1/collections/{plain}/documents", headers=_auth(s["read"]),
+               json={"documents": [{"id": "x", "text": "t"}]})
+    assert r.status_code == 403 and "needs scope 'write'" in error_of(r)["error"]
+    r = c.delete(f"/v1/collections/{plain}", headers=_auth(s["write"]))
+    assert r.status_code == 403 and "needs scope 'admin'" in error_of(r)["error"]
+    assert c.post(f"/v1/collections/{plain}/search", json={"query": "plain"},
+                  headers=_auth(s["read"])).status_code == 200
+    assert c.post("/embed", json={"inputs": "x"}, headers=_auth(s["read"])).status_code == 200
+    r = c.post("/embed", json={"inputs": "x"})
+    assert r.status_code == 401 and set(r.json()) == {"error", "error_type"}  # TEI's shape
+
+    # a key bound to acme: acme's documents and count only, whatever it sends
+    acme = _auth(s["acme"])
+    hits = c.post(f"/v1/collections/{mt}/search", json={"query": "secret", "top_k": 20},
+                  headers=acme).json()["hits"]
+    assert len(hits) == 4 and all(h["text"].startswith("acme") for h in hits)
+    assert c.get(f"/v1/collections/{mt}/documents/d1", headers=acme).json()["text"] \
+        == "acme secret 1"
+    assert c.get(f"/v1/collections/{mt}", headers=acme).json()["count"] == 4
+    for r in (c.get(f"/v1/collections/{mt}/documents/d1", headers={**acme, "X-Tenant":
+                                                                   "globex"}),
+              c.post(f"/v1/collections/{mt}/search", headers=acme,
+                     json={"query": "secret", "tenant": "globex"}),
+              c.post(f"/v1/collections/{mt}/search/batch", headers=acme, json={"searches": [
+                  {"query": "x"}, {"query": "x", "tenant": "globex"}]}),
+              c.post(f"/v1/collections/{plain}/search", json={"query": "x"}, headers=acme)):
+        assert r.status_code == 403, r.text
+        assert "globex" not in r.text.replace("tenant 'globex'", "")
+    r = c.post(f"/v1/collections/{mt}/documents", headers=acme,
+               json={"documents": [{"id": "d1", "text": "acme rewritten"}]})
+    assert r.status_code == 200  # written in acme, not in globex
+    assert c.get(f"/v1/collections/{mt}/documents/d1",
+                 headers=_auth(s["admin"], "globex")).json()["text"] == "globex secret 1"
+    listed = {x["name"] for x in c.get("/v1/collections", headers=acme).json()["collections"]}
+    assert mt in listed and plain not in listed and other not in listed
+    # two tenants: it must say which; granted collections: a plain one too, no tenant
+    r = c.post(f"/v1/collections/{mt}/search", json={"query": "x"}, headers=_auth(s["two"]))
+    assert r.status_code == 403 and "several tenants" in error_of(r)["error"]
+    assert c.post(f"/v1/collections/{plain}/search", json={"query": "plain"},
+                  headers=_auth(s["granted"])).json()["hits"][0]["id"] == "p"
+    assert c.post(f"/v1/collections/{other}/search", json={"query": "x"},
+                  headers=_auth(s["granted"])).status_code == 403
+    me = c.get("/v1/keys/me", headers=acme).json()
+    assert me["scope"] == "write" and me["tenants"] == ["acme"] and "hash" not in me
+
+
+def test_revoked_within_a_second_and_limits(make_client: MakeClient, tmp_path: Path,
+                                            caplog: pytest.LogCaptureFixture) -> None:
+    path = tmp_path / "keys.jsonl"
+    s = _keys(path, a={"scope": "write"}, slow={"scope": "read", "rps": 2})
+    c: TestClient = make_client(keys_file=path, api_key="env-admin-key")
+    name = "k_" + uuid.uuid4().hex[:8]
+    assert c.post("/v1/collections", json={"name": name},
+                  headers=_auth("env-admin-key")).status_code == 201  # QKV_API_KEY: admin
+    with caplog.at_level(logging.INFO, logger="qkv.audit"):
+        r = c.post(f"/v1/collections/{name}/documents", headers=_auth(s["a"]),
+                   json={"documents": [{"id": str(i), "text": "t"} for i in range(3)]})
+    assert r.status_code == 200
+    line = json.loads([r.message for r in caplog.records if r.name == "qkv.audit"][-1])
+    key_a = next(k for k in read_keys(path).values() if k.scope == "write")
+    assert line["key"] == key_a.id and line["count"] == 3 and line["status"] == 200
+    assert line["collection"] == name and line["route"].endswith("/documents")
+
+    keys = read_keys(path)
+    from dataclasses import replace
+    keys[key_a.id] = replace(key_a, revoked="now")
+    write_keys(path, keys)
+    time.sleep(1.0)
+    assert c.get("/v1/models", headers=_auth(s["a"])).status_code == 401
+
+    statuses = [c.get("/v1/models", headers=_auth(s["slow"])).status_code for _ in range(4)]
+    assert statuses[:2] == [200, 200] and 429 in statuses
+    r = c.post("/v1/embeddings", json={"input": "x"}, headers=_auth(s["slow"]))
+    assert r.status_code == 429 and int(r.headers["Retry-After"]) >= 1
+    assert error_of(r)["error_type"] == "rate_limited"
+    r = c.post("/embed", json={"inputs": "x"}, headers=_auth(s["slow"]))
+    assert r.status_code == 429 and set(r.json()) == {"error", "error_type"}
+    slow_id = next(k.id for k in read_keys(path).values() if k.rps == 2)
+    metrics = c.get("/metrics").text
+    assert f'qkv_key_requests_total{{key="{slow_id}",outcome="limited"}}' in metrics
+
+
+def test_a_malformed_keys_file_names_its_line(tmp_path: Path) -> None:
+    path = tmp_path / "keys.jsonl"
+    _keys(path, a={"scope": "read"})
+    path.write_text(path.read_text() + '{"id": "k0000000g", "hash": "x"}\n')
+    with pytest.raises(KeyFileError, match="line 2"):
+        KeyRing(path)
+    with pytest.raises(ValueError, match="admin key"):
+        new_key("admin", tenants=["acme"])
+
+
+def test_keys_cli_prints_the_secret_once(tmp_path: Path) -> None:
+    path = tmp_path / "keys.jsonl"
+    r = CliRunner().invoke(cli, ["keys", "create", "--scope", "write", "--tenant", "acme",
+                                 "--rps", "5", "--keys-file", str(path)])
+    assert r.exit_code == 0, r.output
+    secret = r.stdout.strip().splitlines()[0]
+    ring = KeyRing(path)
+    key = ring.find(secret)
+    assert key is not None and key.scope == "write" and key.tenants == ("acme",)
+    listed = CliRunner().invoke(cli, ["keys", "list", "--keys-file", str(path)]).stdout
+    assert key.id in listed and secret not in listed and key.hash not in listed
+    assert CliRunner().invoke(cli, ["keys", "revoke", key.id, "--keys-file",
+                                    str(path)]).exit_code == 0
+    assert KeyRing(path).find(secret) is None
