@@ -91,7 +91,7 @@ class Service:
         """Vectors of ``texts``, queued for the encoder ``EMBED_CHUNK`` at a time: a request
         of thousands of texts holds the queue no longer than its share, and requests that
         come meanwhile are batched in between."""
-        charge_texts(self.limiter, len(texts), self.metrics)  # the caller's key: 429 if over
+        await charge_texts(self.limiter, len(texts), self.metrics)  # the caller's key
         ids, cut = self.tokenize(texts, truncate)
         # Longest first, so the batcher's batches (cut in arrival order) hold texts of like
         # length and pad less than texts of mixed lengths as they came.
