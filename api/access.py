@@ -127,17 +127,16 @@ class Limiter:
         err = ApiError(429, "rate_limited", f"key {key.id} is over its limit of {rate:g} "
                        f"{kind}/s; retry in {wait:.1f} s",
                        {"Retry-After": str(max(1, math.ceil(wait)))})
-        err.wait = wait  # type: ignore[attr-defined]
         return err
 
 
 async def held(err: ApiError, metrics: Any, key: Key) -> ApiError:
-    """The 429, answered after the wait it names (at most ``HOLD_MAX_S``): a client that
+    """The 429, answered after its Retry-After (at most ``HOLD_MAX_S``): a client that
     ignores Retry-After and sends again at once would otherwise keep the event loop busy
     refusing it (2,211 refusals/s from 32 connections raised another key's p99 from 17 to
     117 ms, bench/keys_load.py); held, its connections carry a few refusals a second."""
     metrics.key_requests.labels(key.id, "limited").inc()
-    await asyncio.sleep(min(getattr(err, "wait", 0.0), HOLD_MAX_S))
+    await asyncio.sleep(min(float(err.headers["Retry-After"]), HOLD_MAX_S))
     return err
 
 
