@@ -18,6 +18,7 @@ import asyncio
 import json
 import logging
 import math
+import random
 import threading
 import time
 from contextvars import ContextVar
@@ -136,7 +137,9 @@ async def held(err: ApiError, metrics: Any, key: Key) -> ApiError:
     refusing it (2,211 refusals/s from 32 connections raised another key's p99 from 17 to
     117 ms, bench/keys_load.py); held, its connections carry a few refusals a second."""
     metrics.key_requests.labels(key.id, "limited").inc()
-    await asyncio.sleep(min(float(err.headers["Retry-After"]), HOLD_MAX_S))
+    # jittered, so that held connections do not come back together as one burst
+    await asyncio.sleep(min(float(err.headers["Retry-After"]), HOLD_MAX_S)
+                        * random.uniform(0.5, 1.0))
     return err
 
 
