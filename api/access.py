@@ -91,6 +91,19 @@ def bound_tenant(given: str | None) -> str | None:
     return given
 
 
+def redacted(info: CollectionInfo, obj: Any) -> Any:
+    """``obj`` without the whole collection's document counts (``docs`` of a calibration or
+    a tune) when a key bound to tenants reads a multi-tenant collection."""
+    key = current.get()
+    if key is None or key.tenants is None or not info.multi_tenant:
+        return obj
+    if isinstance(obj, dict):
+        return {k: redacted(info, v) for k, v in obj.items() if k != "docs"}
+    if isinstance(obj, list):
+        return [redacted(info, v) for v in obj]
+    return obj
+
+
 class Bucket:
     def __init__(self, rate: float) -> None:
         self.rate, self.capacity = rate, max(rate, 1.0)
@@ -175,7 +188,7 @@ async def authorize(
                         f"needs scope '{need}'")
     name = request.path_params.get("name")
     if name is not None and (key.tenants is not None or key.collections is not None):
-        await _check_collection(request, key, name)
+        await _check_collection(request, key, name, route)
     err = request.app.state.service.limiter.take(key, "requests")
     if err is not None:
         raise await held(err, metrics, key)
@@ -188,15 +201,19 @@ async def authorize(
     return key
 
 
-async def _check_collection(request: Request, key: Key, name: str) -> None:
+async def _check_collection(request: Request, key: Key, name: str, route: str) -> None:
     svc = request.app.state.service
     try:
         info = await svc.call(svc.store.describe, name)
     except CollectionNotFoundError:
         return  # the route answers 404 as for anyone
-    if not may_use(key, info, name):
-        request.app.state.service.metrics.key_requests.labels(key.id, "forbidden").inc()
-        raise forbidden(f"key {key.id} may not use collection {name!r}")
+    shared = (key.tenants is not None and info.multi_tenant and request.method == "POST"
+              and route == "/v1/collections/{name}/tune")
+    if not may_use(key, info, name) or shared:
+        svc.metrics.key_requests.labels(key.id, "forbidden").inc()
+        raise forbidden(f"key {key.id} may not tune collection {name!r}: its weight is every "
+                        "tenant's" if shared else
+                        f"key {key.id} may not use collection {name!r}")
     current_multi_tenant.set(info.multi_tenant)
 
 

@@ -12,7 +12,7 @@ from pydantic import AfterValidator
 
 from api import schemas as s
 from api import tune_schemas as ts
-from api.access import authorize, bound_tenant, current, may_use
+from api.access import authorize, bound_tenant, current, may_use, redacted
 from api.errors import ApiError, conflict, invalid, not_found, too_large
 from api.service import Service
 from index import (
@@ -115,8 +115,8 @@ def _collection_out(svc: Service, info: CollectionInfo, aliases: dict[str, str],
     return {"name": info.name, "dim": info.dim,
             "encoder": info.encoder.to_dict() if info.encoder else None, "count": count,
             "decoder": str(dec) if dec else None, "hybrid": info.hybrid, "aliases": pointing,
-            "multi_tenant": info.multi_tenant, "calibration": info.calibration,
-            "tuning": svc.tuner.state(info.name), "backend": backend(svc.store),
+            "multi_tenant": info.multi_tenant, "calibration": redacted(info, info.calibration),
+            "tuning": redacted(info, svc.tuner.state(info.name)), "backend": backend(svc.store),
             # the whole collection's size: a tenant's count says nothing of the backend's load
             "size_warning": size_warning(backend(svc.store), None if info.multi_tenant
                                          else count)}
@@ -217,7 +217,7 @@ async def tune_state(name: CollectionName, request: Request) -> Response:
     if state is None:
         raise not_found(f"no tune of collection {info.name!r} has run on this server; its "
                         "stored calibration is in GET /v1/collections/{name}")
-    return json_response(state)
+    return json_response(redacted(info, state))
 
 
 # aliases

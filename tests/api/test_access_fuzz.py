@@ -41,7 +41,7 @@ def _calls(mt: str, model: str) -> dict[tuple[str, str], tuple[str, Any]]:
         ("POST", "/v1/collections/{name}/generate"): (f"{c}/generate", {"query": "secret"}),
         ("GET", "/v1/collections"): ("/v1/collections", None),
         ("GET", "/v1/collections/{name}"): (c, None),
-        ("POST", "/v1/collections/{name}/tune"): (f"{c}/tune", {"dense_weight": 0.5}),
+        ("POST", "/v1/collections/{name}/tune"): (f"{c}/tune", {"wait": True}),
         ("GET", "/v1/collections/{name}/tune"): (f"{c}/tune", None),
         ("GET", "/v1/aliases"): ("/v1/aliases", None),
         ("GET", "/v1/aliases/{alias}"): ("/v1/aliases/al_fuzz", None),
@@ -71,9 +71,9 @@ def _calls(mt: str, model: str) -> dict[tuple[str, str], tuple[str, Any]]:
 
 
 def _counts(obj: Any) -> list[int]:
-    """Every ``count`` in a JSON answer."""
+    """Every ``count`` and ``docs`` (a calibration's) in a JSON answer."""
     if isinstance(obj, dict):
-        own = [obj["count"]] if isinstance(obj.get("count"), int) else []
+        own = [obj[k] for k in ("count", "docs") if isinstance(obj.get(k), int)]
         return own + [c for v in obj.values() for c in _counts(v)]
     if isinstance(obj, list):
         return [c for v in obj for c in _counts(v)]
