@@ -244,7 +244,10 @@ async def list_aliases(request: Request) -> Response:
 async def get_alias(alias: AliasName, request: Request) -> Response:
     svc = service(request)
     aliases = await svc.call(svc.store.list_aliases)
-    if alias not in aliases:
+    key = current.get()
+    bound = key is not None and (key.tenants is not None or key.collections is not None)
+    if alias not in aliases or bound and not may_use(  # only its collections' aliases
+            key, await svc.call(svc.store.describe, aliases[alias]), alias):
         raise not_found(f"no alias {alias!r}")
     return json_response({"alias": alias, "collection": aliases[alias]})
 
