@@ -17,6 +17,7 @@ keeps the keys last read (and logs why) rather than opening the service.
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import json
 import logging
@@ -25,6 +26,8 @@ import re
 import secrets
 import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -139,6 +142,17 @@ def write_keys(path: Path, keys: dict[str, Key]) -> None:
         os.fsync(f.fileno())
     os.chmod(tmp, 0o600)
     os.replace(tmp, path)
+
+
+@contextmanager
+def locked(path: Path) -> Iterator[dict[str, Key]]:
+    """The keys of ``path``, written back when the block ends, under an exclusive lock."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path.with_name(path.name + ".lock"), "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        keys = read_keys(path)
+        yield keys
+        write_keys(path, keys)
 
 
 def digest(secret: str) -> str:

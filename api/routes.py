@@ -271,18 +271,6 @@ async def delete_alias(alias: AliasName, request: Request) -> Response:
     return json_response({"deleted": alias})
 
 
-@v1.get("/v1/keys/me", tags=["operations"])
-async def key_me(request: Request) -> Response:
-    """The calling key: its id, scope, tenants, collections and limits (never its secret);
-    on an open service (no keys), ``open: true`` and every scope. The web page asks this to
-    show what the key may do."""
-    key = current.get()
-    if key is None:
-        return json_response({"open": True, "id": None, "scope": "admin", "tenants": None,
-                              "collections": None, "rps": None, "tps": None})
-    return json_response({"open": False, **key.to_public()})
-
-
 # documents
 @v1.post("/v1/collections/{name}/documents", response_model=s.UpsertResult, tags=["documents"])
 async def upsert_documents(name: CollectionName, body: s.DocumentsUpsert, request: Request,

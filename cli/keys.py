@@ -49,15 +49,16 @@ def create(
     keys_file: Path | None = FILE, store: str = STORE,
 ) -> None:
     """A new key: prints its secret once (only its hash is kept)."""
-    from api.keys import new_key, write_keys
+    from api.keys import locked, new_key
 
     path = _path(keys_file, store)
-    keys = _read(path)
+    _read(path)  # a malformed file: its line, before anything
     try:
         key, secret = new_key(scope, tenant, collection, rps, tps, name)
     except ValueError as e:
         raise typer.BadParameter(str(e)) from e
-    write_keys(path, {**keys, key.id: key})
+    with locked(path) as keys:
+        keys[key.id] = key
     typer.echo(secret)
     typer.echo(f"key {key.id} ({key.scope}) written to {path}; the secret above is not "
                "shown again", err=True)
@@ -75,17 +76,17 @@ def revoke(key_id: str, keys_file: Path | None = FILE, store: str = STORE) -> No
     """Revoke KEY_ID: refused (401) by running servers within a second."""
     from dataclasses import replace
 
-    from api.keys import write_keys
+    from api.keys import locked
 
     path = _path(keys_file, store)
-    keys = _read(path)
+    _read(path)
+    with locked(path) as keys:
+        if key_id in keys and keys[key_id].revoked is None:
+            keys[key_id] = replace(keys[key_id],
+                                   revoked=datetime.now(UTC).isoformat(timespec="seconds"))
     if key_id not in keys:
         typer.echo(f"error: no key {key_id!r} in {path}", err=True)
         raise typer.Exit(1)
-    if keys[key_id].revoked is None:
-        keys[key_id] = replace(keys[key_id],
-                               revoked=datetime.now(UTC).isoformat(timespec="seconds"))
-        write_keys(path, keys)
     typer.echo(f"revoked {key_id}")
 
 

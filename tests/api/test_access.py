@@ -175,3 +175,26 @@ def test_keys_cli_prints_the_secret_once(tmp_path: Path) -> None:
     assert CliRunner().invoke(cli, ["keys", "revoke", key.id, "--keys-file",
                                     str(path)]).exit_code == 0
     assert KeyRing(path).find(secret) is None
+
+
+def test_keys_over_http(make_client: MakeClient, tmp_path: Path) -> None:
+    path = tmp_path / "keys.jsonl"
+    s = _keys(path, admin={"scope": "admin"}, write={"scope": "write"})
+    c = make_client(keys_file=path)
+    r = c.post("/v1/keys", json={"scope": "read", "tenants": ["acme"], "rps": 5},
+               headers=_auth(s["admin"]))
+    assert r.status_code == 201 and r.json()["secret"].startswith("qkv-")
+    new = r.json()
+    assert c.get("/v1/keys/me", headers=_auth(new["secret"])).json()["tenants"] == ["acme"]
+    listed = c.get("/v1/keys", headers=_auth(s["admin"])).text
+    assert new["id"] in listed and new["secret"] not in listed and '"hash"' not in listed
+    r = c.post("/v1/keys", json={"scope": "read"}, headers=_auth(s["write"]))
+    assert r.status_code == 403 and "needs scope 'admin'" in error_of(r)["error"]
+    r = c.post("/v1/keys", json={"scope": "admin", "tenants": ["a"]}, headers=_auth(s["admin"]))
+    assert r.status_code == 422 and "admin key" in error_of(r)["error"]
+    assert c.delete("/v1/keys/k00000000", headers=_auth(s["admin"])).status_code == 404
+    r = c.delete(f"/v1/keys/{new['id']}", headers=_auth(s["admin"]))
+    assert r.status_code == 200 and r.json()["revoked"]
+    time.sleep(1.0)
+    assert c.get("/v1/keys/me", headers=_auth(new["secret"])).status_code == 401
+
