@@ -233,9 +233,8 @@ async def list_aliases(request: Request) -> Response:
     aliases = await svc.call(svc.store.list_aliases)
     key = current.get()
     if key is not None and (key.tenants is not None or key.collections is not None):
-        seen = {c: may_use(key, await svc.call(svc.store.describe, c), a)
-                for a, c in aliases.items()}
-        aliases = {a: c for a, c in aliases.items() if seen[c]}
+        aliases = {a: c for a, c in aliases.items()
+                   if may_use(key, await svc.call(svc.store.describe, c), a)}
     return json_response({"aliases": [{"alias": a, "collection": c}
                                       for a, c in aliases.items()]})
 
