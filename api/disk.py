@@ -19,7 +19,7 @@ from pathlib import Path
 from api.errors import DISK_RETRY_S, ApiError
 from api.metrics import Metrics
 
-CHECK_EVERY_S = 1.0  # statvfs is cheap, but not per request under load
+CHECK_EVERY_S = 1.0  # /metrics and /ready; a write checks afresh (statvfs: microseconds)
 
 
 def data_dir(store: str) -> Path | None:
@@ -44,14 +44,14 @@ class DiskGuard:
         self._at = 0.0
         self._lock = threading.Lock()
 
-    def free(self) -> int | None:
-        """Free bytes where the store writes (checked at most every second); None when the
-        store is not on this machine."""
+    def free(self, fresh: bool = False) -> int | None:
+        """Free bytes where the store writes (checked at most every second, or now when
+        ``fresh``); None when the store is not on this machine."""
         if self.path is None:
             return None
         with self._lock:
             now = time.monotonic()
-            if self._free is None or now - self._at >= CHECK_EVERY_S:
+            if self._free is None or fresh or now - self._at >= CHECK_EVERY_S:
                 try:
                     self._free = shutil.disk_usage(self.path).free
                 except OSError:  # gone (dropped store): nothing to guard until it returns
@@ -66,8 +66,9 @@ class DiskGuard:
         return free is not None and free < self.flood
 
     def check(self) -> None:
-        """Raise 507 when a write now could fill the store's disk."""
-        free = self.free()
+        """Raise 507 when a write now could fill the store's disk (a fresh statvfs, a few
+        microseconds: a second-old figure let a fast writer fill a small disk before it)."""
+        free = self.free(fresh=True)
         if free is not None and free < self.flood:
             self.metrics.writes_refused.inc()
             raise ApiError(

@@ -1,7 +1,9 @@
-"""``/v1/keys``: API keys over HTTP for admin keys (the same file ``qkv keys`` writes), and
-``/v1/keys/me`` for any key. A change is a read-modify-write of the keys file under an
-exclusive lock on a file beside it, so two replicas (or a replica and the CLI) cannot lose
-each other's keys; every replica re-reads the file within a second."""
+"""``/v1/keys``: API keys over HTTP, for admin keys (list, create, revoke: the same file
+``qkv keys`` writes), and ``/v1/keys/me`` for any key. Revoking is ``POST
+/v1/keys/{id}/revoke``: a ``DELETE /v1/keys/{id}`` would match ``/v1/keys/me`` too. A
+change is a read-modify-write of the keys file under an exclusive lock on a file beside
+it, so two replicas (or a replica and the CLI) cannot lose each other's keys; every
+replica re-reads the file within a second."""
 
 from __future__ import annotations
 
@@ -60,6 +62,9 @@ async def list_keys(request: Request) -> Response:
 @keys_v1.post("/v1/keys", status_code=201)
 async def create_key(body: KeyCreate, request: Request) -> Response:
     """A new key; the answer's ``secret`` is its only copy."""
+    if request.app.state.keys.open:  # anyone may call an open service: not to close it
+        raise conflict("this service has no keys: create the first one where it runs (qkv "
+                       "keys create --scope admin), then manage keys with it")
     try:
         key, secret = new_key(body.scope, body.tenants, body.collections, body.rps, body.tps,
                               body.name)
@@ -72,7 +77,7 @@ async def create_key(body: KeyCreate, request: Request) -> Response:
     return json_response(out, 201)
 
 
-@keys_v1.delete("/v1/keys/{key_id}")
+@keys_v1.post("/v1/keys/{key_id}/revoke")
 async def revoke_key(key_id: str, request: Request) -> Response:
     """Revoke a key: every replica refuses it (401) within a second."""
     with locked(_file(request)) as keys:

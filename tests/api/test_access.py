@@ -179,6 +179,8 @@ def test_keys_cli_prints_the_secret_once(tmp_path: Path) -> None:
 
 def test_keys_over_http(make_client: MakeClient, tmp_path: Path) -> None:
     path = tmp_path / "keys.jsonl"
+    r = make_client(keys_file=path).post("/v1/keys", json={"scope": "admin"})
+    assert r.status_code == 409 and not path.exists()  # an open service stays open
     s = _keys(path, admin={"scope": "admin"}, write={"scope": "write"})
     c = make_client(keys_file=path)
     r = c.post("/v1/keys", json={"scope": "read", "tenants": ["acme"], "rps": 5},
@@ -192,8 +194,8 @@ def test_keys_over_http(make_client: MakeClient, tmp_path: Path) -> None:
     assert r.status_code == 403 and "needs scope 'admin'" in error_of(r)["error"]
     r = c.post("/v1/keys", json={"scope": "admin", "tenants": ["a"]}, headers=_auth(s["admin"]))
     assert r.status_code == 422 and "admin key" in error_of(r)["error"]
-    assert c.delete("/v1/keys/k00000000", headers=_auth(s["admin"])).status_code == 404
-    r = c.delete(f"/v1/keys/{new['id']}", headers=_auth(s["admin"]))
+    assert c.post("/v1/keys/k00000000/revoke", headers=_auth(s["admin"])).status_code == 404
+    r = c.post(f"/v1/keys/{new['id']}/revoke", headers=_auth(s["admin"]))
     assert r.status_code == 200 and r.json()["revoked"]
     time.sleep(1.0)
     assert c.get("/v1/keys/me", headers=_auth(new["secret"])).status_code == 401

@@ -56,7 +56,7 @@ def _calls(mt: str, model: str) -> dict[tuple[str, str], tuple[str, Any]]:
         ("GET", "/v1/keys/me"): ("/v1/keys/me", None),
         ("GET", "/v1/keys"): ("/v1/keys", None),
         ("POST", "/v1/keys"): ("/v1/keys", {"scope": "read", "tenants": ["globex"]}),
-        ("DELETE", "/v1/keys/{key_id}"): ("/v1/keys/k00000000", None),
+        ("POST", "/v1/keys/{key_id}/revoke"): ("/v1/keys/k00000000/revoke", None),
         ("POST", "/embed"): ("/embed", {"inputs": "secret"}),
         ("POST", "/"): ("/", {"inputs": "secret"}),
         ("POST", "/embed_all"): ("/embed_all", {"inputs": "secret"}),

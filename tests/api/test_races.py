@@ -67,7 +67,7 @@ def test_mixed_clients_on_one_collection_get_no_5xx(served: tuple[str, Path]) ->
         t.start()
     for t in threads:
         t.join()
-    assert sum(statuses.values()) > 100, statuses
+    assert sum(statuses.values()) > 50, statuses  # Lite: ~24 requests/s of this mix
     assert not [s for s in statuses if s >= 500], (statuses, [b for b in bodies if "5" in b][:5])
     assert set(statuses) <= {200, 201, 404, 409}, statuses
     assert statuses[200] > 0 and statuses[404] + statuses[409] > 0, statuses

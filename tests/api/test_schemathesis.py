@@ -30,6 +30,7 @@ All of schemathesis' default checks run but one, ``positive_data_acceptance`` (s
 from __future__ import annotations
 
 import hashlib
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -83,8 +84,9 @@ def _app(api_key: str | None) -> FastAPI:
     """An app with placeholder paths (building it loads nothing); the fixture fills them in
     before its lifespan starts. It is built here so schemathesis has it from the start:
     its own probes (sent without a key, say) reach the app and not the network."""
+    keys = Path(tempfile.mkdtemp(prefix="st-keys-")) / "keys.jsonl"  # not beside "unset.db"
     return create_app(Settings(store="unset.db", model=Path("unset"), api_key=api_key,
-                               **LIMITS))  # type: ignore[arg-type]
+                               keys_file=keys, **LIMITS))  # type: ignore[arg-type]
 
 
 def _schema(app: FastAPI, auth: dict[str, Any] | None = None) -> BaseSchema:
