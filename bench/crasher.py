@@ -41,6 +41,9 @@ class Crashes:
     checked: int = 0
     statuses: dict[int, int] = field(default_factory=dict)
     failed_reads: dict[str, int] = field(default_factory=dict)  # "status body" -> how many
+    # unreadable right after a restart, readable 1 s later: an open defect (issue 44), kept
+    # apart from loss so that the loss check stays exact
+    transient: list[str] = field(default_factory=list)
 
 
 def _writer(base: list[str], w: int, crashes: Crashes, lock: threading.Lock,
@@ -78,7 +81,11 @@ def _check(base: str, crashes: Crashes, killed_at: float, rnd: random.Random) ->
         for i in {*recent, *others}:
             r = c.get(f"/v1/collections/crash/documents/{i}")
             if r.status_code != 200:
-                crashes.lost.append(i)
+                time.sleep(1.0)
+                if c.get(f"/v1/collections/crash/documents/{i}").status_code == 200:
+                    crashes.transient.append(i)
+                else:
+                    crashes.lost.append(i)
                 why = (f"{r.status_code} {r.json()['error']['code']}, acknowledged "
                        f"{killed_at - acked[i]:.1f} s before the kill")
                 crashes.failed_reads[why] = crashes.failed_reads.get(why, 0) + 1
@@ -116,7 +123,8 @@ def run(store: str, model: str, cycles: int, writers: int, log_dir: Path,
             crashes.cycles = cycle + 1
             if verbose:
                 print(f"cycle {cycle + 1}: {len(crashes.acked)} acknowledged, "
-                      f"{len(crashes.lost)} lost, counts short {len(crashes.short_counts)}",
+                      f"{len(crashes.lost)} lost, {len(crashes.transient)} transient, "
+                      f"counts short {len(crashes.short_counts)}",
                       crashes.failed_reads or "", flush=True)
     finally:
         stop.set()
@@ -148,8 +156,9 @@ def main() -> None:
         f"`{shlex.join(['python', *sys.argv])}`", "",
         f"{args.store}: {c.cycles} kill -9 cycles in {seconds:.0f} s, {args.writers} writers, "
         f"{len(c.acked):,} documents acknowledged, {c.checked:,} read back after restarts: "
-        f"**{len(c.lost)} lost**, {len(c.short_counts)} counts below the acknowledged "
-        f"total. Answers: {dict(sorted(c.statuses.items()))}."]), args.results)
+        f"**{len(c.lost)} lost**, {len(c.transient)} unreadable right after a restart and "
+        f"readable 1 s later, {len(c.short_counts)} counts below the acknowledged total. "
+        f"Answers: {dict(sorted(c.statuses.items()))}."]), args.results)
 
 
 if __name__ == "__main__":

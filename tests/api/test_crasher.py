@@ -1,6 +1,9 @@
 """The crasher at a size that fits CI (``bench/crasher.py`` runs 50 cycles): the server is
 killed with SIGKILL every 1-3 s while two clients upsert; after every restart each
-recently acknowledged document, and a sample of the rest, reads back."""
+recently acknowledged document, and a sample of the rest, reads back. A read-back that
+fails is tried again 1 s later: one that answers then is counted apart (``transient``, an
+open defect of issue 44: about 1 in 10,000 read-backs right after a restart, cause not
+found), one that does not is lost, and fails the test."""
 
 from __future__ import annotations
 
