@@ -26,6 +26,21 @@ import httpx
 ROOT = Path(__file__).resolve().parents[1]
 
 
+def one_request(c: httpx.Client, rnd: random.Random) -> httpx.Response:
+    """One request of the mix (search 5 : upsert 5 : drop 1 : create 1) on collection
+    ``race``; ``tests/api/test_races.py`` sends the same."""
+    action = rnd.choices(("search", "upsert", "drop", "create"), (5, 5, 1, 1))[0]
+    if action == "search":
+        return c.post("/v1/collections/race/search", json={"query": "a dog", "top_k": 3})
+    if action == "upsert":
+        docs = [{"id": f"d{rnd.randrange(50)}", "text": f"a dog number {i}"}
+                for i in range(rnd.randint(1, 8))]
+        return c.post("/v1/collections/race/documents", json={"documents": docs})
+    if action == "drop":
+        return c.delete("/v1/collections/race")
+    return c.post("/v1/collections", json={"name": "race"})
+
+
 def _mixed(base: str, seed: int, statuses: Counter[int], samples: dict[int, str],
            left: list[int], lock: threading.Lock) -> None:
     rnd = random.Random(seed)
@@ -35,17 +50,7 @@ def _mixed(base: str, seed: int, statuses: Counter[int], samples: dict[int, str]
                 if left[0] <= 0:
                     return
                 left[0] -= 1
-            action = rnd.choices(("search", "upsert", "drop", "create"), (5, 5, 1, 1))[0]
-            if action == "search":
-                r = c.post("/v1/collections/race/search", json={"query": "a dog", "top_k": 3})
-            elif action == "upsert":
-                docs = [{"id": f"d{rnd.randrange(50)}", "text": f"a dog number {i}"}
-                        for i in range(rnd.randint(1, 8))]
-                r = c.post("/v1/collections/race/documents", json={"documents": docs})
-            elif action == "drop":
-                r = c.delete("/v1/collections/race")
-            else:
-                r = c.post("/v1/collections", json={"name": "race"})
+            r = one_request(c, rnd)
             with lock:
                 statuses[r.status_code] += 1
                 if r.status_code >= 500:

@@ -6,6 +6,7 @@ the server's files."""
 from __future__ import annotations
 
 import random
+import sys
 import threading
 import time
 from collections import Counter
@@ -15,6 +16,9 @@ from pathlib import Path
 import httpx
 import pytest
 from uvicorn_server import UvicornServer
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
+from races import one_request  # noqa: E402
 
 pytestmark = pytest.mark.slow
 CLIENTS = 8
@@ -39,17 +43,7 @@ def _mixed(base: str, seed: int, statuses: Counter[int], bodies: list[str],
     rnd = random.Random(seed)
     with httpx.Client(base_url=base, timeout=60) as c:
         while time.monotonic() < stop:
-            action = rnd.choices(("search", "upsert", "drop", "create"), (5, 5, 1, 1))[0]
-            if action == "search":
-                r = c.post("/v1/collections/race/search", json={"query": "a dog", "top_k": 3})
-            elif action == "upsert":
-                docs = [{"id": f"d{rnd.randrange(50)}", "text": f"a dog number {i}"}
-                        for i in range(rnd.randint(1, 8))]
-                r = c.post("/v1/collections/race/documents", json={"documents": docs})
-            elif action == "drop":
-                r = c.delete("/v1/collections/race")
-            else:
-                r = c.post("/v1/collections", json={"name": "race"})
+            r = one_request(c, rnd)
             statuses[r.status_code] += 1
             if r.status_code >= 400:
                 bodies.append(r.text)
