@@ -47,6 +47,8 @@ def required_scope(method: str, route: str) -> str:
         return "read" if route == "/v1/keys/me" else "admin"
     if route in ("/v1/collections", "/v1/collections/{name}") and method in ("POST", "DELETE"):
         return "admin"
+    if route == "/v1/collections/{name}/adapt":  # makes and drops collections
+        return "admin"
     if route.startswith("/v1/aliases") and method in ("PUT", "DELETE"):
         return "admin"
     if method in ("POST", "DELETE") and route in ("/v1/collections/{name}/documents",

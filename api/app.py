@@ -20,7 +20,16 @@ from typing import Any
 
 from fastapi import FastAPI
 
-from api import embedding_routes, errors, key_routes, retrieval_routes, routes, tei_routes, web
+from api import (
+    adapt_routes,
+    embedding_routes,
+    errors,
+    key_routes,
+    retrieval_routes,
+    routes,
+    tei_routes,
+    web,
+)
 from api.access import AuditMiddleware
 from api.errors import ApiError, RequestIdMiddleware, error_response, public_text
 from api.keys import KeyRing, default_keys_file
@@ -229,6 +238,7 @@ def create_app(settings: Settings | None = None, banner: str | None = None) -> F
     app.include_router(routes.v1)
     app.include_router(retrieval_routes.retrieval_v1)
     app.include_router(key_routes.keys_v1)
+    app.include_router(adapt_routes.adapt_v1)
     app.include_router(tei_routes.tei)
     app.include_router(web.web)
     app.add_middleware(AuditMiddleware)

@@ -61,23 +61,21 @@ def openai_texts(inputs: Any, limit: int) -> list[str]:
 async def embeddings(body: s.EmbeddingsRequest, request: Request) -> Response:
     """OpenAI's embeddings: floats or base64 (little-endian float32), with ``usage``."""
     svc = service(request)
-    if body.model is not None and body.model != svc.info.name:
-        raise not_found(f"model {body.model!r} not found; this server serves "
-                        f"{svc.info.name!r} (GET /v1/models)")
-    dims = svc.encoder.dims
+    model = await svc.run(svc.encoders.get, body.model)  # 404 for a model it lacks
+    dims = model.encoder.dims
     if body.dimensions is not None and body.dimensions not in dims:
         raise invalid(f"dimensions must be one of {', '.join(map(str, dims))} for "
-                      f"{svc.info.name!r} (the sizes it was trained to be cut to), "
+                      f"{model.name!r} (the sizes it was trained to be cut to), "
                       f"got {body.dimensions}")
     emb = await svc.embed(openai_texts(body.input, svc.settings.max_inputs), body.truncate,
-                          dim=body.dimensions)
+                          dim=body.dimensions, model=model)
     data: list[dict[str, Any]] = []
     for i, row in enumerate(emb.vectors):
         vec: Any = (base64.b64encode(row.astype("<f4").tobytes()).decode()
                     if body.encoding_format == "base64" else row)
         data.append({"object": "embedding", "index": i, "embedding": vec})
     n_tokens = sum(emb.tokens)
-    return json_response({"object": "list", "data": data, "model": svc.info.name,
+    return json_response({"object": "list", "data": data, "model": model.name,
                           "usage": {"prompt_tokens": n_tokens, "total_tokens": n_tokens},
                           "truncated": any(emb.truncated)})
 
@@ -87,21 +85,40 @@ def _card(svc: Service) -> dict[str, Any]:
             "owned_by": "qkv", "dim": svc.info.dim, "dims": list(svc.encoder.dims),
             "fingerprint": svc.info.fingerprint,
             "max_tokens": svc.encoder.max_tokens, "backend": svc.encoder.backend,
-            "dense_weight": svc.dense_weight}
+            "dense_weight": svc.dense_weight, "default": True, "loaded": True,
+            "base": None, "collection": None}
+
+
+def _derived_card(name: str, card: dict[str, Any], loaded: bool) -> dict[str, Any]:
+    """A derived encoder's card, from the file beside its checkpoint (no load needed)."""
+    return {"id": name, "object": "model", "created": int(card.get("created", 0)),
+            "owned_by": "qkv", "dim": card.get("dim"), "dims": card.get("dims", []),
+            "fingerprint": card.get("fingerprint"), "max_tokens": card.get("max_tokens"),
+            "backend": None, "dense_weight": None, "default": False, "loaded": loaded,
+            "base": card.get("base"), "collection": card.get("collection")}
+
+
+def _cards(svc: Service) -> list[dict[str, Any]]:
+    loaded = set(svc.encoders.loaded())
+    return [_card(svc), *(_derived_card(n, c, n in loaded)
+                          for n, c in svc.encoders.cards().items() if n != svc.info.name)]
 
 
 @embedding_v1.get("/v1/models", response_model=s.ModelList, tags=["embeddings"])
 async def list_models(request: Request) -> Response:
-    """OpenAI's model list: the served encoder, with its dim, fingerprint and max tokens."""
-    return json_response({"object": "list", "data": [_card(service(request))]})
+    """OpenAI's model list: the service's encoder (``default``), then each derived one
+    (``qkv adapt``) with the collection it was adapted to, whether it is loaded now."""
+    svc = service(request)
+    return json_response({"object": "list", "data": await svc.run(_cards, svc)})
 
 
 @embedding_v1.get("/v1/models/{model_id}", response_model=s.ModelCard, tags=["embeddings"])
 async def get_model(model_id: str, request: Request) -> Response:
     svc = service(request)
-    if model_id != svc.info.name:
+    card = next((c for c in await svc.run(_cards, svc) if c["id"] == model_id), None)
+    if card is None:
         raise not_found(f"model {model_id!r} not found")
-    return json_response(_card(svc))
+    return json_response(card)
 
 
 @embedding_v1.post("/v1/pooling", response_model=ps.PoolingResponse, tags=["embeddings"])

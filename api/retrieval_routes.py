@@ -102,13 +102,14 @@ async def neighbours(svc: Service, name: str, bodies: Sequence[s.SearchRequest],
     many = len(bodies) > 1
     plans = [_plan(svc, info, b, f"searches.{i}: " if many else "", x_tenant)
              for i, b in enumerate(bodies)]
+    model = svc.encoder_of(info)  # 409 when the encoder that made it is gone
     xq = np.zeros((len(bodies), info.dim), np.float32)
     cut = [False] * len(bodies)
     for truncate in (True, False):  # one encoder call per truncate setting
         asked = [i for i, b in enumerate(bodies) if b.query is not None and b.truncate == truncate]
         if asked:
             emb = await svc.embed([bodies[i].query or "" for i in asked], truncate,
-                                  dim=info.dim)
+                                  dim=info.dim, model=model)
             for j, i in enumerate(asked):
                 xq[i], cut[i] = emb.vectors[j], emb.truncated[j]
     for i, b in enumerate(bodies):
@@ -129,7 +130,7 @@ async def neighbours(svc: Service, name: str, bodies: Sequence[s.SearchRequest],
         res = await svc.search_many(name, xq[rows], p.depth, p.filter,
                                     with_vectors or p.mode != "dense", p.body.consistency,
                                     texts, p.mode, p.body.fusion, weights[rows[0]][0],
-                                    p.tenant)
+                                    p.tenant, model)
         for i, hits in zip(rows, res, strict=True):
             found[i] = hits
     out = []

@@ -125,18 +125,21 @@ def _collection_out(svc: Service, info: CollectionInfo, aliases: dict[str, str],
 @v1.post("/v1/collections", status_code=201, response_model=s.CollectionOut,
          tags=["collections"])
 async def create_collection(body: s.CollectionCreate, request: Request) -> Response:
-    """Create a collection for the served encoder; an existing name is 409. It is hybrid (a
-    BM25 index of the text beside the vectors) unless ``hybrid`` is false or the store has
-    no BM25; ``hybrid: true`` on such a store is 409."""
+    """Create a collection for an encoder (``model``: one of GET /v1/models, default the
+    service's); an existing name is 409. It is hybrid (a BM25 index of the text beside the
+    vectors) unless ``hybrid`` is false or the store has no BM25; ``hybrid: true`` on such a
+    store is 409."""
     svc = service(request)
     svc.disk.check()
-    dim = svc.info.dim if body.dimensions is None else body.dimensions
-    if dim not in svc.encoder.dims:
-        raise invalid(f"dimensions must be one of {', '.join(map(str, svc.encoder.dims))} for "
-                      f"{svc.info.name!r} (the sizes it was trained to be cut to), got {dim}")
+    model = await svc.run(svc.encoders.get, body.model)  # 404 for a model it lacks
+    dims = model.encoder.dims
+    dim = model.info.dim if body.dimensions is None else body.dimensions
+    if dim not in dims:
+        raise invalid(f"dimensions must be one of {', '.join(map(str, dims))} for "
+                      f"{model.name!r} (the sizes it was trained to be cut to), got {dim}")
     hybrid = await svc.call(hybrid_default, svc.store, body.name, body.hybrid)
-    info = await svc.call(svc.store.create, body.name, dim, svc.info_for(dim), exist_ok=False,
-                          hybrid=hybrid, multi_tenant=body.multi_tenant)
+    info = await svc.call(svc.store.create, body.name, dim, svc.info_for(dim, model),
+                          exist_ok=False, hybrid=hybrid, multi_tenant=body.multi_tenant)
     return json_response(_collection_out(svc, info, {}, 0), 201)
 
 
@@ -286,10 +289,13 @@ async def upsert_documents(name: CollectionName, body: s.DocumentsUpsert, reques
     info = await svc.call(svc.store.describe, name)  # 404 before any encoding
     tenant = tenant_of(x_tenant, body.tenant)
     check_tenant(info, tenant)  # and 422 for the tenant
-    emb = await svc.embed([d.text for d in docs], body.truncate, dim=info.dim)
+    model = svc.encoder_of(info)  # 409 when the encoder that made it is gone
+    emb = await svc.embed([d.text for d in docs], body.truncate, dim=info.dim, model=model)
     items = [Item(d.id, emb.vectors[i], d.text, d.value, d.metadata, tenant)
              for i, d in enumerate(docs)]
-    n = await svc.call(svc.store.upsert, name, items, svc.info_for(info.dim))
+    n = await svc.call(svc.store.upsert, name, items, svc.info_for(info.dim, model))
+    if svc.adapter.shadow(info) is not None:  # being re-indexed by an adapt job: its copy too
+        await svc.call(svc.adapter.mirror_upsert, info, items)
     await svc.remember(name, info.name, docs, emb.vectors, tenant)
     svc.tuner.wrote(info, n)  # tuned in the background once it has grown enough
     cut = [d.id for d, t in zip(docs, emb.truncated, strict=True) if t]
@@ -305,6 +311,9 @@ async def delete_documents(name: CollectionName, body: s.DocumentsDelete, reques
         raise too_large(f"{len(body.ids)} ids in one request; at most "
                         f"{svc.settings.max_documents} (QKV_MAX_DOCUMENTS)")
     await svc.call(svc.store.delete, name, body.ids, tenant_of(x_tenant, body.tenant))
+    if svc.adapter.shadows:  # a collection being re-indexed by an adapt job: its copy too
+        info = await svc.call(svc.store.describe, name)
+        await svc.call(svc.adapter.mirror_delete, info, list(body.ids))
     if svc.parts.token_memories:  # the deleted pairs' tokens stop voting
         stored = (await svc.call(svc.store.describe, name)).name
         await svc.remember(name, stored, removed=list(body.ids))

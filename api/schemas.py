@@ -125,10 +125,16 @@ class ModelCard(BaseModel):
                             "the vectors were trained to be cut to (Matryoshka), and `dim`.")
     fingerprint: str
     max_tokens: int
-    backend: str = Field(description="What runs the encoder: `torch`, or `onnx` (its int8 "
-                         "ONNX Runtime graph on a CPU).")
-    dense_weight: float = Field(description="The default w of hybrid search's convex fusion "
-                                "for this encoder's vectors.")
+    backend: str | None = Field(description="What runs the encoder: `torch`, or `onnx` (its "
+                                "int8 ONNX Runtime graph on a CPU); null for a derived encoder "
+                                "(it runs as the default does, once loaded).")
+    dense_weight: float | None = Field(description="The default w of hybrid search's convex "
+                                       "fusion for the default encoder's vectors (a derived "
+                                       "encoder's collection is calibrated when adapted).")
+    default: bool = Field(True, description="The service's own encoder (QKV_MODEL).")
+    loaded: bool = Field(True, description="In memory now (QKV_ENCODERS_LOADED at most).")
+    base: str | None = Field(None, description="The encoder a derived one was adapted from.")
+    collection: str | None = Field(None, description="The collection it was adapted to.")
 
 
 class ModelList(BaseModel):
@@ -153,6 +159,9 @@ class CollectionCreate(RequestBody):
     multi_tenant: bool = Field(False, description="Every document belongs to a tenant, and "
                                "every read and write names one (X-Tenant header or `tenant`); "
                                "tenants never see each other's documents and may reuse ids.")
+    model: str | None = Field(None, max_length=128, description="The encoder that embeds "
+                              "for this collection, for good: one of GET /v1/models (default "
+                              "the service's own).")
 
 
 class EncoderOut(BaseModel):

@@ -9,22 +9,25 @@ import logging
 import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, TypeVar
 
 import numpy as np
 from starlette.concurrency import run_in_threadpool
 
 from api.access import Limiter, charge_texts
+from api.adapter import Adapter
 from api.batcher import DynamicBatcher
 from api.disk import DiskGuard, data_dir
+from api.encoders import Encoders, Served, read_card
 from api.errors import conflict, invalid
 from api.metrics import Metrics
-from api.settings import Settings
+from api.settings import Settings, encoders_dir
 from api.tuner import Tuner
 from index import CollectionInfo, EncoderInfo, Hit, StoreError, StoreUnavailableError, softmax
 from index.calibration import model_mapping
 from index.fusion import DEFAULT_FUSION, model_dense_weight
-from wiring.components import load_components
+from wiring.components import encoder_info, load_components, load_encoder
 from wiring.demo import Seeding
 
 log = logging.getLogger(__name__)
@@ -61,51 +64,95 @@ class Service:
         self.model_created = int(settings.model.joinpath("model.safetensors").stat().st_mtime)
         self.dense_weight = model_dense_weight(settings.model)  # hybrid's default w
         self.mapping = model_mapping(settings.model)  # collection signals -> w
-        self.batcher = DynamicBatcher(
-            lambda ids: self.encoder.encode_ids(ids, batch_size=len(ids), normalize=False),
-            self.encoder.dim, max_size=settings.batch_max_size,
-            max_tokens=settings.batch_max_tokens, max_wait_s=settings.batch_max_wait_ms / 1e3,
-            queue_max=settings.queue_max, metrics=metrics)
+        self.batcher = self._batcher(self.encoder)
+        default = Served(self.info.name, settings.model, self.encoder, self.info, self.batcher,
+                         self.model_created, {"base": None})
+        self.encoders = Encoders(default, encoders_dir(settings), self._load_encoder,
+                                 settings.encoders_loaded)
 
         self.disk = DiskGuard(data_dir(settings.store), settings.disk_flood_mb, metrics)
         self.seeding: dict[str, Seeding] = {}  # demo collections (api.app fills them)
-        self.tuner = Tuner(self.store, self.embed, self.mapping, self.dense_weight, settings)
+        self.tuner = Tuner(self.store, self.embed_for, self.mapping, self.dense_weight, settings)
+        self.adapter = Adapter(self.store, self.encoders, self._calibrate)
+        self.adapter.recover()  # an adapt job a previous process left: finished or undone
+
+    def _batcher(self, encoder: Any) -> DynamicBatcher:
+        st = self.settings
+        return DynamicBatcher(
+            lambda ids: encoder.encode_ids(ids, batch_size=len(ids), normalize=False),
+            encoder.dim, max_size=st.batch_max_size, max_tokens=st.batch_max_tokens,
+            max_wait_s=st.batch_max_wait_ms / 1e3, queue_max=st.queue_max,
+            metrics=self.metrics)
+
+    def _load_encoder(self, name: str, path: Path) -> Served:
+        """A derived encoder (:mod:`api.encoders`), on the default's device and threads."""
+        st = self.settings
+        enc = load_encoder(path, st.device, st.encoder_threads or os.cpu_count() or 1,
+                           st.encoder_backend)
+        enc.set_spin(st.encoder_spin)
+        info = encoder_info(enc)
+        if info.name != name:
+            raise ValueError(f"{path} holds encoder {info.name!r}, not {name!r}")
+        card = read_card(path) or {}
+        return Served(name, path, enc, info, self._batcher(enc),
+                      int(path.joinpath("model.safetensors").stat().st_mtime), card)
+
+    def _calibrate(self, store: Any, collection: str, embed: Callable[..., np.ndarray]) -> Any:
+        from wiring.tuning import tune
+
+        return tune(store, collection, embed, self.mapping, self.dense_weight)
 
     def close(self) -> None:
+        self.adapter.close()
         self.tuner.close()
+        self.encoders.close()
         self.batcher.close()
         self.parts.close()
 
     # encoding
-    def tokenize(self, texts: Sequence[str], truncate: bool) -> tuple[list[list[int]], list[bool]]:
-        ids, cut = self.encoder.tokenize(texts)
+    def tokenize(self, texts: Sequence[str], truncate: bool, encoder: Any = None
+                 ) -> tuple[list[list[int]], list[bool]]:
+        encoder = encoder or self.encoder
+        ids, cut = encoder.tokenize(texts)
         if not truncate and any(cut):
             first = cut.index(True)
             raise invalid(
-                f"input {first} is longer than the encoder's {self.encoder.max_tokens} tokens; "
+                f"input {first} is longer than the encoder's {encoder.max_tokens} tokens; "
                 "send shorter text or set truncate to true", "input")
         return ids, cut
 
+    def encoder_of(self, info: CollectionInfo) -> Served:
+        """The encoder that made collection ``info``; 409 when this service lacks it."""
+        return self.encoders.of(info)
+
     async def embed(self, texts: Sequence[str], truncate: bool, normalize: bool = True,
-                    dim: int | None = None) -> Embedded:
-        """Vectors of ``texts``, queued for the encoder ``EMBED_CHUNK`` at a time: a request
-        of thousands of texts holds the queue no longer than its share, and requests that
-        come meanwhile are batched in between."""
+                    dim: int | None = None, model: Served | None = None) -> Embedded:
+        """Vectors of ``texts`` by ``model`` (the default encoder when None), queued for
+        its batcher ``EMBED_CHUNK`` at a time: a request of thousands of texts holds the
+        queue no longer than its share, and requests that come meanwhile are batched in
+        between."""
+        served = model or self.encoders.default
         await charge_texts(self.limiter, len(texts), self.metrics)  # the caller's key
-        ids, cut = self.tokenize(texts, truncate)
+        ids, cut = self.tokenize(texts, truncate, served.encoder)
         # Longest first, so the batcher's batches (cut in arrival order) hold texts of like
         # length and pad less than texts of mixed lengths as they came.
         order = np.argsort([-len(x) for x in ids], kind="stable")
         ranked = [ids[i] for i in order]
-        parts = [await self.batcher.embed(ranked[i:i + EMBED_CHUNK])
+        parts = [await served.batcher.embed(ranked[i:i + EMBED_CHUNK])
                  for i in range(0, len(ranked), EMBED_CHUNK)]
-        x = np.concatenate(parts) if parts else np.zeros((0, self.encoder.dim), np.float32)
+        x = np.concatenate(parts) if parts else np.zeros((0, served.info.dim), np.float32)
         x = x[np.argsort(order)]  # back in the caller's order
         if dim is not None and dim < x.shape[1]:  # a Matryoshka size: cut, then renormalise
             x = x[:, :dim]
         if normalize:
             x = x / np.maximum(np.linalg.norm(x, axis=1, keepdims=True), 1e-12)
         return Embedded(np.ascontiguousarray(x, dtype=np.float32), [len(i) for i in ids], cut)
+
+    async def embed_for(self, texts: Sequence[str], truncate: bool, dim: int | None = None,
+                        collection: CollectionInfo | None = None) -> Embedded:
+        """:meth:`embed` by the encoder that made ``collection``."""
+        model = self.encoder_of(collection) if collection is not None else None
+        return await self.embed(texts, truncate, dim=dim, model=model)
 
     # the store, off the event loop
     async def call(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
@@ -144,20 +191,22 @@ class Service:
         p = self.seeding.get(collection)
         return None if p is None or p.state == "complete" else p.to_dict()
 
-    def info_for(self, dim: int) -> EncoderInfo:
-        """The served encoder as a collection of ``dim`` records it: its vectors cut to
-        ``dim`` (a Matryoshka size; :func:`cut`) are another space than the full ones."""
-        return self.info if dim == self.info.dim else EncoderInfo(
-            self.info.name, self.info.fingerprint, dim)
+    def info_for(self, dim: int, model: Served | None = None) -> EncoderInfo:
+        """An encoder (the default when None) as a collection of ``dim`` records it: its
+        vectors cut to ``dim`` (a Matryoshka size) are another space than the full ones."""
+        info = (model or self.encoders.default).info
+        return info if dim == info.dim else EncoderInfo(info.name, info.fingerprint, dim)
 
     async def search_many(self, collection: str, xq: np.ndarray, k: int, filter: Any,
                           with_vectors: bool, consistency: str,
                           query_text: list[str] | None = None, mode: str | None = None,
                           fusion: str = DEFAULT_FUSION, dense_weight: float | None = None,
-                          tenant: str | None = None) -> list[list[Hit]]:
-        """The hits of each query row of ``xq`` (nq, d), in one store call."""
+                          tenant: str | None = None, model: Served | None = None
+                          ) -> list[list[Hit]]:
+        """The hits of each query row of ``xq`` (nq, d) embedded by ``model`` (the default
+        when None), in one store call."""
         return await self.call(self.store.search, collection, xq, k, filter,
-                               self.info_for(xq.shape[1]),
+                               self.info_for(xq.shape[1], model),
                                with_vectors, consistency, query_text, mode, fusion,
                                self.dense_weight if dense_weight is None else dense_weight,
                                tenant)

@@ -43,6 +43,19 @@ def parse_decoders(text: str, what: str = "QKV_DECODERS") -> dict[str, Any]:
                 for part in text.split(",") if part.strip())
 
 
+def encoders_dir(settings: Settings) -> Path:
+    """Where derived encoders live: ``QKV_ENCODERS_DIR``, else ``encoders/`` beside a local
+    store (a Lite file's or a FAISS directory's parent), else ``var/encoders``."""
+    if settings.encoders_dir is not None:
+        return settings.encoders_dir
+    store = settings.store
+    if store.startswith(("faiss://", "faiss+hnsw://")):
+        return Path(store.split("://", 1)[1]).expanduser().parent / "encoders"
+    if "://" in store:
+        return Path("var/encoders")
+    return Path(store).expanduser().parent / "encoders"
+
+
 class Settings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="QKV_", extra="ignore")
 
@@ -59,6 +72,12 @@ class Settings(BaseSettings):
         default_factory=dict, description="Collection name -> token memory directory (kNN-MT, "
         "`qkv build-token-memory`), as JSON or NAME=DIR[,...]; the collection's decoder must "
         "be the one that built it.")
+    encoders_dir: Path | None = Field(
+        None, description="Derived encoders (qkv adapt writes them here), served beside "
+        "`model` to the collections they made; default encoders/ beside a local store, else "
+        "var/encoders.")
+    encoders_loaded: int = Field(3, ge=1, description="Encoders kept loaded at once, the "
+                                 "default included (least recently used unloaded first).")
     device: str | None = Field(None, description="cpu, cuda, cuda:1 ... (default: auto).")
     encoder_backend: Literal["torch", "onnx"] | None = Field(
         None, description="torch, or onnx: the encoder's int8 ONNX Runtime graph, 1.2-1.5 x "
@@ -151,7 +170,7 @@ class Settings(BaseSettings):
             seen[stored] = name
         return value
 
-    @field_validator("demo_token_memory", mode="before")
+    @field_validator("demo_token_memory", "encoders_dir", mode="before")
     @classmethod
     def _no_token_memory(cls, value: Any) -> Any:
         return None if isinstance(value, str) and not value.strip() else value

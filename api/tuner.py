@@ -33,8 +33,8 @@ class Tuner:
 
     def __init__(self, store: VectorStore, embed: EmbedAsync, mapping: Mapping,
                  default_weight: float, settings: Settings) -> None:
-        """``embed(texts, truncate, dim=...)`` is the service's (it queues the texts for
-        the batcher and returns their :class:`api.service.Embedded`)."""
+        """``embed(texts, truncate, dim=..., collection=info)`` is the service's (it queues
+        the texts for the collection's encoder and returns :class:`api.service.Embedded`)."""
         self.store, self.embed, self.mapping = store, embed, mapping
         self.default_weight, self.settings = default_weight, settings
         self._jobs: dict[str, dict[str, Any]] = {}
@@ -91,7 +91,7 @@ class Tuner:
 
         def embed(texts: Any) -> np.ndarray:
             fut = asyncio.run_coroutine_threadsafe(
-                self.embed(list(texts), True, dim=info.dim), loop)
+                self.embed(list(texts), True, dim=info.dim, collection=info), loop)
             while True:  # the loop may stop meanwhile: never wait on it for ever
                 try:
                     return fut.result(timeout=0.5).vectors

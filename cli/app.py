@@ -7,7 +7,7 @@ import logging
 
 import typer
 
-from cli import alias, decoder, encoder, index, keys, serve, stack, token_memory, tune
+from cli import adapt, alias, decoder, encoder, index, keys, serve, stack, token_memory, tune
 
 app = typer.Typer(help="qkv: retrieval-augmented embedding service.", no_args_is_help=True)
 
@@ -29,3 +29,4 @@ stack.register(app)
 alias.register(app)
 tune.register(app)
 keys.register(app)
+adapt.register(app)

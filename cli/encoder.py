@@ -91,7 +91,7 @@ def build_pairs(
     is small enough to carry to a GPU machine."""
     from encoder.dataset import Bundle
     from encoder.pairs import build_sources
-    from encoder.train import bundle_tokenizer
+    from encoder.tokenizer import bundle_tokenizer
 
     bundle = Bundle.from_sources(build_sources(data, seed))
     bundle.save(out)

@@ -9,7 +9,10 @@ the one-token sequence ``<s>`` and encodes to a fixed, valid vector.
 
 from __future__ import annotations
 
+import logging
+import math
 import re
+import time
 import unicodedata
 from collections.abc import Iterable
 from pathlib import Path
@@ -17,6 +20,7 @@ from pathlib import Path
 from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, processors
 from tokenizers.trainers import BpeTrainer
 
+log = logging.getLogger(__name__)
 PAD, BOS, UNK = "<pad>", "<s>", "<unk>"
 SPECIAL_TOKENS = [PAD, BOS, UNK]
 _WS = re.compile(r"\s+")
@@ -68,3 +72,31 @@ def train_tokenizer(texts: Iterable[str], vocab_size: int, min_frequency: int = 
 
 def load_tokenizer(path: str | Path) -> Tokenizer:
     return Tokenizer.from_file(str(path))
+
+
+def bundle_tokenizer(out: Path, texts: list[str], vocab_size: int,
+                     data_dir: str | Path | None = None) -> Tokenizer:
+    """The run's tokenizer: ``out``'s (a resumed run), else the bundle folder's (``qkv
+    build-pairs`` trains one), else a byte-level BPE trained on the texts, saved in ``out``."""
+    path = out / "tokenizer.json"
+    if path.is_file():
+        return load_tokenizer(path)
+    t0 = time.time()
+    shipped = Path(data_dir) / "tokenizer.json" if data_dir else None
+    if shipped is not None and shipped.is_file():
+        tok = load_tokenizer(shipped)
+        log.info("BPE tokenizer (%d tokens) of %s", tok.get_vocab_size(), shipped)
+    else:
+        tok = train_tokenizer(_corpus(texts), vocab_size)
+        log.info("trained BPE tokenizer (%d tokens) in %.0fs", tok.get_vocab_size(),
+                 time.time() - t0)
+    out.mkdir(parents=True, exist_ok=True)
+    tok.save(str(path), pretty=False)
+    return tok
+
+
+def _corpus(texts: list[str], limit_chars: int = 60_000_000) -> list[str]:
+    """Texts to train the BPE on: an even sample of the table up to ``limit_chars``."""
+    total = sum(map(len, texts))
+    step = max(1, math.ceil(total / limit_chars))
+    return texts[::step]

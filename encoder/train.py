@@ -25,7 +25,6 @@ from typing import Any
 import numpy as np
 import torch
 import torch.distributed as dist
-from tokenizers import Tokenizer
 from tqdm import tqdm
 
 from encoder.adapt import corpus_sources
@@ -42,9 +41,10 @@ from encoder.losses import InfoNCE, Matryoshka, duplicates
 from encoder.mining import mine_rows
 from encoder.model import TransformerEncoder
 from encoder.pairs import build_sources
-from encoder.tokenizer import load_tokenizer, train_tokenizer
+from encoder.tokenizer import bundle_tokenizer, load_tokenizer
 
 log = logging.getLogger(__name__)
+BUDGET_PROBE = 5  # steps timed before a time budget (TrainConfig.budget_s) sets the rest
 
 
 @dataclass
@@ -74,6 +74,9 @@ class TrainConfig:
     seed: int = 0
     device: str | None = None
     stop_after: int | None = None  # end this process after N steps (resumable), e.g. a budget
+    # train for about this many seconds: after BUDGET_PROBE steps the run is cut to the steps
+    # that fit (its learning-rate schedule with it); ``steps`` stays the most it may run
+    budget_s: float | None = None
     arch: dict[str, Any] = field(default_factory=dict)
 
 
@@ -138,34 +141,6 @@ def load_bundle(cfg: TrainConfig) -> Bundle:
     return bundle
 
 
-def bundle_tokenizer(out: Path, texts: list[str], vocab_size: int,
-                     data_dir: str | Path | None = None) -> Tokenizer:
-    """The run's tokenizer: ``out``'s (a resumed run), else the bundle folder's (``qkv
-    build-pairs`` trains one), else a byte-level BPE trained on the texts, saved in ``out``."""
-    path = out / "tokenizer.json"
-    if path.is_file():
-        return load_tokenizer(path)
-    t0 = time.time()
-    shipped = Path(data_dir) / "tokenizer.json" if data_dir else None
-    if shipped is not None and shipped.is_file():
-        tok = load_tokenizer(shipped)
-        log.info("BPE tokenizer (%d tokens) of %s", tok.get_vocab_size(), shipped)
-    else:
-        tok = train_tokenizer(_corpus(texts), vocab_size)
-        log.info("trained BPE tokenizer (%d tokens) in %.0fs", tok.get_vocab_size(),
-                 time.time() - t0)
-    out.mkdir(parents=True, exist_ok=True)
-    tok.save(str(path), pretty=False)
-    return tok
-
-
-def _corpus(texts: list[str], limit_chars: int = 60_000_000) -> list[str]:
-    """Texts to train the BPE on: an even sample of the table up to ``limit_chars``."""
-    total = sum(map(len, texts))
-    step = max(1, math.ceil(total / limit_chars))
-    return texts[::step]
-
-
 class Loader:
     """Cuts the padded id tensors of steps ``start``, ``start + 1`` ... on a thread, a few
     ahead of the training loop (pinned, for an asynchronous copy to a GPU)."""
@@ -175,6 +150,7 @@ class Loader:
         self.q: queue.Queue[tuple[int, np.ndarray, torch.Tensor, torch.Tensor] | BaseException
                             ] = queue.Queue(ahead)
         self.args = (table, sources, cfg, rank, start, end, pin)
+        self.stopped = threading.Event()
         self.thread = threading.Thread(target=self._run, daemon=True)
         self.thread.start()
 
@@ -188,9 +164,21 @@ class Loader:
                 d = table.batch(src.d[idx], cfg.max_doc_tokens)
                 if pin:
                     q, d = q.pin_memory(), d.pin_memory()
-                self.q.put((k, idx, q, d))
+                while not self.stopped.is_set():
+                    try:
+                        self.q.put((k, idx, q, d), timeout=0.2)
+                        break
+                    except queue.Full:
+                        continue
+                if self.stopped.is_set():
+                    return
         except BaseException as e:  # the training loop raises it rather than wait forever
             self.q.put(e)
+
+    def stop(self) -> None:
+        """The loop ended early (a time budget): the thread ends instead of waiting."""
+        self.stopped.set()
+        self.thread.join(timeout=5)
 
     def get(self) -> tuple[int, np.ndarray, torch.Tensor, torch.Tensor]:
         item = self.q.get()
@@ -316,6 +304,18 @@ def train(cfg: TrainConfig) -> Path:
     ema_loss = ema_acc = None
     t0, wait_s, mine_s, busy = time.time(), 0.0, 0.0, []
     for step in bar:
+        if step >= end:  # cut to a time budget
+            break
+        if cfg.budget_s is not None and world == 1 and step == start + BUDGET_PROBE:
+            rate = (time.time() - t0) / BUDGET_PROBE  # seconds a step, mining included
+            fit = start + BUDGET_PROBE + int(max(0.0, cfg.budget_s - (time.time() - t0)) / rate)
+            if fit < cfg.steps:
+                log.info("time budget %.0f s: %d steps at %.2f s a step", cfg.budget_s,
+                         fit, rate)
+                cfg.steps = end = fit
+                mine_from = int(cfg.mine_at * cfg.steps) if cfg.hard_negatives else end + 1
+                if step >= end:
+                    break
         if step >= mine_from and (last_mine is None or step - last_mine >= cfg.mine_every):
             t_mine, last_mine = time.time(), step
             mined = mine(model, table, sources, cfg, device, step)
@@ -354,6 +354,7 @@ def train(cfg: TrainConfig) -> Path:
             _save_mined(out, step + 1, mined, last_mine)
             save_training_state(out, model, tok, opt, step + 1, asdict(cfg))
     bar.close()
+    loader.stop()
     seconds = time.time() - t0
     if rank == 0 and end == cfg.steps:
         done = end - start

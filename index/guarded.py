@@ -102,6 +102,13 @@ class GuardedStore:
 
         return call
 
+    @contextmanager
+    def exclusive(self) -> Iterator[VectorStore]:
+        """Hold every other call of the store (reads wait, none fails); yields the inner
+        store, to be called meanwhile (this lock is not re-entrant)."""
+        with self._lock.write():
+            yield self.inner
+
     def heal(self) -> bool:
         """Re-open a damaged store: every collection must load and count again (Lite replays
         its write-ahead log on the way) before writes are let through. Raises 503's error

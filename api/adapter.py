@@ -1,0 +1,131 @@
+"""The service's adapt jobs (:mod:`wiring.adapting`): one at a time, in a worker thread,
+with their progress in ``GET /v1/jobs/{id}`` read from their journals (which outlive a
+restart). Writes into a collection being re-indexed go to its copy too (:meth:`shadow`)."""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from api.encoders import Encoders
+from api.errors import conflict, not_found
+from index import CollectionInfo, EncoderInfo, Item, StoreError, VectorStore
+from wiring import adapting
+from wiring.adapting import Journal, Shadow
+
+log = logging.getLogger(__name__)
+
+
+class Adapter:
+    def __init__(self, store: VectorStore, encoders: Encoders, calibrate: Callable[..., Any]
+                 ) -> None:
+        """``calibrate(store, target, embed)`` self-calibrates a collection's hybrid."""
+        self.store, self.encoders, self.calibrate = store, encoders, calibrate
+        self.root: Path | None = encoders.root
+        self.shadows: dict[str, Shadow] = {}
+        self._running: dict[str, str] = {}  # physical collection -> job id
+        self._lock = threading.Lock()
+        self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="qkv-adapt")
+
+    def recover(self) -> list[str]:
+        """Finish or clean up the jobs a previous process left (see wiring.adapting)."""
+        if self.root is None or not (self.root / "jobs").is_dir():
+            return []
+        said = adapting.recover(self.store, self.root, self._exclusive)
+        for line in said:
+            log.warning("adapt job after a restart: %s", line)
+        return said
+
+    def _exclusive(self) -> Any:
+        held = getattr(self.store, "exclusive", None)
+        from contextlib import nullcontext
+
+        return held() if held is not None else nullcontext()
+
+    def close(self) -> None:
+        self._pool.shutdown(wait=False, cancel_futures=True)
+
+    def state(self, job: str) -> dict[str, Any]:
+        if self.root is not None and adapting.JOB_ID.match(job):
+            path = self.root / "jobs" / f"{job}.json"
+            if path.is_file():
+                return Journal.load(path).state
+        raise not_found(f"no job {job!r}")
+
+    def start(self, info: CollectionInfo, name: str, budget_s: float, force: bool
+              ) -> tuple[dict[str, Any], Future[dict[str, Any]]]:
+        """Queue an adapt job of collection ``name`` (``info`` is what it resolves to);
+        409 while another adapt of it runs."""
+        if self.root is None:
+            raise conflict("this service has no encoders directory (QKV_ENCODERS_DIR)")
+        base = self.encoders.of(info)
+        with self._lock:
+            if info.name in self._running:
+                raise conflict(f"collection {name!r} is being adapted already (job "
+                               f"{self._running[info.name]})")
+            journal = Journal.new(self.root, name, {"budget_s": budget_s, "force": force})
+            self._running[info.name] = journal.state["id"]
+        return journal.state, self._pool.submit(self._run, journal, base.path, info.name)
+
+    def _run(self, journal: Journal, base: Path, physical: str) -> dict[str, Any]:
+        assert self.root is not None
+        try:
+            return adapting.run(self.store, journal, base, self.root, self._embed_with,
+                                self.shadows, self._exclusive,
+                                lambda target, embed: self.calibrate(self.store, target, embed))
+        except ValueError as e:  # ours: names the collection or the reason
+            journal.update(phase="failed", reason=str(e))
+        except StoreError as e:  # its text may name a server path: logged, not shown
+            log.warning("adapt job %s: %s", journal.state["id"], e)
+            journal.update(phase="failed", reason=f"the store failed ({type(e).__name__}); "
+                           "the collection was left as it was: try again")
+        except Exception as e:  # a worker thread: say so instead of dying silently
+            log.exception("adapt job %s failed", journal.state["id"])
+            journal.update(phase="failed", reason=f"internal error: {type(e).__name__}; "
+                           "the collection was left as it was")
+        finally:
+            with self._lock:
+                self._running.pop(physical, None)
+        target = journal.state.get("target")
+        if target and journal.state["phase"] == "failed":
+            try:
+                if target not in self.store.list_aliases().values():
+                    self.store.drop(target)
+            except StoreError:
+                log.warning("adapt job %s: its copy %s was left", journal.state["id"], target)
+        return journal.state
+
+    def _embed_with(self, encoder: str) -> tuple[adapting.Embed, EncoderInfo, list[int]]:
+        served = self.encoders.get(encoder)
+
+        def embed(texts: Sequence[str]) -> np.ndarray:
+            again = self.encoders.get(encoder)  # reloaded if the registry unloaded it
+            return np.asarray(again.encoder.encode(list(texts), batch_size=64), np.float32)
+        return embed, served.info, list(served.encoder.dims)
+
+    # writes during a re-index (the routes call these after their own write)
+    def shadow(self, info: CollectionInfo) -> Shadow | None:
+        return self.shadows.get(info.name)
+
+    def mirror_upsert(self, info: CollectionInfo, items: list[Item]) -> None:
+        sh = self.shadows.get(info.name)
+        if sh is None:
+            return
+        served = self.encoders.get(sh.encoder)
+        x = np.asarray(served.encoder.encode([it.text for it in items], batch_size=64),
+                       np.float32)[:, :info.dim]
+        x /= np.maximum(np.linalg.norm(x, axis=1, keepdims=True), 1e-12)
+        self.store.upsert(sh.target, [Item(it.id, v, it.text, it.value, it.metadata)
+                                      for it, v in zip(items, x, strict=True)],
+                          EncoderInfo(served.info.name, served.info.fingerprint, info.dim))
+
+    def mirror_delete(self, info: CollectionInfo, ids: list[str]) -> None:
+        sh = self.shadows.get(info.name)
+        if sh is not None:
+            self.store.delete(sh.target, ids)

@@ -1,0 +1,209 @@
+"""Adapting an encoder to one collection's documents, without labels (issue 38): continued
+contrastive training of the network on pairs cut from the documents (BM25 imitation with
+BM25's hard negatives, spans of one document, title → text: :func:`encoder.adapt.
+corpus_sources`), then the token bag's table on the same pairs, within a time budget.
+
+Whether it helped is checked without labels on documents held back from the training:
+each gives a probe query (a span of 8-20 words cut out of it) whose answer is the rest of
+that document, among the other documents. Dense retrieval of the probes (MRR@10) by the
+adapted encoder must beat the base encoder's; the same probes scored by BM25 say how far
+the base encoder is from BM25 on this text, and so whether adapting is worth it at all
+(:data:`SKIP_RATIO`)."""
+
+from __future__ import annotations
+
+import json
+import logging
+import random
+import shutil
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+log = logging.getLogger(__name__)
+HELD_BACK = 200  # documents kept out of training, to probe with
+DISTRACTORS = 2000  # other documents the probes are searched among
+MIN_DOCS = 300  # fewer documents than this: nothing to learn from, nothing to check on
+MIN_PROBES = 50  # held-back documents long enough to probe with
+# base dense MRR / BM25 MRR on the probes at or above which adapting is skipped (unless
+# forced): the encoder already reads this text about as well as BM25 does
+SKIP_RATIO = 0.95
+MIN_GAIN = 0.005  # the adapted encoder's probe MRR must beat the base's by this much
+
+
+@dataclass
+class Probe:
+    """Held-back probe queries and the documents they are searched among."""
+
+    queries: list[str]
+    answers: list[int]  # index into docs of each query's document
+    docs: list[str]
+    held_back: set[int] = field(default_factory=set)  # indices into the collection's texts
+
+
+def make_probe(texts: Sequence[str], seed: int = 0) -> Probe:
+    """Up to :data:`HELD_BACK` documents of at least 30 words, each with a span of 8-20
+    words cut out as its query; the rest of the document is its answer."""
+    rng = random.Random(seed)
+    long = [i for i, t in enumerate(texts) if len(t.split()) >= 30]
+    held = rng.sample(long, min(HELD_BACK, len(long)))
+    queries, docs = [], []
+    for i in held:
+        words = texts[i].split()
+        n = rng.randint(8, 20)
+        s = rng.randint(0, len(words) - n)
+        queries.append(" ".join(words[s:s + n]))
+        docs.append(" ".join(words[:s] + words[s + n:]))
+    held_set = set(held)
+    others = [i for i in range(len(texts)) if i not in held_set]
+    docs += [texts[i] for i in rng.sample(others, min(DISTRACTORS, len(others)))]
+    return Probe(queries, list(range(len(queries))), docs, held_set)
+
+
+def mrr(scores: np.ndarray, answers: Sequence[int], k: int = 10) -> float:
+    """MRR@k of a (queries, docs) score matrix."""
+    total = 0.0
+    for row, a in zip(scores, answers, strict=True):
+        rank = int((row > row[a]).sum())
+        total += 1.0 / (rank + 1) if rank < k else 0.0
+    return total / max(1, len(answers))
+
+
+def dense_mrr(encode: Callable[[list[str]], np.ndarray], probe: Probe) -> float:
+    q, d = encode(probe.queries), encode(probe.docs)
+    return mrr(q @ d.T, probe.answers)
+
+
+def bm25_mrr(probe: Probe) -> float:
+    import bm25s
+    import Stemmer
+
+    stemmer = Stemmer.Stemmer("english")
+    retriever = bm25s.BM25()
+    retriever.index(bm25s.tokenize(probe.docs, stopwords="en", stemmer=stemmer,
+                                   show_progress=False), show_progress=False)
+    tokens = bm25s.tokenize(probe.queries, stopwords="en", stemmer=stemmer,
+                            show_progress=False)
+    top, _ = retriever.retrieve(tokens, k=min(10, len(probe.docs)), show_progress=False)
+    return float(np.mean([1.0 / (list(row).index(a) + 1) if a in row else 0.0
+                          for row, a in zip(np.asarray(top), probe.answers, strict=True)]))
+
+
+def encoder_fn(path: Path) -> Callable[[list[str]], np.ndarray]:
+    """Unit vectors of texts by the checkpoint at ``path``, as served on this machine."""
+    import encoder
+
+    enc = encoder.load(path)
+    return lambda texts: np.asarray(enc.encode(texts, batch_size=64), dtype=np.float32)
+
+
+@dataclass
+class Adapted:
+    """What :func:`adapt` did and measured; ``accepted`` says whether to use it."""
+
+    base: str
+    out: str | None
+    docs: int
+    probe_queries: int
+    probe_base: float
+    probe_bm25: float
+    probe_adapted: float | None = None
+    accepted: bool = False
+    skipped: bool = False
+    reason: str = ""
+    train_seconds: float = 0.0
+    steps: int = 0
+    seconds: float = 0.0
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def should_skip(base: float, bm25: float) -> str | None:
+    """Why adapting would not help (None when it may)."""
+    if bm25 > 0 and base >= SKIP_RATIO * bm25:
+        return (f"the encoder already finds held-back passages about as well as BM25 "
+                f"(MRR@10 {base:.3f} against {bm25:.3f}); adapting is unlikely to help")
+    return None
+
+
+def adapt(base: Path, texts: Sequence[str], titles: Sequence[str], out: Path, name: str,
+          budget_s: float = 420.0, force: bool = False, seed: int = 0,
+          progress: Callable[[str, float], None] = lambda phase, share: None) -> Adapted:
+    """Adapt the encoder at ``base`` to ``texts`` (with ``titles``, "" where none) into the
+    checkpoint directory ``out`` (named ``name``), training about ``budget_s`` seconds.
+    Checks the result on held-back documents; ``accepted`` is false (and ``reason`` says
+    why) when it is no better, or when adapting was skipped."""
+    from encoder.checkpoint import read_checkpoint, save_checkpoint
+    from encoder.config import EncoderConfig
+    from encoder.model import TransformerEncoder
+    from encoder.train import TrainConfig, train
+
+    t0 = time.time()
+    if len(texts) < MIN_DOCS:
+        raise ValueError(f"{len(texts)} documents; adapting needs at least {MIN_DOCS}")
+    progress("checking", 0.0)
+    probe = make_probe(texts, seed)
+    if len(probe.queries) < MIN_PROBES:
+        raise ValueError(f"{len(probe.queries)} documents of 30 words or more; checking an "
+                         f"adaptation needs at least {MIN_PROBES}")
+    base_fn = encoder_fn(base)
+    report = Adapted(str(base), None, len(texts), len(probe.queries),
+                     round(dense_mrr(base_fn, probe), 4), round(bm25_mrr(probe), 4))
+    why = should_skip(report.probe_base, report.probe_bm25)
+    if why is not None and not force:
+        report.skipped, report.reason = True, why
+        report.seconds = round(time.time() - t0, 1)
+        return report
+    work = out.with_name(out.name + ".work")
+    work.mkdir(parents=True, exist_ok=True)
+    corpus = work / "corpus.jsonl"
+    with corpus.open("w") as f:  # the held-back documents stay out of training
+        for i, (t, title) in enumerate(zip(texts, titles, strict=True)):
+            if i not in probe.held_back:
+                f.write(json.dumps({"title": title, "text": t}) + "\n")
+    progress("training", 0.1)
+    t_train = time.time()
+    cfg = TrainConfig(data_dir="", out_dir=str(work / "run"), init_from=str(base),
+                      corpus=str(corpus), steps=2000, batch_size=32, lr=2e-4,
+                      warmup_steps=20, max_doc_tokens=128, hard_negatives=True, mine_at=1.0,
+                      checkpoint_every=100, seed=seed, budget_s=budget_s * 0.85)
+    run = train(cfg)
+    report.steps = cfg.steps
+    meta, state, tokenizer = read_checkpoint(run, "an encoder")
+    network = TransformerEncoder(EncoderConfig.from_dict(
+        {**meta["architecture"], "name": name}))
+    network.load_state_dict(state)
+    if network.config.lexical_weight:
+        progress("training the token bag", 0.8)
+        network = _train_bag(network, tokenizer, corpus, seed)
+    save_checkpoint(out, network, tokenizer, {"adapted": {"from": str(base)}}, "fp32")
+    report.train_seconds = round(time.time() - t_train, 1)
+    progress("checking", 0.9)
+    report.out = str(out)
+    report.probe_adapted = round(dense_mrr(encoder_fn(out), probe), 4)
+    report.accepted = report.probe_adapted >= report.probe_base + MIN_GAIN
+    report.reason = (f"held-back passages: MRR@10 {report.probe_base:.3f} → "
+                     f"{report.probe_adapted:.3f} (BM25 {report.probe_bm25:.3f})")
+    if not report.accepted:
+        report.reason = "no better on " + report.reason
+    shutil.rmtree(work, ignore_errors=True)
+    report.seconds = round(time.time() - t0, 1)
+    return report
+
+
+def _train_bag(network: Any, tokenizer: Any, corpus: Path, seed: int) -> Any:
+    from encoder.adapt import corpus_sources
+    from encoder.bag_train import BagTraining, train_table
+    from encoder.dataset import Bundle
+    from encoder.text_encoder import TextEncoder
+
+    enc = TextEncoder(network, tokenizer, device="cpu")
+    enc.use_backend(None)
+    new, _ = train_table(enc, Bundle.from_sources(corpus_sources(corpus, seed)),
+                         BagTraining(steps=300, seed=seed))
+    return new
