@@ -32,6 +32,7 @@ MIN_PROBES = 50  # held-back documents long enough to probe with
 # base dense MRR / BM25 MRR on the probes at or above which adapting is skipped (unless
 # forced): the encoder already reads this text about as well as BM25 does
 SKIP_RATIO = 0.95
+BAG_PAIRS = 4000  # pairs per source the token bag's table trains on (each is encoded first)
 MIN_GAIN = 0.005  # the adapted encoder's probe MRR must beat the base's by this much
 
 
@@ -205,5 +206,5 @@ def _train_bag(network: Any, tokenizer: Any, corpus: Path, seed: int) -> Any:
     enc = TextEncoder(network, tokenizer, device="cpu")
     enc.use_backend(None)
     new, _ = train_table(enc, Bundle.from_sources(corpus_sources(corpus, seed)),
-                         BagTraining(steps=300, seed=seed))
+                         BagTraining(steps=300, per_source=BAG_PAIRS, seed=seed))
     return new
