@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
@@ -29,6 +30,7 @@ class Adapter:
         self.store, self.encoders, self.calibrate = store, encoders, calibrate
         self.root: Path | None = encoders.root
         self.shadows: dict[str, Shadow] = {}
+        self.last_swap = float("-inf")  # time.monotonic() of the last swap
         self._running: dict[str, str] = {}  # physical collection -> job id
         self._lock = threading.Lock()
         self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="qkv-adapt")
@@ -78,7 +80,8 @@ class Adapter:
         try:
             return adapting.run(self.store, journal, base, self.root, self._embed_with,
                                 self.shadows, self._exclusive,
-                                lambda target, embed: self.calibrate(self.store, target, embed))
+                                lambda target, embed, held: self.calibrate(
+                                    self.store, target, embed, held), self._swapping)
         except ValueError as e:  # ours: names the collection or the reason
             journal.update(phase="failed", reason=str(e))
         except StoreError as e:  # its text may name a server path: logged, not shown
@@ -108,6 +111,14 @@ class Adapter:
             again = self.encoders.get(encoder)  # reloaded if the registry unloaded it
             return np.asarray(again.encoder.encode(list(texts), batch_size=64), np.float32)
         return embed, served.info, list(served.encoder.dims)
+
+    def _swapping(self) -> None:
+        self.last_swap = time.monotonic()
+
+    def swapped_lately(self, within_s: float = 30.0) -> bool:
+        """Whether an adapt job moved a collection's name in the last ``within_s``: a call
+        that failed on the old collection is tried once more on the new one."""
+        return time.monotonic() - self.last_swap < within_s
 
     # writes during a re-index (the routes call these after their own write)
     def shadow(self, info: CollectionInfo) -> Shadow | None:

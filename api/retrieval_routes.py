@@ -28,7 +28,16 @@ from api.routes import (
 )
 from api.service import Service
 from decoder.knn import KnnMixer, KnnOptions, votes
-from index import CollectionInfo, Filter, Hit, parse_filter, resolve_mode, softmax
+from index import (
+    CollectionInfo,
+    CollectionNotFoundError,
+    EncoderMismatchError,
+    Filter,
+    Hit,
+    parse_filter,
+    resolve_mode,
+    softmax,
+)
 from index import attend as attend_values
 from index.store import as_matrix  # the store's own checks: 409 wrong dim, 422 not finite
 from index.tenancy import check_tenant
@@ -96,6 +105,19 @@ def _plan(svc: Service, info: CollectionInfo, body: s.SearchRequest, where: str,
 
 async def neighbours(svc: Service, name: str, bodies: Sequence[s.SearchRequest],
                      with_vectors: bool, x_tenant: str | None = None) -> list[Neighbours]:
+    """:func:`_neighbours`, once more where an adapt job moved ``name`` onto its new
+    collection between the lookup and the search (the old one gone, or made by another
+    encoder): a search during the swap answers from the new one instead of failing."""
+    try:
+        return await _neighbours(svc, name, bodies, with_vectors, x_tenant)
+    except (CollectionNotFoundError, EncoderMismatchError):
+        if not svc.adapter.swapped_lately():
+            raise
+        return await _neighbours(svc, name, bodies, with_vectors, x_tenant)
+
+
+async def _neighbours(svc: Service, name: str, bodies: Sequence[s.SearchRequest],
+                      with_vectors: bool, x_tenant: str | None = None) -> list[Neighbours]:
     """Each request's neighbours (see the module docstring); 404 before any encoding."""
     info = await svc.call(svc.store.describe, name)
     name = info.name  # an alias's collection, the same one for every search of the request

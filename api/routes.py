@@ -17,6 +17,8 @@ from api.errors import ApiError, conflict, invalid, not_found, too_large
 from api.service import Service
 from index import (
     CollectionInfo,
+    CollectionNotFoundError,
+    EncoderMismatchError,
     Item,
     collection_name,
     hybrid_default,
@@ -289,11 +291,20 @@ async def upsert_documents(name: CollectionName, body: s.DocumentsUpsert, reques
     info = await svc.call(svc.store.describe, name)  # 404 before any encoding
     tenant = tenant_of(x_tenant, body.tenant)
     check_tenant(info, tenant)  # and 422 for the tenant
-    model = svc.encoder_of(info)  # 409 when the encoder that made it is gone
-    emb = await svc.embed([d.text for d in docs], body.truncate, dim=info.dim, model=model)
-    items = [Item(d.id, emb.vectors[i], d.text, d.value, d.metadata, tenant)
-             for i, d in enumerate(docs)]
-    n = await svc.call(svc.store.upsert, name, items, svc.info_for(info.dim, model))
+    for again in (False, True):
+        model = svc.encoder_of(info)  # 409 when the encoder that made it is gone
+        emb = await svc.embed([d.text for d in docs], body.truncate, dim=info.dim, model=model)
+        items = [Item(d.id, emb.vectors[i], d.text, d.value, d.metadata, tenant)
+                 for i, d in enumerate(docs)]
+        try:
+            n = await svc.call(svc.store.upsert, name, items, svc.info_for(info.dim, model))
+            break
+        except (CollectionNotFoundError, EncoderMismatchError):
+            # an adapt job moved the name onto its new collection meanwhile: embed again
+            # with that one's encoder and write there
+            if again or not svc.adapter.swapped_lately():
+                raise
+            info = await svc.call(svc.store.describe, name)
     if svc.adapter.shadow(info) is not None:  # being re-indexed by an adapt job: its copy too
         await svc.call(svc.adapter.mirror_upsert, info, items)
     await svc.remember(name, info.name, docs, emb.vectors, tenant)

@@ -97,10 +97,11 @@ class Service:
         return Served(name, path, enc, info, self._batcher(enc),
                       int(path.joinpath("model.safetensors").stat().st_mtime), card)
 
-    def _calibrate(self, store: Any, collection: str, embed: Callable[..., np.ndarray]) -> Any:
+    def _calibrate(self, store: Any, collection: str, embed: Callable[..., np.ndarray],
+                   held: Sequence[str] | None = None) -> Any:
         from wiring.tuning import tune
 
-        return tune(store, collection, embed, self.mapping, self.dense_weight)
+        return tune(store, collection, embed, self.mapping, self.dense_weight, held=held)
 
     def close(self) -> None:
         self.adapter.close()

@@ -94,7 +94,8 @@ def main() -> None:
                 before = ndcg(client, coll, queries, qrels)
                 stop, failed, done = threading.Event(), [0], [0]
 
-                def search(coll: str = coll) -> None:
+                def search(coll: str = coll, stop: threading.Event = stop,
+                           failed: list[int] = failed, done: list[int] = done) -> None:
                     with httpx.Client(base_url=server.base, timeout=60) as c:
                         while not stop.is_set():
                             r = c.post(f"/v1/collections/{coll}/search",
@@ -135,10 +136,10 @@ def main() -> None:
              "", "| set | docs | queries | dense before → after | hybrid before → after | "
              "job | wall | probe MRR base → adapted (BM25) | steps | failed searches | "
              "STS-B dev |", "|---|---|---|---|---|---|---|---|---|---|---|"]
-    for name, nd, nq, bm, b, a, phase, s, rep, f, n, st in rows:
+    for name, nd, nq, bm, b, a, phase, secs, rep, f, n, st in rows:
         lines.append(
             f"| {name} | {nd:,} | {nq} | {b['dense'] / bm:.3f} → {a['dense'] / bm:.3f} × | "
-            f"{b['hybrid'] / bm:.3f} → {a['hybrid'] / bm:.3f} × | {phase} | {s:.0f} s | "
+            f"{b['hybrid'] / bm:.3f} → {a['hybrid'] / bm:.3f} × | {phase} | {secs:.0f} s | "
             f"{rep.get('probe_base')} → {rep.get('probe_adapted')} ({rep.get('probe_bm25')}) | "
             f"{rep.get('steps')} | {f} of {n} | {st if st is None else round(st, 4)} |")
     append_results("\n".join(lines), args.results)

@@ -93,9 +93,9 @@ def _local(collection: str, store: str, token: str, model: Path, encoders: Path 
         journal = adapting.Journal.new(root, name, {"budget_s": budget, "force": force})
         return adapting.run(
             vector_store, journal, base, root, embed_with,  # type: ignore[arg-type]
-            on_calibrate=lambda target, embed: tune(vector_store, target, embed,
-                                                    model_mapping(base),
-                                                    model_dense_weight(base)))
+            on_calibrate=lambda target, embed, held: tune(
+                vector_store, target, embed, model_mapping(base), model_dense_weight(base),
+                held=held))
     except (StoreError, ValueError, OSError) as e:
         typer.echo(f"error: {explain(e)}", err=True)
         raise typer.Exit(1) from e

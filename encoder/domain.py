@@ -119,9 +119,10 @@ class Adapted:
     train_seconds: float = 0.0
     steps: int = 0
     seconds: float = 0.0
+    held_back: list[int] = field(default_factory=list)  # indices of the probe documents
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        return {k: v for k, v in asdict(self).items() if k != "held_back"}
 
 
 def should_skip(base: float, bm25: float) -> str | None:
@@ -154,7 +155,8 @@ def adapt(base: Path, texts: Sequence[str], titles: Sequence[str], out: Path, na
                          f"adaptation needs at least {MIN_PROBES}")
     base_fn = encoder_fn(base)
     report = Adapted(str(base), None, len(texts), len(probe.queries),
-                     round(dense_mrr(base_fn, probe), 4), round(bm25_mrr(probe), 4))
+                     round(dense_mrr(base_fn, probe), 4), round(bm25_mrr(probe), 4),
+                     held_back=sorted(probe.held_back))
     why = should_skip(report.probe_base, report.probe_bm25)
     if why is not None and not force:
         report.skipped, report.reason = True, why

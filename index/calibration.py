@@ -138,15 +138,29 @@ def _gain(hits: Sequence[Hit], target: str, k: int = 10) -> float:
 
 
 def measure(texts: Sequence[str], vectors: np.ndarray, embed: Embed, seed: int = 0,
-            n_queries: int = QUERIES, pool: int = POOL) -> dict[str, Any]:
+            n_queries: int = QUERIES, pool: int = POOL, held: Sequence[int] | None = None
+            ) -> dict[str, Any]:
     """The label-free signals of a collection given as a sample of its documents
-    (``texts`` and their stored unit ``vectors``, (n, d)); see the module docstring."""
+    (``texts`` and their stored unit ``vectors``, (n, d)); see the module docstring. With
+    ``held``, the pseudo-queries are cut from those documents only (the others are
+    distractors): documents an adapted encoder never trained on (:mod:`encoder.domain`),
+    whose pseudo-queries it cannot have learnt by heart."""
     rng = np.random.default_rng(seed)
     n = len(texts)
-    keep = np.sort(rng.choice(n, size=min(n, pool), replace=False))
+    if held is None:
+        keep = np.sort(rng.choice(n, size=min(n, pool), replace=False))
+    else:
+        rest = np.setdiff1d(np.arange(n), np.asarray(held, dtype=np.int64))
+        others = rng.choice(rest, size=min(len(rest), max(0, pool - len(held))), replace=False)
+        keep = np.sort(np.concatenate([np.asarray(held, dtype=np.int64), others]))
     texts = [texts[i] for i in keep]
     xb = np.array(vectors[keep], dtype=np.float32)
-    pq = pseudo_queries(texts, n_queries, seed)
+    if held is None:
+        pq = pseudo_queries(texts, n_queries, seed)
+    else:
+        where = [int(np.searchsorted(keep, i)) for i in held]  # the held ones in the pool
+        pq = [PseudoQuery(where[q.source], q.text, q.target, q.kind) for q in
+              pseudo_queries([texts[j] for j in where], n_queries, seed)]
     if not pq:
         return {"queries": 0}
     targets = [q.source for q in pq]

@@ -131,36 +131,48 @@ def target_name(store: VectorStore, physical: str) -> str:
     return f"{base}_a{n}"
 
 
-def swap(store: VectorStore, name: str, old: str, target: str,
-         exclusive: Callable[[], AbstractContextManager[Any]] = nullcontext) -> None:
-    """Point ``name`` at ``target``. Where ``name`` is the old collection itself (not an
-    alias), it is dropped and made an alias of ``target`` inside ``exclusive()`` (the
-    service holds every other store call meanwhile: no search sees it missing); otherwise
-    the alias moves and the old collection is dropped after the aliases' grace."""
+def point(store: VectorStore, name: str, old: str, target: str) -> None:
+    """Point ``name`` at ``target`` (idempotent): move the alias where ``name`` is one; where
+    it is the old collection itself, drop it and make ``name`` an alias of ``target``. The
+    caller holds every other store call meanwhile (:meth:`index.guarded.GuardedStore.
+    exclusive`): no search sees the name missing."""
     aliases = store.list_aliases()
     if aliases.get(name) == target:
-        if old != target and old in store.list_collections() and old != name:
-            store.drop(old)  # an interrupted swap: the alias had moved, the drop had not
         return
     if name in aliases:
         store.set_alias(name, target)
-        time.sleep(DROP_GRACE_S)
-        if old in store.list_collections() and old not in store.list_aliases().values():
-            store.drop(old)
         return
+    if name in store.list_collections():
+        store.drop(name)
+    store.set_alias(name, target)
+
+
+def drop_old(store: VectorStore, old: str, target: str) -> None:
+    """Drop the collection an alias pointed at before, once no reader can still be on it."""
+    if old == target or old not in store.list_collections():
+        return
+    time.sleep(DROP_GRACE_S)
+    if old not in store.list_aliases().values():
+        store.drop(old)
+
+
+def swap(store: VectorStore, name: str, old: str, target: str,
+         exclusive: Callable[[], AbstractContextManager[Any]] = nullcontext) -> None:
+    """:func:`point` under ``exclusive()``, then :func:`drop_old`."""
     with exclusive() as held:
-        inner = held or store  # the guarded store's inner one, under its lock
-        if name in inner.list_collections():
-            inner.drop(name)
-        inner.set_alias(name, target)
+        point(held or store, name, old, target)
+    drop_old(store, old, target)
 
 
 def run(store: VectorStore, journal: Journal, base: Path, root: Path,
         embed_with: EmbedWith, shadows: dict[str, Shadow] | None = None,
         exclusive: Callable[[], AbstractContextManager[Any]] = nullcontext,
-        on_calibrate: Callable[[str, Embed], Any] | None = None) -> dict[str, Any]:
-    """The whole job (see the module docstring); ``on_calibrate(target, embed)``
-    calibrates."""
+        on_calibrate: Callable[[str, Embed, list[str]], Any] | None = None,
+        on_swap: Callable[[], None] = lambda: None) -> dict[str, Any]:
+    """The whole job (see the module docstring); ``on_calibrate(target, embed, held)``
+    calibrates, its pseudo-queries cut from the ``held`` ids (documents kept out of the
+    training: the adapted encoder knows the others by heart, and would look stronger on
+    them than it is on real queries)."""
     from encoder import domain
     from wiring.tuning import embed_at
 
@@ -220,15 +232,18 @@ def run(store: VectorStore, journal: Journal, base: Path, root: Path,
                                                       enc_info))
         if info.hybrid and on_calibrate is not None:
             journal.update(phase="calibrating", progress=0.92)
-            cal = on_calibrate(target, embed)
+            cal = on_calibrate(target, embed, [items[i].id for i in report.held_back])
             journal.update(calibration=getattr(cal, "to_dict", lambda: cal)())
         journal.update(phase="swapping", progress=0.97)
-        with exclusive() as held:  # no write lands in the old collection between the two
+        on_swap()  # callers that looked the name up before the swap try again after it
+        with exclusive() as held:  # no write lands in the old collection from here
             reconcile(held or store, info.name, target, embed, enc_info)
             shadows.pop(info.name, None)
+            point(held or store, name, info.name, target)
+        on_swap()
     finally:
         shadows.pop(info.name, None)
-    swap(store, name, info.name, target, exclusive)
+    drop_old(store, info.name, target)
     journal.update(phase="done", progress=1.0, reason=report.reason)
     return journal.state
 

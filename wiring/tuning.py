@@ -77,8 +77,11 @@ def check_labels(store: VectorStore, info: CollectionInfo, labels: Labels) -> No
 
 
 def tune(store: VectorStore, collection: str, embed: Embed, mapping: Mapping,
-         default_weight: float, labels: Labels | None = None, seed: int = 0) -> Calibration:
-    """Calibrate ``collection`` and store the result with it (see the module docstring)."""
+         default_weight: float, labels: Labels | None = None, seed: int = 0,
+         held: Sequence[str] | None = None) -> Calibration:
+    """Calibrate ``collection`` and store the result with it (see the module docstring);
+    with ``held`` (ids), the pseudo-queries come from those documents only (see
+    :func:`index.calibration.measure`)."""
     t0 = time.perf_counter()
     info = store.describe(collection)
     check_tunable(info)
@@ -89,8 +92,13 @@ def tune(store: VectorStore, collection: str, embed: Embed, mapping: Mapping,
         items, total = store.sample(info.name, POOL, seed)
         if total == 0:
             raise ValueError(f"collection {info.name!r} has no documents to calibrate on")
-        cal = _from_documents([it for it in items if it.text.strip()], total, embed, mapping,
-                              default_weight, seed)
+        kept, where = [it for it in items if it.text.strip()], None
+        if held:
+            mine = [it for it in store.get(info.name, list(held)) if it.text.strip()]
+            ids = {it.id for it in mine}
+            kept = mine + [it for it in kept if it.id not in ids]
+            where = list(range(len(mine)))
+        cal = _from_documents(kept, total, embed, mapping, default_weight, seed, where)
     cal.seconds = round(time.perf_counter() - t0, 2)
     store.set_calibration(info.name, cal.to_dict())
     log.info("calibrated %s: dense weight %.3f (%s) in %.1f s", info.name, cal.dense_weight,
@@ -99,7 +107,8 @@ def tune(store: VectorStore, collection: str, embed: Embed, mapping: Mapping,
 
 
 def _from_documents(items: list[Item], total: int, embed: Embed, mapping: Mapping,
-                    default_weight: float, seed: int) -> Calibration:
+                    default_weight: float, seed: int, held: list[int] | None = None
+                    ) -> Calibration:
     """The label-free calibration from a sample of the collection's ``total`` documents;
     the encoder's default where too few of them (or too few long enough) to calibrate."""
     if len(items) < MIN_DOCS:
@@ -108,8 +117,9 @@ def _from_documents(items: list[Item], total: int, embed: Embed, mapping: Mappin
                            note=f"{len(items)} documents with text: too few to calibrate (at "
                                 f"least {MIN_DOCS}); the encoder's default weight")
     signals = measure([it.text for it in items], np.stack([it.vector for it in items]),
-                      embed, seed)
-    if signals["queries"] < MIN_DOCS // 2:
+                      embed, seed, held=held)
+    if signals["queries"] < (MIN_DOCS // 2 if held is None else min(MIN_DOCS // 2,
+                                                                    len(held) // 2)):
         return Calibration(default_weight, "encoder default", "too few pseudo-queries",
                            docs=total, seed=seed, signals=signals,
                            note=f"{signals['queries']} documents long enough (4 words) to cut "
