@@ -132,11 +132,14 @@ def target_name(store: VectorStore, physical: str) -> str:
 
 
 def point(store: VectorStore, name: str, old: str, target: str) -> None:
-    """Point ``name`` at ``target`` (idempotent): move the alias where ``name`` is one; where
-    it is the old collection itself, drop it and make ``name`` an alias of ``target``. The
-    caller holds every other store call meanwhile (:meth:`index.guarded.GuardedStore.
-    exclusive`): no search sees the name missing."""
+    """Point ``name`` at ``target`` (idempotent), and every other alias of the old
+    collection with it: where ``name`` is the old collection itself, it is dropped and made
+    an alias of ``target``. The caller holds every other store call meanwhile
+    (:meth:`index.guarded.GuardedStore.exclusive`): no search sees the name missing."""
     aliases = store.list_aliases()
+    for alias, collection in aliases.items():
+        if collection == old and alias != name:
+            store.set_alias(alias, target)
     if aliases.get(name) == target:
         return
     if name in aliases:

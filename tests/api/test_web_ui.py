@@ -383,6 +383,26 @@ def test_phone_width_has_no_sideways_scroll(browser: Any, server: str, shots: Pa
         browser.set_window_size(size["width"], size["height"])
 
 
+def test_adapt_asks_first_and_says_why_it_cannot(browser: Any, server: str,
+                                                 api: httpx.Client) -> None:
+    """The Adapt button (issue 38): a confirmation, then the job (here refused: too few
+    documents to learn from, 422) is reported in the error banner; the row keeps its
+    encoder."""
+    login(browser, server)
+    wait(browser, lambda d: "notes" in collection_rows(d), "the collections")
+    row = "tr[data-name=notes]"
+    encoder = browser.find_element(By.CSS_SELECTOR, f"{row} td:nth-child(3)").text
+    assert encoder and encoder != "–"
+    browser.find_element(By.CSS_SELECTOR, f"{row} button.adapt").click()
+    alert = wait(browser, lambda d: d.switch_to.alert, "the confirmation")
+    assert "notes" in alert.text
+    alert.accept()
+    wait(browser, lambda d: visible(d, "#error"), "the refusal")
+    assert "422" in browser.find_element(By.ID, "error-text").text
+    assert "300" in browser.find_element(By.ID, "error-text").text
+    assert api.get("/v1/collections/notes").json()["encoder"]["name"] == encoder
+
+
 def test_drop_asks_first(browser: Any, server: str, api: httpx.Client) -> None:
     login(browser, server)
     wait(browser, lambda d: "notes" in collection_rows(d), "the collections")
@@ -416,6 +436,7 @@ def test_a_read_only_key_sees_no_drop_and_no_forms(browser: Any, server: str) ->
          "the key's scope")
     wait(browser, lambda d: collection_rows(d), "the collections")
     assert not browser.find_elements(By.CSS_SELECTOR, "button.drop")
+    assert not browser.find_elements(By.CSS_SELECTOR, "button.adapt")
     assert not visible(browser, "#create-form") and not visible(browser, "#upload-form")
     browser.execute_script("sessionStorage.clear()")
 

@@ -20,8 +20,16 @@ async function loadCollections() {
     h("td", {}, c.encoder ? c.encoder.name : "–"), h("td", {}, c.dim),
     h("td", {}, c.hybrid ? "yes" : "no"), h("td", {}, c.decoder || "–"),
     h("td", { class: "backend" }, c.backend || "–"),
-    h("td", {}, admin ? h("button", { class: "danger drop", type: "button",
-      onclick: (ev) => dropCollection(c.name, ev.target) }, "Drop") : "–")));
+    h("td", {}, admin ? [
+      h("button", { class: "adapt", type: "button",
+        title: "Adapt the encoder to this collection's documents (no labels), re-index them "
+          + "and swap it in; searches keep answering meanwhile",
+        onclick: (ev) => adaptCollection((c.aliases || [])[0] || c.name, ev.target) }, "Adapt"),
+      " ", h("button", { class: "danger drop", type: "button",
+        onclick: (ev) => dropCollection(c.name, ev.target) }, "Drop"),
+      h("span", { class: "adapt-status", "aria-live": "polite" },
+        adaptSaid[c.name] || (c.aliases || []).map((a) => adaptSaid[a] || "").join(""))]
+      : "–")));
   $("#collections tbody").replaceChildren(...rows);
   $("#collections-empty").hidden = collections.length > 0;
 }
@@ -32,6 +40,28 @@ async function dropCollection(name, button) {
   }
   await busy(button, async () => {
     await api("DELETE", `/v1/collections/${enc(name)}`);
+    await loadCollections();
+  });
+}
+
+// Adapt: POST .../adapt, then its job's phase and progress until it ends
+const adaptSaid = {};  // name -> how its last adapt ended (kept across re-renders)
+
+async function adaptCollection(name, button) {
+  if (!window.confirm(`Adapt the encoder to "${name}"? It trains for about 7 minutes on this `
+    + "server, then re-indexes the collection; searches keep answering meanwhile.")) {
+    return;
+  }
+  const status = button.parentElement.querySelector(".adapt-status");
+  await busy(button, async () => {
+    let job = await api("POST", `/v1/collections/${enc(name)}/adapt`, {});
+    const ended = ["done", "skipped", "rejected", "failed", "interrupted"];
+    while (!ended.includes(job.phase)) {
+      status.textContent = ` ${job.phase} ${Math.round(job.progress * 100)} %`;
+      await new Promise((ok) => setTimeout(ok, 2000));
+      job = await api("GET", `/v1/jobs/${enc(job.id)}`);
+    }
+    adaptSaid[name] = ` ${job.phase}: ${job.reason || ""}`;
     await loadCollections();
   });
 }
