@@ -1,0 +1,102 @@
+"""Serving several encoders at once (issue 38): memory and throughput of one service with
+three encoders against the same service with one.
+
+Usage: python bench/encoders_load.py --data ../shared/data [--seconds 20] [--clients 16]
+
+Two derived encoders are written into the service's encoders directory (the shipped one
+renamed, its weights scaled by 1.01: another fingerprint, the same cost). One server, three
+wrk runs of ``POST /v1/embeddings`` (one sentence a request, real texts): A, every request
+for the default encoder; B, requests cycling over the three encoders (each has its own
+batcher, so a batch holds one encoder's texts); A again (the machine drifts). Reported:
+requests/s of B against the mean of the two A runs, and the server's RSS with one encoder
+loaded against three, next to what the two extra encoders' weights take in memory.
+"""
+
+from __future__ import annotations
+
+import argparse
+import shlex
+import shutil
+import sys
+from pathlib import Path
+
+import psutil
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "bench"))
+
+from api_load import VAR, Server, run_load  # noqa: E402
+from machine import stamp  # noqa: E402
+from workload import append_results, real_texts  # noqa: E402
+
+
+def derive(model: Path, root: Path, name: str) -> int:
+    """The shipped encoder as ``name`` under ``root``; returns its weights' bytes (fp32)."""
+    import torch
+
+    import encoder
+    from api.encoders import write_card
+
+    enc = encoder.load(model, device="cpu", backend="torch")
+    enc.model.config = type(enc.model.config)(**{**enc.model.config.to_dict(), "name": name})
+    with torch.no_grad():
+        for p in enc.model.parameters():
+            p.mul_(1.01)
+    enc.save(root / name, enc.meta)
+    write_card(root / name, {"name": name, "base": "qkv-encoder-default", "collection": None,
+                             "created": 0, "dim": enc.dim, "dims": list(enc.dims)})
+    return sum(p.numel() * 4 for p in enc.model.parameters())
+
+
+def rss_mb(server: Server) -> float:
+    proc = psutil.Process(server.proc.pid)
+    return sum(p.memory_info().rss for p in [proc, *proc.children(recursive=True)]) / 2**20
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--data", type=Path, required=True)
+    ap.add_argument("--model", default="models/encoder-default")
+    ap.add_argument("--seconds", type=float, default=20.0)
+    ap.add_argument("--clients", type=int, default=16)
+    ap.add_argument("--results", type=Path, default=ROOT / "bench/RESULTS.md")
+    args = ap.parse_args()
+    home = VAR / "encoders-load"
+    shutil.rmtree(home, ignore_errors=True)
+    (home / "encoders").mkdir(parents=True)
+    names = ["qkv-encoder-default", "derived-1", "derived-2"]
+    weights = sum(derive(ROOT / args.model, home / "encoders", n) for n in names[1:])
+    texts = [t for _, t in real_texts(args.data, 3000)]
+    one = [{"input": t} for t in texts]
+    mixed = [{"input": t, "model": names[i % 3]} for i, t in enumerate(texts)]
+    server = Server(str(home / "qkv.db"), args.model, {"QKV_ENCODERS_LOADED": "3"})
+    try:
+        a1 = run_load(server, "one encoder", "/v1/embeddings", one, args.clients, args.seconds)
+        rss_one = rss_mb(server)
+        b = run_load(server, "three encoders", "/v1/embeddings", mixed, args.clients,
+                     args.seconds)
+        rss_three = rss_mb(server)
+        a2 = run_load(server, "one encoder again", "/v1/embeddings", one, args.clients,
+                      args.seconds)
+    finally:
+        server.stop()
+    base = (a1.rps + a2.rps) / 2
+    extra = weights / 2**20
+    lines = [f"## Three encoders in one service ({stamp()})", "",
+             f"`{shlex.join(['python', 'bench/encoders_load.py', *sys.argv[1:]])}`", "",
+             f"`POST /v1/embeddings`, one sentence a request, {args.clients} wrk connections, "
+             f"{args.seconds:.0f} s each.", "",
+             "| run | requests/s | p50 ms | p99 ms | errors |", "|---|---|---|---|---|"]
+    for load in (a1, b, a2):
+        lines.append(f"| {load.name} | {load.rps:.0f} | {load.p50:.1f} | {load.p99:.1f} | "
+                     f"{load.errors or 0} |")
+    lines += ["", f"Three encoders: **{b.rps / base:.3f} ×** the requests/s of one (mean of "
+              f"the runs before and after). RSS with one loaded {rss_one:.0f} MB, with three "
+              f"{rss_three:.0f} MB: **{rss_three / (rss_one + extra):.3f} ×** one plus the two "
+              f"extra encoders' fp32 weights ({extra:.0f} MB)."]
+    append_results("\n".join(lines), args.results)
+
+
+if __name__ == "__main__":
+    main()
