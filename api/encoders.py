@@ -8,7 +8,6 @@ that embeds for a collection, and answers 409 naming it when it is gone."""
 
 from __future__ import annotations
 
-import json
 import logging
 import re
 import threading
@@ -21,9 +20,9 @@ from typing import Any
 from api.batcher import DynamicBatcher
 from api.errors import conflict, not_found
 from index import CollectionInfo, EncoderInfo
+from wiring.components import read_card
 
 log = logging.getLogger(__name__)
-CARD = "qkv-encoder.json"  # beside a derived checkpoint: name, fingerprint, dim, provenance
 NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._+@-]{0,127}$")
 
 
@@ -41,24 +40,6 @@ class Served:
 
     def close(self) -> None:
         self.batcher.close()
-
-
-def read_card(path: Path) -> dict[str, Any] | None:
-    """A derived checkpoint's card, or None where ``path`` holds no complete one."""
-    try:
-        card = json.loads((path / CARD).read_text())
-    except (OSError, ValueError):
-        return None
-    if not isinstance(card, dict) or not (path / "model.safetensors").is_file():
-        return None
-    return card
-
-
-def write_card(path: Path, card: dict[str, Any]) -> None:
-    """Written last (atomically): a checkpoint without its card is not listed."""
-    tmp = path / (CARD + ".tmp")
-    tmp.write_text(json.dumps(card, indent=1))
-    tmp.replace(path / CARD)
 
 
 class Encoders:

@@ -36,7 +36,7 @@ def derive(model: Path, root: Path, name: str) -> int:
     import torch
 
     import encoder
-    from api.encoders import write_card
+    from wiring.components import write_card
 
     enc = encoder.load(model, device="cpu", backend="torch")
     enc.model.config = type(enc.model.config)(**{**enc.model.config.to_dict(), "name": name})

@@ -210,7 +210,7 @@ def run(store: VectorStore, journal: Journal, base: Path, root: Path,
         phase = "skipped" if report.skipped else "rejected"
         journal.update(phase=phase, progress=1.0, reason=report.reason)
         return journal.state
-    from api.encoders import write_card  # the registry lists it from here on
+    from wiring.components import write_card  # the registry lists it from here on
 
     for extra in ("retrieval.json",):  # hybrid's defaults and mapping, as the base's
         if (base / extra).is_file():

@@ -3,6 +3,7 @@ store, and the decoders that collections generate with."""
 
 from __future__ import annotations
 
+import json
 import logging
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -16,6 +17,7 @@ if TYPE_CHECKING:
     from encoder import TextEncoder
 
 log = logging.getLogger(__name__)
+CARD = "qkv-encoder.json"  # beside a derived encoder (api.encoders): name, fingerprint, dim
 
 
 def load_encoder(path: str | Path, device: str | None = None, cpu_threads: int | None = None,
@@ -48,6 +50,24 @@ def load_decoders(paths: Mapping[str, Path], device: str | None = None) -> dict[
         decoders[collection] = decoder.load(path, device=device)
         log.info("collection %s generates with decoder %s", collection, path)
     return decoders
+
+
+def read_card(path: Path) -> dict[str, Any] | None:
+    """A derived checkpoint's card, or None where ``path`` holds no complete one."""
+    try:
+        card = json.loads((path / CARD).read_text())
+    except (OSError, ValueError):
+        return None
+    if not isinstance(card, dict) or not (path / "model.safetensors").is_file():
+        return None
+    return card
+
+
+def write_card(path: Path, card: dict[str, Any]) -> None:
+    """Written last (atomically): a checkpoint without its card is not listed."""
+    tmp = path / (CARD + ".tmp")
+    tmp.write_text(json.dumps(card, indent=1))
+    tmp.replace(path / CARD)
 
 
 @dataclass

@@ -12,7 +12,7 @@ import pytest
 from conftest import MakeClient
 from fastapi.testclient import TestClient
 
-from api.encoders import write_card
+from wiring.components import write_card
 
 
 def derived(base: Path, root: Path, name: str, scale: float = 1.05) -> Path:
