@@ -68,6 +68,9 @@ def main() -> None:
     ap.add_argument("--model", default="models/encoder-default")
     ap.add_argument("--budget", type=float, default=420.0)
     ap.add_argument("--force", action="store_true")
+    ap.add_argument("--lexical-share", type=float, default=None,
+                    help="The BM25-imitation pairs' share of the adaptation's batches "
+                    "(default encoder.domain.LEXICAL_SHARE).")
     ap.add_argument("--results", type=Path, default=ROOT / "bench/RESULTS.md")
     args = ap.parse_args()
     db = VAR / "adapt-bench" / "qkv.db"
@@ -75,8 +78,10 @@ def main() -> None:
     db.parent.mkdir(parents=True)
     rows = []
     base_sts = sts(ROOT / args.model, args.data)
-    server = Server(str(db), args.model, {"QKV_STORE_TIMEOUT_S": "60",
-                                          "QKV_AUTO_TUNE": "false"})
+    env = {"QKV_STORE_TIMEOUT_S": "60", "QKV_AUTO_TUNE": "false"}
+    if args.lexical_share is not None:
+        env["QKV_ADAPT_LEXICAL_SHARE"] = str(args.lexical_share)
+    server = Server(str(db), args.model, env)
     try:
         with httpx.Client(base_url=server.base, timeout=3600) as client:
             for spec in args.sets.split(","):

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import random
 import shutil
 import time
@@ -33,6 +34,9 @@ MIN_PROBES = 50  # held-back documents long enough to probe with
 # forced): the encoder already reads this text about as well as BM25 does
 SKIP_RATIO = 0.95
 BAG_PAIRS = 4000  # pairs per source the token bag's table trains on (each is encoded first)
+# the BM25-imitation pairs' share of the training batches (the rest: spans of one document,
+# title -> text); ``QKV_ADAPT_LEXICAL_SHARE`` overrides it for bench/adapt.py's comparisons
+LEXICAL_SHARE = 0.5
 MIN_GAIN = 0.005  # the adapted encoder's probe MRR must beat the base's by this much
 
 
@@ -150,9 +154,16 @@ def adapt(base: Path, texts: Sequence[str], titles: Sequence[str], out: Path, na
         raise ValueError(f"{len(texts)} documents; adapting needs at least {MIN_DOCS}")
     progress("checking", 0.0)
     probe = make_probe(texts, seed)
-    if len(probe.queries) < MIN_PROBES:
-        raise ValueError(f"{len(probe.queries)} documents of 30 words or more; checking an "
-                         f"adaptation needs at least {MIN_PROBES}")
+    if len(probe.queries) < MIN_PROBES:  # short texts (captions, titles, tweets)
+        words = int(np.median([len(t.split()) for t in texts]))
+        short = (f"its documents are short (median {words} words; {len(probe.queries)} of 30 "
+               f"words or more, at least {MIN_PROBES} needed to check an adaptation on): "
+               "the encoder was trained on short text like this, and there are no passages "
+               "to adapt to")
+        if force:
+            raise ValueError(short)
+        return Adapted(str(base), None, len(texts), 0, 0.0, 0.0, skipped=True, reason=short,
+                       seconds=round(time.time() - t0, 1))
     base_fn = encoder_fn(base)
     report = Adapted(str(base), None, len(texts), len(probe.queries),
                      round(dense_mrr(base_fn, probe), 4), round(bm25_mrr(probe), 4),
@@ -174,6 +185,8 @@ def adapt(base: Path, texts: Sequence[str], titles: Sequence[str], out: Path, na
     cfg = TrainConfig(data_dir="", out_dir=str(work / "run"), init_from=str(base),
                       corpus=str(corpus), steps=2000, batch_size=32, lr=2e-4,
                       warmup_steps=20, max_doc_tokens=128, hard_negatives=True, mine_at=1.0,
+                      lexical_share=float(os.environ.get("QKV_ADAPT_LEXICAL_SHARE",
+                                                         LEXICAL_SHARE)),
                       checkpoint_every=100, seed=seed, budget_s=budget_s * 0.85)
     run = train(cfg)
     report.steps = cfg.steps
