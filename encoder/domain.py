@@ -6,9 +6,10 @@ corpus_sources`), then the token bag's table on the same pairs, within a time bu
 Whether it helped is checked without labels on documents held back from the training:
 each gives a probe query (a span of 8-20 words cut out of it) whose answer is the rest of
 that document, among the other documents. Dense retrieval of the probes (MRR@10) by the
-adapted encoder must beat the base encoder's; the same probes scored by BM25 say how far
-the base encoder is from BM25 on this text, and so whether adapting is worth it at all
-(:data:`SKIP_RATIO`)."""
+adapted encoder must beat the base encoder's, and so must hybrid retrieval (convex fusion
+with BM25 at its best weight): an encoder that learnt to imitate BM25 gains alone and
+fuses worse. The same probes scored by BM25 say how far the base encoder is from BM25 on
+this text, and so whether adapting is worth it at all (:data:`SKIP_RATIO`)."""
 
 from __future__ import annotations
 
@@ -25,10 +26,13 @@ from typing import Any
 
 import numpy as np
 
+from index.store import Hit
+
 log = logging.getLogger(__name__)
 HELD_BACK = 200  # documents kept out of training, to probe with
 DISTRACTORS = 2000  # other documents the probes are searched among
 MIN_DOCS = 300  # fewer documents than this: nothing to learn from, nothing to check on
+DEPTH = 100  # each side's list, as hybrid search reads them
 MIN_PROBES = 50  # held-back documents long enough to probe with
 # base dense MRR / BM25 MRR on the probes at or above which adapting is skipped (unless
 # forced): the encoder already reads this text about as well as BM25 does
@@ -37,7 +41,8 @@ BAG_PAIRS = 4000  # pairs per source the token bag's table trains on (each is en
 # the BM25-imitation pairs' share of the training batches (the rest: spans of one document,
 # title -> text); ``QKV_ADAPT_LEXICAL_SHARE`` overrides it for bench/adapt.py's comparisons
 LEXICAL_SHARE = 0.5
-MIN_GAIN = 0.005  # the adapted encoder's probe MRR must beat the base's by this much
+MIN_GAIN = 0.005
+HYBRID_TOLERANCE = 0.0  # how much worse the adapted encoder's hybrid may check  # the adapted encoder's probe MRR must beat the base's by this much
 
 
 @dataclass
@@ -69,21 +74,16 @@ def make_probe(texts: Sequence[str], seed: int = 0) -> Probe:
     return Probe(queries, list(range(len(queries))), docs, held_set)
 
 
-def mrr(scores: np.ndarray, answers: Sequence[int], k: int = 10) -> float:
-    """MRR@k of a (queries, docs) score matrix."""
-    total = 0.0
-    for row, a in zip(scores, answers, strict=True):
-        rank = int((row > row[a]).sum())
-        total += 1.0 / (rank + 1) if rank < k else 0.0
-    return total / max(1, len(answers))
+def dense_lists(encode: Callable[[list[str]], np.ndarray], probe: Probe) -> list[list[Hit]]:
+    """Each probe query's :data:`DEPTH` nearest documents by cosine."""
+    scores = encode(probe.queries) @ encode(probe.docs).T
+    top = np.argsort(-scores, axis=1, kind="stable")[:, :DEPTH]
+    return [[Hit(str(j), float(scores[r, j]), "", None, {}) for j in row]
+            for r, row in enumerate(top)]
 
 
-def dense_mrr(encode: Callable[[list[str]], np.ndarray], probe: Probe) -> float:
-    q, d = encode(probe.queries), encode(probe.docs)
-    return mrr(q @ d.T, probe.answers)
-
-
-def bm25_mrr(probe: Probe) -> float:
+def bm25_lists(probe: Probe) -> list[list[Hit]]:
+    """Each probe query's :data:`DEPTH` best documents by BM25 (stemmed, stop words out)."""
     import bm25s
     import Stemmer
 
@@ -93,9 +93,28 @@ def bm25_mrr(probe: Probe) -> float:
                                    show_progress=False), show_progress=False)
     tokens = bm25s.tokenize(probe.queries, stopwords="en", stemmer=stemmer,
                             show_progress=False)
-    top, _ = retriever.retrieve(tokens, k=min(10, len(probe.docs)), show_progress=False)
-    return float(np.mean([1.0 / (list(row).index(a) + 1) if a in row else 0.0
-                          for row, a in zip(np.asarray(top), probe.answers, strict=True)]))
+    top, scores = retriever.retrieve(tokens, k=min(DEPTH, len(probe.docs)),
+                                     show_progress=False)
+    return [[Hit(str(j), float(s), "", None, {}) for j, s in zip(row, sc, strict=True) if s > 0]
+            for row, sc in zip(np.asarray(top), np.asarray(scores), strict=True)]
+
+
+def rr(lists: Sequence[Sequence[Hit]], answers: Sequence[int], k: int = 10) -> float:
+    """MRR@k of ranked lists."""
+    total = 0.0
+    for hits, a in zip(lists, answers, strict=True):
+        ids = [h.id for h in hits[:k]]
+        total += 1.0 / (ids.index(str(a)) + 1) if str(a) in ids else 0.0
+    return total / max(1, len(answers))
+
+
+def hybrid_rr(dense: list[list[Hit]], bm25: list[list[Hit]], answers: Sequence[int]) -> float:
+    """MRR@10 of hybrid search (convex fusion, as the service fuses) at its best weight."""
+    from index.calibration import GRID
+    from index.fusion import fuse
+
+    return max(rr([fuse(d, b, 10, "convex", w, depth=DEPTH) for d, b in
+                   zip(dense, bm25, strict=True)], answers) for w in GRID)
 
 
 def encoder_fn(path: Path) -> Callable[[list[str]], np.ndarray]:
@@ -117,6 +136,8 @@ class Adapted:
     probe_base: float
     probe_bm25: float
     probe_adapted: float | None = None
+    probe_hybrid_base: float | None = None
+    probe_hybrid_adapted: float | None = None
     accepted: bool = False
     skipped: bool = False
     reason: str = ""
@@ -164,10 +185,11 @@ def adapt(base: Path, texts: Sequence[str], titles: Sequence[str], out: Path, na
             raise ValueError(short)
         return Adapted(str(base), None, len(texts), 0, 0.0, 0.0, skipped=True, reason=short,
                        seconds=round(time.time() - t0, 1))
-    base_fn = encoder_fn(base)
+    base_lists, lexical = dense_lists(encoder_fn(base), probe), bm25_lists(probe)
     report = Adapted(str(base), None, len(texts), len(probe.queries),
-                     round(dense_mrr(base_fn, probe), 4), round(bm25_mrr(probe), 4),
-                     held_back=sorted(probe.held_back))
+                     round(rr(base_lists, probe.answers), 4), round(rr(lexical, probe.answers), 4),
+                     held_back=sorted(probe.held_back),
+                     probe_hybrid_base=round(hybrid_rr(base_lists, lexical, probe.answers), 4))
     why = should_skip(report.probe_base, report.probe_bm25)
     if why is not None and not force:
         report.skipped, report.reason = True, why
@@ -201,10 +223,17 @@ def adapt(base: Path, texts: Sequence[str], titles: Sequence[str], out: Path, na
     report.train_seconds = round(time.time() - t_train, 1)
     progress("checking", 0.9)
     report.out = str(out)
-    report.probe_adapted = round(dense_mrr(encoder_fn(out), probe), 4)
-    report.accepted = report.probe_adapted >= report.probe_base + MIN_GAIN
-    report.reason = (f"held-back passages: MRR@10 {report.probe_base:.3f} → "
-                     f"{report.probe_adapted:.3f} (BM25 {report.probe_bm25:.3f})")
+    adapted = dense_lists(encoder_fn(out), probe)
+    report.probe_adapted = round(rr(adapted, probe.answers), 4)
+    report.probe_hybrid_adapted = round(hybrid_rr(adapted, lexical, probe.answers), 4)
+    # hybrid is what users search with: an encoder that gains alone but fuses worse with
+    # BM25 (it learnt to imitate BM25, and now errs where BM25 errs) is not swapped in
+    report.accepted = (report.probe_adapted >= report.probe_base + MIN_GAIN
+                       and report.probe_hybrid_adapted
+                       >= (report.probe_hybrid_base or 0.0) - HYBRID_TOLERANCE)
+    report.reason = (f"held-back passages: MRR@10 dense {report.probe_base:.3f} → "
+                     f"{report.probe_adapted:.3f}, hybrid {report.probe_hybrid_base:.3f} → "
+                     f"{report.probe_hybrid_adapted:.3f} (BM25 {report.probe_bm25:.3f})")
     if not report.accepted:
         report.reason = "no better on " + report.reason
     shutil.rmtree(work, ignore_errors=True)

@@ -53,6 +53,7 @@ def filled(make_client: MakeClient, lite_path: str) -> TestClient:
 def test_adapt_swaps_in_a_new_encoder_without_a_failed_search(
         filled: TestClient, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(domain, "MIN_GAIN", -1.0)  # the tiny encoder: accept what it learns
+    monkeypatch.setattr(domain, "HYBRID_TOLERANCE", 1.0)
     client, stop, failures, written = filled, threading.Event(), [], []
 
     def search() -> None:

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import numpy as np
 import pytest
 
 from encoder import domain
@@ -24,9 +23,18 @@ def test_probe_holds_documents_back_and_cuts_a_span_out_of_each() -> None:
         assert q not in probe.docs[a] and len(probe.docs[a].split()) == 40 - n  # cut out
 
 
-def test_mrr_counts_the_rank_of_the_answer() -> None:
-    scores = np.array([[0.9, 0.1, 0.0], [0.2, 0.1, 0.5], [0.5, 0.4, 0.0]])
-    assert domain.mrr(scores, [0, 0, 2], k=2) == pytest.approx((1 + 0.5 + 0) / 3)
+def test_mrr_counts_the_rank_of_the_answer_and_hybrid_takes_its_best_weight() -> None:
+    from index.store import Hit
+
+    def ranked(*ids: int) -> list[Hit]:
+        return [Hit(str(i), 1.0 - 0.1 * r, "", None, {}) for r, i in enumerate(ids)]
+
+    dense = [ranked(0, 1, 2), ranked(2, 0, 1), ranked(0, 1, 2)]
+    assert domain.rr(dense, [0, 0, 2], k=2) == pytest.approx((1 + 0.5 + 0) / 3)
+    bm25 = [ranked(1, 0, 2), ranked(0, 2, 1), ranked(2, 1, 0)]
+    assert domain.rr(bm25, [0, 0, 2]) == pytest.approx((0.5 + 1 + 1) / 3)
+    # at some weight fusing both is at least as good as either side alone
+    assert domain.hybrid_rr(dense, bm25, [0, 0, 2]) >= domain.rr(bm25, [0, 0, 2])
 
 
 def test_skip_when_the_encoder_is_already_as_good_as_bm25() -> None:
