@@ -44,8 +44,8 @@ BAG_PAIRS = 4000  # pairs per source the token bag's table trains on (each is en
 # the BM25-imitation pairs' share of the training batches (the rest: spans of one document,
 # title -> text); ``QKV_ADAPT_LEXICAL_SHARE`` overrides it for bench/adapt.py's comparisons
 LEXICAL_SHARE = 0.5
-MIN_GAIN = 0.005
-HYBRID_TOLERANCE = 0.0  # how much worse the adapted encoder's hybrid may check  # the adapted encoder's probe MRR must beat the base's by this much
+MIN_GAIN = 0.005  # the adapted encoder's probe MRR must beat the base's by this much
+HYBRID_TOLERANCE = 0.0  # how much worse the adapted encoder's hybrid may check
 
 
 @dataclass
