@@ -43,6 +43,9 @@ def _calls(mt: str, model: str) -> dict[tuple[str, str], tuple[str, Any]]:
         ("GET", "/v1/collections/{name}"): (c, None),
         ("POST", "/v1/collections/{name}/tune"): (f"{c}/tune", {"wait": True}),
         ("GET", "/v1/collections/{name}/tune"): (f"{c}/tune", None),
+        # multi-tenant: refused (422) before any job starts
+        ("POST", "/v1/collections/{name}/adapt"): (f"{c}/adapt", {"budget_s": 30}),
+        ("GET", "/v1/jobs/{job_id}"): ("/v1/jobs/adapt-000000000000", None),
         ("GET", "/v1/aliases"): ("/v1/aliases", None),
         ("GET", "/v1/aliases/{alias}"): ("/v1/aliases/al_fuzz", None),
         ("PUT", "/v1/aliases/{alias}"): ("/v1/aliases/al_fuzz", {"collection": mt}),
