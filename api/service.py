@@ -90,6 +90,7 @@ class Service:
         enc = load_encoder(path, st.device, st.encoder_threads or os.cpu_count() or 1,
                            st.encoder_backend)
         enc.set_spin(st.encoder_spin)
+        enc.set_arena(False)  # one of several: memory over the arena's reuse (set_arena)
         info = encoder_info(enc)
         if info.name != name:
             raise ValueError(f"{path} holds encoder {info.name!r}, not {name!r}")

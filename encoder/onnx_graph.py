@@ -225,6 +225,7 @@ class OnnxForward:
     def __init__(self, model: TransformerEncoder, int8: bool = True, spin: bool = True) -> None:
         self.model_bytes = build_graph(model, int8).SerializeToString()
         self.spin = spin
+        self.arena = True  # ONNX Runtime's memory arena (off: less memory, see set_arena)
         self._sessions: dict[tuple[int, bool], Any] = {}
         self._lock = threading.Lock()
 
@@ -238,6 +239,7 @@ class OnnxForward:
                 opts.intra_op_num_threads = threads
                 opts.inter_op_num_threads = 1
                 opts.log_severity_level = 3
+                opts.enable_cpu_mem_arena = self.arena
                 opts.add_session_config_entry("session.intra_op.allow_spinning",
                                               "1" if self.spin else "0")
                 self._sessions[key] = ort.InferenceSession(
