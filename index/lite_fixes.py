@@ -30,6 +30,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
+from index.guarded import ReadWriteLock
+
 log = logging.getLogger(__name__)
 _lock = threading.Lock()
 _state: dict[str, Any] = {"installed": False}
@@ -38,55 +40,35 @@ _state: dict[str, Any] = {"installed": False}
 GATED_READS = ("get", "query", "search", "_num_entities")
 
 
-class FlushGate:
-    """Many reads or one flush; a waiting flush holds new reads back. A read inside a read
-    on the same thread passes (Lite's reads call one another)."""
+class FlushGate(ReadWriteLock):
+    """Many reads or one flush (``write``); a waiting flush holds new reads back. A read
+    inside a read on the same thread passes (Lite's reads call one another), and so does a
+    flush from inside a read (it could not wait for itself)."""
 
     def __init__(self) -> None:
-        self._cond = threading.Condition()
-        self._readers = 0
-        self._flushing = False
-        self._waiting = 0
+        super().__init__()
         self._mine = threading.local()
 
     @contextmanager
     def read(self) -> Iterator[None]:
         depth = getattr(self._mine, "depth", 0)
-        if not depth:
-            with self._cond:
-                while self._flushing or self._waiting:
-                    self._cond.wait()
-                self._readers += 1
         self._mine.depth = depth + 1
         try:
-            yield
+            if depth:
+                yield
+            else:
+                with super().read():
+                    yield
         finally:
             self._mine.depth = depth
-            if not depth:
-                with self._cond:
-                    self._readers -= 1
-                    if not self._readers:
-                        self._cond.notify_all()
 
     @contextmanager
-    def flush(self) -> Iterator[None]:
-        if getattr(self._mine, "depth", 0):  # a flush from inside a read: cannot wait on it
+    def write(self) -> Iterator[None]:
+        if getattr(self._mine, "depth", 0):
             yield
-            return
-        with self._cond:
-            self._waiting += 1
-            try:
-                while self._flushing or self._readers:
-                    self._cond.wait()
-            finally:
-                self._waiting -= 1
-            self._flushing = True
-        try:
-            yield
-        finally:
-            with self._cond:
-                self._flushing = False
-                self._cond.notify_all()
+        else:
+            with super().write():
+                yield
 
 
 def gate_of(collection: Any) -> FlushGate:
@@ -102,7 +84,7 @@ def _gated(method: Any, flush: bool) -> Any:
     @functools.wraps(method)
     def call(self: Any, *args: Any, **kwargs: Any) -> Any:
         gate = gate_of(self)
-        with gate.flush() if flush else gate.read():
+        with gate.write() if flush else gate.read():
             return method(self, *args, **kwargs)
 
     return call
