@@ -9,6 +9,7 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
+from contextlib import nullcontext
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +20,7 @@ from api.errors import conflict, not_found
 from index import CollectionInfo, EncoderInfo, Item, StoreError, VectorStore
 from wiring import adapting
 from wiring.adapting import Journal, Shadow
+from wiring.tuning import embed_at
 
 log = logging.getLogger(__name__)
 
@@ -46,8 +48,6 @@ class Adapter:
 
     def _exclusive(self) -> Any:
         held = getattr(self.store, "exclusive", None)
-        from contextlib import nullcontext
-
         return held() if held is not None else nullcontext()
 
     def close(self) -> None:
@@ -128,13 +128,9 @@ class Adapter:
         sh = self.shadows.get(info.name)
         if sh is None:
             return
-        served = self.encoders.get(sh.encoder)
-        x = np.asarray(served.encoder.encode([it.text for it in items], batch_size=64),
-                       np.float32)[:, :info.dim]
-        x /= np.maximum(np.linalg.norm(x, axis=1, keepdims=True), 1e-12)
-        self.store.upsert(sh.target, [Item(it.id, v, it.text, it.value, it.metadata)
-                                      for it, v in zip(items, x, strict=True)],
-                          EncoderInfo(served.info.name, served.info.fingerprint, info.dim))
+        embed, full, _ = self._embed_with(sh.encoder)  # as the job's own copy embeds them
+        adapting.copy_items(self.store, sh.target, items, embed_at(embed, info.dim),
+                            EncoderInfo(full.name, full.fingerprint, info.dim))
 
     def mirror_delete(self, info: CollectionInfo, ids: list[str]) -> None:
         sh = self.shadows.get(info.name)

@@ -83,7 +83,8 @@ def _local(collection: str, store: str, token: str, model: Path, encoders: Path 
         name = collection_name(collection)
         info = vector_store.describe(name)
         made_by = info.encoder.name if info.encoder is not None else None
-        base = model if made_by in (None, encoder_info(load_encoder(model)).name) \
+        default = json.loads((model / "config.json").read_text())["architecture"]["name"]
+        base = model if made_by in (None, default) \
             else root / str(made_by)
 
         def embed_with(encoder: str) -> tuple[adapting.Embed, object, list[int]]:
