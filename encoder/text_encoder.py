@@ -133,10 +133,10 @@ class TextEncoder(LoadedModel):
 
     def set_arena(self, arena: bool) -> None:
         """Whether the onnx backend's sessions keep ONNX Runtime's memory arena (the
-        default). Off for an encoder served beside others: in a bare process, 3 encoders
-        took 391 against 541 MB, mixed batches 571 against 548 texts/s; in the service
-        (bench/encoders_load.py) the RSS did not move (968 against 955 MB), so most of an
-        extra encoder's cost is elsewhere (issue 38). Set it before the first call."""
+        default). Off for an encoder served beside others; in the service
+        (bench/encoders_load.py) the RSS did not move with it (968 against 955 MB with three
+        encoders), so most of an extra encoder's cost is elsewhere (issue 38). Set it
+        before the first call."""
         self._arena = arena
         if self._onnx is not None:
             self._onnx.arena = arena
