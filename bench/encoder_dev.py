@@ -127,6 +127,12 @@ def main() -> None:
     ap.add_argument("--public", action="store_true")
     ap.add_argument("--backends", default="")
     ap.add_argument("--idf-texts", type=Path, help="texts for lex: models' idf (JSONL)")
+    ap.add_argument("--devcoll", type=Path, default=ROOT / "var/devcoll",
+                    help="where bench/devcollections.py writes (or has written) them")
+    ap.add_argument("--collections", default="",
+                    help="comma-separated dev collections (bench/devcollections.py) scored "
+                         "too, e.g. foldoc,manpages,jargon; 'collections mean ×BM25' averages "
+                         "them")
     ap.add_argument("--write", action="store_true")
     ap.add_argument("models", type=Path, nargs="+")
     args = ap.parse_args()
@@ -144,6 +150,12 @@ def main() -> None:
         retrieval += [(args.data / "beir/scifact", "test"), (args.data / "beir/cranfield", "test")]
         sts += [args.data / "sts/stsbenchmark/sts-test.csv",
                 args.data / "sts/sick2014/SICK_test_annotated.txt"]
+    extra = [n.strip() for n in args.collections.split(",") if n.strip()]
+    if extra:
+        from devcollections import write_dev_collections
+
+        retrieval += [(f, "dev") for f in
+                      write_dev_collections(args.data, args.devcoll, extra).values()]
     sets = [(load_beir(f, s), f"{f.name}/{s}") for f, s in retrieval]
     bm25 = {name: score_run(bm25_run(c, q), r)["ndcg@10"] for (c, q, r), name in sets}
     dims = [None] + [int(d) for d in args.dims.split(",") if d.strip()]
@@ -170,6 +182,9 @@ def main() -> None:
                     row[path.name] = spearman(emb, path)
             dev = [row[n + " ×BM25"] for _, n in sets[:3]]
             row["dev mean ×BM25"] = float(np.mean(dev))
+            if extra:
+                row["collections mean ×BM25"] = float(np.mean(
+                    [row[f"{n}/dev ×BM25"] for n in extra]))
             rows.append(row)
             print(f"{label} dim {row['dim']} ({time.time() - t0:.0f}s): "
                   + ", ".join(f"{k} {v:.4f}" for k, v in row.items()
@@ -189,6 +204,7 @@ def main() -> None:
             (["--public"] if args.public else []) + [f"--dims {args.dims}"]
             + ([f"--backends {args.backends}"] if args.backends else [])
             + ([f"--idf-texts {args.idf_texts}"] if args.idf_texts else [])
+            + ([f"--collections {args.collections}"] if extra else [])
             + [str(m) for m in args.models])
         with open(ROOT / "bench/RESULTS.md", "a", encoding="utf-8") as f:
             f.write(f"\n## Encoder dev scores ({time.strftime('%Y-%m-%d')})\n\n`{cmd}`: "

@@ -43,6 +43,9 @@ def train_encoder(
     device: str | None = typer.Option(None, help="cpu, cuda, cuda:1 ... (default: auto)."),
     stop_after: int | None = typer.Option(
         None, min=1, help="Stop this process after N steps (checkpointed; rerun resumes)."),
+    budget_s: float | None = typer.Option(
+        None, "--budget-s", min=1.0, help="Wall-clock budget: after a few timed steps the run "
+        "is cut to the steps that fit (the schedule ends with them)."),
     vocab_size: int = typer.Option(16384, min=300),
     d_model: int = typer.Option(256, min=8),
     n_layers: int = typer.Option(4, min=1),
@@ -71,7 +74,7 @@ def train_encoder(
         mine_every=mine_every, mine_pairs=mine_pairs, lexical_share=lexical_share,
         matryoshka=[int(m) for m in matryoshka.split(",") if m.strip()],
         checkpoint_every=checkpoint_every, seed=seed, device=device, stop_after=stop_after,
-        arch=arch,
+        arch=arch, budget_s=budget_s,
     )
     path = train(cfg)
     if eval_beir or eval_sts:
@@ -85,6 +88,13 @@ def build_pairs(
     vocab_size: int = typer.Option(16384, min=300, help="BPE vocabulary trained beside."),
     dev_sets: Path | None = typer.Option(
         None, help="Also write the dev sets (BEIR layout, split 'dev') under this folder."),
+    technical: bool = typer.Option(
+        False, help="Add the technical and paraphrase sources of encoder v3 "
+                    "(encoder/technical.py)."),
+    hold_out: list[Path] = typer.Option(
+        [], help="A dev collection (BEIR layout, split 'dev', e.g. from "
+                 "bench/devcollections.py) whose queries and judged documents no pair may "
+                 "touch; repeat for several."),
 ) -> None:
     """Build the training pairs once (every source, the BM25-imitation mining included),
     with a tokenizer trained on them: ``train-encoder --data OUT`` reads the folder, which
@@ -93,7 +103,8 @@ def build_pairs(
     from encoder.pairs import build_sources
     from encoder.tokenizer import bundle_tokenizer
 
-    bundle = Bundle.from_sources(build_sources(data, seed))
+    bundle = Bundle.from_sources(build_sources(data, seed, technical=technical,
+                                                hold_out=hold_out))
     bundle.save(out)
     bundle_tokenizer(out, bundle.texts, vocab_size)
     typer.echo(f"{out}: {len(bundle.texts)} texts, "

@@ -280,9 +280,12 @@ def python_doc_sections(data: Path) -> list[tuple[str, str]]:
     return out
 
 
-def build_sources(data: str | Path, seed: int = 0, lexical: bool = True) -> list[PairSource]:
+def build_sources(data: str | Path, seed: int = 0, lexical: bool = True,
+                  technical: bool = False, hold_out: list[Path] | None = None
+                  ) -> list[PairSource]:
     """Every pair source with its batch share; missing folders are skipped with a warning.
-    With ``lexical``, the BM25-imitation sources (:mod:`encoder.lexical`) too."""
+    With ``lexical``, the BM25-imitation sources (:mod:`encoder.lexical`) too; with
+    ``technical``, those of :mod:`encoder.technical` (v3), less ``hold_out``'s dev texts."""
     data = Path(data)
     rng = random.Random(seed)
     reuters: list[tuple[str, str]] = []
@@ -334,6 +337,10 @@ def build_sources(data: str | Path, seed: int = 0, lexical: bool = True) -> list
         log.warning("skipping pair source nli-triples: %s", e)
     if lexical:
         sources += _lexical_sources(sources, reuters, scifact_docs, pydocs, seed)
+    if technical:
+        from encoder.technical import technical_sources
+
+        sources += technical_sources(data, seed, hold_out, lexical)
     for s in sources:
         log.info("pair source %-24s %7d pairs, weight %.2f", s.name, len(s.pairs), s.weight)
     if not sources:

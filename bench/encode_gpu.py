@@ -1,0 +1,94 @@
+"""Encoding on a GPU (issue 43, item 4): the torch path with bf16 autocast on CUDA, against
+the same model in fp32 on the CPU for the cosine bound.
+
+Usage: python bench/encode_gpu.py [--model models/encoder-default] [--n 4096] [--out FILE]
+
+Texts: sentences of the committed Python-docs demo corpus (``data/demo``), so the script
+needs no data directory (it runs on a lent GPU machine as the checkout travels). Prints,
+and with ``--out`` writes as one JSON line: sentences/s at batch 32 and 256 (texts sorted
+by length as the bulk job does, tokenisation included), p50 and p95 latency of one sentence
+(batch 1, 200 calls after 20 warm-ups), and the lowest cosine of the CUDA vectors to the
+fp32 CPU vectors of the same texts. Without CUDA it says so and exits 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gzip
+import json
+import os
+import re
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+
+def sentences(n: int) -> list[str]:
+    out: list[str] = []
+    with gzip.open(ROOT / "data/demo/python-docs.jsonl.gz", "rt", encoding="utf-8") as f:
+        for row in map(json.loads, f):
+            out += [s for s in re.split(r"(?<=[.!?])\s+", row["text"])
+                    if 5 <= len(s.split()) <= 60]
+    step = max(1, len(out) // n)
+    return out[::step][:n]
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--model", type=Path, default=ROOT / "models/encoder-default")
+    ap.add_argument("--n", type=int, default=4096)
+    ap.add_argument("--out", type=Path)
+    ap.add_argument("--device", default="cuda", help="cpu runs the same steps (a smoke test)")
+    args = ap.parse_args()
+
+    import torch
+
+    import encoder
+    cuda = args.device.startswith("cuda")
+    if cuda and not torch.cuda.is_available():
+        print("no CUDA device")
+        sys.exit(2)
+
+    def sync() -> None:
+        if cuda:
+            torch.cuda.synchronize()
+
+    texts = sentences(args.n)
+    gpu = encoder.load(args.model, device=args.device, backend="torch")
+    cpu = encoder.load(args.model, device="cpu", backend="torch")
+    fig: dict[str, object] = {
+        "model": str(args.model), "texts": len(texts), "torch": torch.__version__,
+        "device": torch.cuda.get_device_name() if cuda else args.device}
+    gpu.encode(texts[:512], batch_size=64)  # warm-up: kernels, autocast caches
+    for bs in (32, 256):
+        sync()
+        t0 = time.perf_counter()
+        vec = gpu.encode(texts, batch_size=bs)
+        sync()
+        fig[f"sentences_per_s_batch{bs}"] = round(len(texts) / (time.perf_counter() - t0), 1)
+    lat = []
+    for i in range(220):
+        t0 = time.perf_counter()
+        gpu.encode([texts[i]], batch_size=1)
+        sync()
+        lat.append(time.perf_counter() - t0)
+    lat_ms = np.array(lat[20:]) * 1000
+    fig["p50_ms_batch1"] = round(float(np.percentile(lat_ms, 50)), 2)
+    fig["p95_ms_batch1"] = round(float(np.percentile(lat_ms, 95)), 2)
+    os.environ["QKV_NO_BF16"] = "1"  # the reference in fp32
+    ref = cpu.encode(texts[:1024], batch_size=64)
+    fig["min_cosine_to_cpu_fp32"] = round(float((vec[:1024] * ref).sum(axis=1).min()), 5)
+    line = json.dumps(fig)
+    print(line)
+    if args.out:
+        with open(args.out, "a", encoding="utf-8") as f:
+            f.write(line + "\n")
+
+
+if __name__ == "__main__":
+    main()
