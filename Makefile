@@ -9,7 +9,7 @@ STAMP := $(VENV)/.installed
 TORCH := torch==2.13.0
 DATA ?= ../shared/data
 
-.PHONY: venv browser test lint typecheck run stack stack-down bench clean
+.PHONY: venv browser test lint typecheck run stack stack-down bench train clean
 PORT ?= 8000
 MILVUS_PORT ?= 19530
 
@@ -70,6 +70,12 @@ stack-down:
 bench: $(STAMP)
 	$(PIP) install -q -e '.[bench]'
 	$(PY) bench/encode_speed.py --data $(DATA)
+
+# Encoder v3 from the shared data alone (models/train-encoder-v3.sh: dev collections, bundle,
+# network, token bag; rerunning resumes). On a CPU the network takes many hours; on one
+# H200 5.6 min. The result lands in var/train-v3/runs/v3.
+train: $(STAMP)
+	DATA=$(DATA) PY=$(PY) SEED=$${SEED:-1} bash models/train-encoder-v3.sh
 
 clean:
 	rm -rf $(VENV) var .pytest_cache .mypy_cache .ruff_cache

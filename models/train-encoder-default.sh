@@ -11,6 +11,7 @@ set -euo pipefail
 PAIRS=${PAIRS:-.gpu/bundle}
 OUT=${OUT:-runs}
 STEPS=${STEPS:-3600}
+STOP_AFTER=${STOP_AFTER:-}  # end at this step of the STEPS schedule (the network is then NAME/last)
 SEED=${SEED:-0}
 PY=${PY:-python3}
 mkdir -p "$OUT"
@@ -27,7 +28,7 @@ for run in "$@"; do
     --out "$OUT/$name" --steps "$STEPS" --batch-size 1024 --lr 1e-3 --warmup-steps 300 \
     --max-query-tokens 64 --max-doc-tokens 192 --mine-at 0.3 --mine-every 700 \
     --mine-pairs 50000 --lexical-share "$share" --matryoshka 32,64,128 \
-    --checkpoint-every 500 --seed "$SEED" --name qkv-encoder-default > "$OUT/$name.log" 2>&1 &
+    --checkpoint-every 500 --seed "$SEED" ${STOP_AFTER:+--stop-after "$STOP_AFTER"} --name qkv-encoder-default > "$OUT/$name.log" 2>&1 &
   pids+=($!)
 done
 status=0

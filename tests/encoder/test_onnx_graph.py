@@ -86,15 +86,20 @@ def test_order_weights_and_batches(fast: encoder.TextEncoder) -> None:
     assert fast.encode([]).shape == (0, fast.dim)
 
 
-def test_the_paraphrase_is_still_the_nearest(fast: encoder.TextEncoder) -> None:
+def test_int8_ranks_the_documents_as_the_torch_network_does(fast: encoder.TextEncoder) -> None:
+    """The int8 graph keeps the network's ranking (how good that ranking is, is the shipped
+    model's test: v3 misses "profits beat forecasts", which shares no word with its
+    document, on both backends)."""
     docs = ["Aspirin inhibits platelet aggregation and lowers the risk of heart attack.",
             "The airfoil's lift coefficient rises with angle of attack until stall.",
             "Quarterly earnings of the company exceeded analysts' expectations.",
             "Mutations in the BRCA1 gene raise the risk of breast cancer."]
     queries = ["aspirin reduces myocardial infarction risk", "wing lift and stall angle",
                "profits beat forecasts", "BRCA1 variants and breast cancer"]
-    top = (fast.encode(queries) @ fast.encode(docs).T).argmax(axis=1)
-    assert (top == np.arange(4)).all()
+    ref = encoder.load(MODEL, device="cpu", backend="torch")
+    want = np.argsort(-(ref.encode(queries) @ ref.encode(docs).T), axis=1)
+    got = np.argsort(-(fast.encode(queries) @ fast.encode(docs).T), axis=1)
+    assert (got[:, 0] == want[:, 0]).all() and (got[:, 0] == np.arange(4)).sum() >= 3
 
 
 def test_tiny_encoder_runs_on_onnx_too(tiny_encoder_dir: Path) -> None:
