@@ -26,6 +26,7 @@ import numpy as np
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "bench"))
 
 
 def sentences(n: int) -> list[str]:
@@ -43,6 +44,8 @@ def main() -> None:
     ap.add_argument("--model", type=Path, default=ROOT / "models/encoder-default")
     ap.add_argument("--n", type=int, default=4096)
     ap.add_argument("--out", type=Path)
+    ap.add_argument("--record", action="store_true",
+                    help="also append the figures to bench/results/encode_gpu.jsonl")
     ap.add_argument("--device", default="cuda", help="cpu runs the same steps (a smoke test)")
     args = ap.parse_args()
 
@@ -88,6 +91,11 @@ def main() -> None:
     if args.out:
         with open(args.out, "a", encoding="utf-8") as f:
             f.write(line + "\n")
+    if args.record:  # where the checkout is (the GPU machine's $OUT files come back instead)
+        from machine import record
+
+        record("encode_gpu", "python bench/encode_gpu.py " + " ".join(sys.argv[1:]), fig,
+               machine={"gpu": fig["device"], "torch": fig["torch"]})
 
 
 if __name__ == "__main__":

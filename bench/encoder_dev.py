@@ -206,6 +206,10 @@ def main() -> None:
             + ([f"--idf-texts {args.idf_texts}"] if args.idf_texts else [])
             + ([f"--collections {args.collections}"] if extra else [])
             + [str(m) for m in args.models])
+        from machine import record
+
+        for r in rows:
+            record("encoder_dev", cmd, dict(r))
         with open(ROOT / "bench/RESULTS.md", "a", encoding="utf-8") as f:
             f.write(f"\n## Encoder dev scores ({time.strftime('%Y-%m-%d')})\n\n`{cmd}`: "
                     "dense nDCG@10 (and ×BM25), Spearman; dev sets carved from training "
