@@ -8,7 +8,7 @@
 #      "Encoder v3"; 4.7 min on one H200). The same command runs on the CPU, far slower;
 #      rerunning resumes from OUT/v3/last
 #   4. the token bag: its idf over the bundle's texts, then its table trained with the network
-#      frozen (12 min, 2 cores)
+#      frozen (12 min, 2 cores); then stored at fp16 + 8-bit tables as shipped
 # DATA: the shared data; WORK: where the bundle, dev sets and run go; SEED: the run's seed.
 set -euo pipefail
 DATA=${DATA:-../shared/data}
@@ -37,6 +37,8 @@ if ! grep -q '"trained"' "$WORK/runs/v3/config.json"; then
   $PY -m cli token-bag --model "$WORK/runs/v3" --texts "$WORK/bundle/texts.jsonl.xz" --weight 0.5
   $PY -m cli token-bag --model "$WORK/runs/v3" --pairs "$WORK/bundle" --steps 500 \
     --batch-size 512
+  # stored as shipped: fp16 tensors, 8-bit embedding tables (the token bag's table too)
+  $PY models/store_precision.py --precision fp16+q8 "$WORK/runs/v3"
 fi
 echo "trained: $WORK/runs/v3 (score it: python bench/encoder_dev.py --data $DATA --public" \
   "--collections ${SETS// /,},jargon $WORK/runs/v3)"
