@@ -11,7 +11,8 @@ set -euo pipefail
 PAIRS=${PAIRS:-.gpu/bundle}
 OUT=${OUT:-runs}
 STEPS=${STEPS:-3600}
-STOP_AFTER=${STOP_AFTER:-}  # end at this step of the STEPS schedule (the network is then NAME/last)
+STOP_AFTER=${STOP_AFTER:-}  # end at this step of the STEPS schedule (the network is then NAME/last);
+# a rerun that resumes goes on to the same step, not STOP_AFTER steps further
 SEED=${SEED:-0}
 PY=${PY:-python3}
 mkdir -p "$OUT"
@@ -24,11 +25,21 @@ pids=()
 trap 'kill "${pids[@]}" ${SMI:-} 2>/dev/null; exit 124' TERM INT
 for run in "$@"; do
   name=${run%%:*}; share=${run#*:}
+  stop=()
+  if [ -n "$STOP_AFTER" ]; then  # --stop-after counts from where this process starts
+    state="$OUT/$name/last/trainer_state.json"
+    done_steps=0
+    if [ -f "$state" ]; then
+      done_steps=$($PY -c 'import json, sys; print(json.load(open(sys.argv[1]))["step"])' "$state")
+    fi
+    if [ "$done_steps" -ge "$STOP_AFTER" ]; then echo "$name: at step $done_steps already"; continue; fi
+    stop=(--stop-after "$((STOP_AFTER - done_steps))")
+  fi
   PYTHONUNBUFFERED=1 TOKENIZERS_PARALLELISM=true $PY -m cli train-encoder --data "$PAIRS" \
     --out "$OUT/$name" --steps "$STEPS" --batch-size 1024 --lr 1e-3 --warmup-steps 300 \
     --max-query-tokens 64 --max-doc-tokens 192 --mine-at 0.3 --mine-every 700 \
     --mine-pairs 50000 --lexical-share "$share" --matryoshka 32,64,128 \
-    --checkpoint-every 500 --seed "$SEED" ${STOP_AFTER:+--stop-after "$STOP_AFTER"} --name qkv-encoder-default > "$OUT/$name.log" 2>&1 &
+    --checkpoint-every 500 --seed "$SEED" "${stop[@]}" --name qkv-encoder-default > "$OUT/$name.log" 2>&1 &
   pids+=($!)
 done
 status=0
