@@ -33,24 +33,22 @@ folders stay under ``var/`` and are never committed.
 from __future__ import annotations
 
 import argparse
-import gzip
 import hashlib
-import json
 import random
 import sys
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from encoder.devsets import _write  # noqa: E402
+from encoder.technical import cut_definition  # noqa: E402
+from encoder.technical import rows as _rows  # noqa: E402
 from index.beir import load_beir  # noqa: E402
 
 MAX_QUERIES = 300
 MAX_DOCS = 6000
-DEF_CHARS = 1500
 
 Carved = tuple[list[dict[str, str]], dict[str, str], list[tuple[str, str]]]
 Pair = tuple[str, str, str]  # (query text, doc id or "" for a hash of the text, doc text)
@@ -63,10 +61,6 @@ def _norm(text: str) -> str:
 def _hash(prefix: str, text: str) -> str:
     return prefix + hashlib.sha256(text.encode()).hexdigest()[:12]
 
-
-def _rows(data: Path, folder: str) -> Iterator[dict[str, Any]]:
-    with gzip.open(data / folder / "pairs.jsonl.gz", "rt", encoding="utf-8") as f:
-        yield from map(json.loads, f)
 
 
 def _carve(pairs: Iterable[Pair], extra: Iterable[tuple[str, str]] = ()) -> Carved:
@@ -131,8 +125,7 @@ def _definitions(data: Path, folder: str) -> Carved:
     for row in _rows(data, folder):
         text = _norm(row["definition"])
         if len(text.split()) >= 8:
-            if len(text) > DEF_CHARS:
-                text = text[:DEF_CHARS].rsplit(" ", 1)[0]
+            text = cut_definition(text)
             pairs.append((row["term"], "", text))
     return _carve(pairs)
 

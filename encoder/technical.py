@@ -17,8 +17,11 @@ over the same passages (``lex-technical``).
 
 Hold-out: every text of the dev queries and of their judged documents in the folders given
 (``bench/devcollections.py`` writes them; BEIR layout, split ``dev``) is left out of every
-source here, so the dev collections stay unseen. The Jargon File is never read (it stays an
-unseen keyword-style collection).
+source here, so the dev collections stay unseen. The Jargon File is never read, but FOLDOC
+took in much of it: most Jargon dev queries are FOLDOC terms with near-identical
+definitions, so hold it out too (``--hold-out .../jargon``) where it must stay unseen.
+:func:`rows` and :func:`cut_definition` are shared with ``bench/devcollections.py``, so a
+dev text and its training twin are cut alike and the hold-out finds it.
 """
 
 from __future__ import annotations
@@ -62,56 +65,58 @@ def held_out(folders: list[Path]) -> set[str]:
     return out
 
 
-def _rows(data: Path, folder: str) -> Iterator[dict[str, Any]]:
+def rows(data: Path, folder: str) -> Iterator[dict[str, Any]]:
+    """The JSON rows of ``DATA/FOLDER/pairs.jsonl.gz``."""
     with gzip.open(data / folder / "pairs.jsonl.gz", "rt", encoding="utf-8") as f:
         yield from map(json.loads, f)
 
 
-def _definition(text: str) -> str:
+def cut_definition(text: str) -> str:
+    """A definition with its whitespace collapsed, cut at a word before ``DEF_CHARS``."""
     text = " ".join(text.split())
     return text[:DEF_CHARS].rsplit(" ", 1)[0] if len(text) > DEF_CHARS else text
 
 
 def parasci(data: Path) -> list[Pair]:
-    return [(r["text1"], r["text2"]) for r in _rows(data, "pairs/parasci")
+    return [(r["text1"], r["text2"]) for r in rows(data, "pairs/parasci")
             if r["subset"] == "acl" and r["split"] == "train"]
 
 
 def scitldr(data: Path) -> list[Pair]:
-    return [(r["summary"], r["abstract"]) for r in _rows(data, "pairs/scitldr")
+    return [(r["summary"], r["abstract"]) for r in rows(data, "pairs/scitldr")
             if r["split"] == "train"]
 
 
 def twitter(data: Path) -> list[Pair]:
-    return [(r["text1"], r["text2"]) for r in _rows(data, "pairs/twitter-url")
+    return [(r["text1"], r["text2"]) for r in rows(data, "pairs/twitter-url")
             if r["split"] == "train" and int(r["label"]) == 1]
 
 
 def wikisplit(data: Path) -> list[Pair]:
-    return [(r["complex"], r["simple"]) for r in _rows(data, "pairs/wiki-split")
+    return [(r["complex"], r["simple"]) for r in rows(data, "pairs/wiki-split")
             if "tune" in str(r.get("file", ""))]
 
 
 def wikiqa(data: Path) -> list[Pair]:
-    return [(r["question"], r["answer"]) for r in _rows(data, "qa/wikiqa")
+    return [(r["question"], r["answer"]) for r in rows(data, "qa/wikiqa")
             if r["split"] == "train"]
 
 
 def bible(data: Path) -> list[Pair]:
-    return [(r["kjv"], r["web"]) for r in _rows(data, "pairs/bible-kjv-web")]
+    return [(r["kjv"], r["web"]) for r in rows(data, "pairs/bible-kjv-web")]
 
 
 def tldr_pages(data: Path) -> list[Pair]:
-    return [(r["example"], r["query"]) for r in _rows(data, "pairs/tldr-pages")
+    return [(r["example"], r["query"]) for r in rows(data, "pairs/tldr-pages")
             if r["example"].strip()]
 
 
 def manpages(data: Path) -> list[Pair]:
-    return [(r["summary"], r["description"]) for r in _rows(data, "pairs/manpages")]
+    return [(r["summary"], r["description"]) for r in rows(data, "pairs/manpages")]
 
 
 def foldoc(data: Path) -> list[Pair]:
-    return [(r["term"], _definition(r["definition"])) for r in _rows(data, "defs/foldoc")
+    return [(r["term"], cut_definition(r["definition"])) for r in rows(data, "defs/foldoc")
             if len(r["definition"].split()) >= 4]
 
 
@@ -161,7 +166,7 @@ def technical_sources(data: str | Path, seed: int = 0, hold_out: list[Path] | No
 
         pages = by_name["tldr-pages"].pairs if "tldr-pages" in by_name else []
         pool = chunks(passages + [d for _, d in pages], MAX_WORDS)
-        triples = bm25_triples(list(dict.fromkeys(pool)), 40_000, seed=seed + 40)
+        triples = bm25_triples(pool, 40_000, seed=seed + 40)  # it drops duplicates
         if triples:
             sources.append(PairSource("lex-technical", [(q, p) for q, p, _ in triples], 0.08,
                                       True, [n for _, _, n in triples]))
