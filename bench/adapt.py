@@ -11,7 +11,7 @@ nDCG@10 of dense and (calibrated) hybrid before and after, each × bm25s; the jo
 wall time and what its label-free check measured (probe MRR@10 of the base and adapted
 encoders and BM25 on held-back documents); searches that failed during the job; and the
 adapted encoder's STS-B dev Spearman against the base's (forgetting). Prints a markdown
-section and appends it to bench/RESULTS.md.
+section and records it with the figures, a row per set (``bench/machine.py``).
 """
 
 from __future__ import annotations
@@ -31,9 +31,8 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
 from api_load import VAR, Server  # noqa: E402
-from machine import stamp  # noqa: E402
+from machine import add_results_arg, record, stamp  # noqa: E402
 from search_path import bm25s_run, tuned  # noqa: E402
-from workload import append_results  # noqa: E402
 
 from index.beir import load_beir, score_run  # noqa: E402
 
@@ -71,7 +70,7 @@ def main() -> None:
     ap.add_argument("--lexical-share", type=float, default=None,
                     help="The BM25-imitation pairs' share of the adaptation's batches "
                     "(default encoder.domain.LEXICAL_SHARE).")
-    ap.add_argument("--results", type=Path, default=ROOT / "bench/RESULTS.md")
+    add_results_arg(ap)
     args = ap.parse_args()
     db = VAR / "adapt-bench" / "qkv.db"
     shutil.rmtree(db.parent, ignore_errors=True)
@@ -147,7 +146,21 @@ def main() -> None:
             f"{b['hybrid'] / bm:.3f} → {a['hybrid'] / bm:.3f} × | {phase} | {secs:.0f} s | "
             f"{rep.get('probe_base')} → {rep.get('probe_adapted')} ({rep.get('probe_bm25')}) | "
             f"{rep.get('steps')} | {f} of {n} | {st if st is None else round(st, 4)} |")
-    append_results("\n".join(lines), args.results)
+    section = "\n".join(lines)
+    print(section)
+    for i, (name, nd, nq, bm, b, a, phase, secs, rep, f, n, st) in enumerate(rows):
+        record("adapt", argv, {
+            "set": name, "job": phase, "dense_before_x_bm25s": round(b["dense"] / bm, 3),
+            "dense_after_x_bm25s": round(a["dense"] / bm, 3),
+            "hybrid_before_x_bm25s": round(b["hybrid"] / bm, 3),
+            "hybrid_after_x_bm25s": round(a["hybrid"] / bm, 3),
+            "probe_mrr10_base": rep.get("probe_base"),
+            "probe_mrr10_adapted": rep.get("probe_adapted"),
+            "probe_mrr10_bm25": rep.get("probe_bm25"), "steps": rep.get("steps"),
+            "wall_s": round(secs), "docs": nd, "queries": nq, "failed_searches": f,
+            "searches": n, "sts_b_dev_spearman": st if st is None else round(st, 4),
+            "base_sts_b_dev_spearman": round(base_sts, 4)},
+            section=section, results=args.results, regenerate=i == len(rows) - 1)
 
 
 if __name__ == "__main__":

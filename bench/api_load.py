@@ -19,7 +19,8 @@ different pre-serialised body (a Lua script cycles through them), for ``--second
 short warm-up. wrk reports requests/s, latency percentiles and errors (socket errors and
 non-2xx answers); the server's RSS is sampled, its CPU time, wrk's CPU time and the
 server's ``/metrics`` (encoder batches and encoder time) read before and after, to show
-where the time goes. Prints a markdown section and appends it to bench/RESULTS.md.
+where the time goes. Prints a markdown section and records it with the figures
+(``bench/machine.py``: bench/results/api_load.jsonl, and the pages made from it).
 """
 
 from __future__ import annotations
@@ -40,10 +41,10 @@ from pathlib import Path
 import httpx
 import orjson
 import psutil
+from machine import add_results_arg, record
 from workload import (
     ROOT,
     RssSampler,
-    append_results,
     free_port,
     milvus_server,
     real_texts,
@@ -237,7 +238,7 @@ def main() -> None:
     ap.add_argument("--clients", type=int, default=32)
     ap.add_argument("--model", default="models/encoder-default")
     ap.add_argument("--search-store", choices=("lite", "server", "both", "none"), default="both")
-    ap.add_argument("--results", type=Path, default=ROOT / "bench/RESULTS.md")
+    add_results_arg(ap)
     ap.add_argument("--child", choices=("offline",), help=argparse.SUPPRESS)
     ap.add_argument("--texts", type=Path, help=argparse.SUPPRESS)
     args = ap.parse_args()
@@ -307,7 +308,33 @@ def main() -> None:
             finally:
                 server.stop()
         shutil.rmtree(server_dir, ignore_errors=True)
-    append_results(report(args, argv, offline, loads), args.results)
+    section = report(args, argv, offline, loads)
+    print(section)
+    record("api_load", argv, figures(offline, loads), section=section, results=args.results)
+
+
+SHORT = {"embeddings": "embeddings", "HTTP only: GET /v1/models": "http_only",
+         "embeddings, batching off": "batching_off",
+         "embeddings, encoder threads spin-wait": "spin_wait",
+         "search, Milvus Lite": "search_lite", "search, Milvus 2.3.5 server": "search_server"}
+
+
+def figures(offline: dict, loads: dict[str, Load]) -> dict[str, object]:
+    """The headline figures of :func:`report`, rounded as it prints them."""
+    out: dict[str, object] = {"offline_sentences_per_s": round(offline["sentences_s"])}
+    on, off = loads.get("embeddings"), loads.get("embeddings, batching off")
+    spin = loads.get("embeddings, encoder threads spin-wait")
+    if on and off:
+        out["embeddings_x_offline"] = round(on.rps / offline["sentences_s"], 2)
+        out["embeddings_x_batching_off"] = round(on.rps / off.rps, 1)
+    if on and spin:
+        out["sleeping_x_spinning"] = round(on.rps / spin.rps, 2)
+    out["peak_rss_mb"] = round(max((ld.peak_rss_mb for ld in loads.values()), default=0))
+    for name, ld in loads.items():
+        key = SHORT.get(name, name)
+        out |= {f"{key}_req_per_s": round(ld.rps), f"{key}_p50_ms": round(ld.p50, 1),
+                f"{key}_p99_ms": round(ld.p99, 1), f"{key}_errors": sum(ld.errors.values())}
+    return out
 
 
 def report(args: argparse.Namespace, argv: str, offline: dict, loads: dict[str, Load]) -> str:

@@ -18,7 +18,7 @@ The mapping from signals to weight (:class:`index.calibration.Mapping`) is fitte
 collections and checked leave-one-out (fitted without a collection, scored on it): the
 mapping chosen maximises the worst collection's hybrid × BM25, then the mean. SciFact's test
 queries are held out. ``--write`` stores the mapping in the encoder's ``retrieval.json``.
-Prints a markdown section and appends it to bench/RESULTS.md.
+Prints a markdown section and records it with the summary figures (``bench/machine.py``).
 """
 
 from __future__ import annotations
@@ -38,7 +38,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
-from machine import stamp  # noqa: E402
+from machine import add_results_arg, record, stamp  # noqa: E402
 
 from index.beir import load_beir, score_run  # noqa: E402
 from index.bm25 import BM25Index  # noqa: E402
@@ -206,7 +206,7 @@ def main() -> None:
     ap.add_argument("--cache", type=Path, default=ROOT / "var/calibration")
     ap.add_argument("--again", action="store_true", help="Recompute cached collections.")
     ap.add_argument("--write", action="store_true", help="Store the mapping with the model.")
-    ap.add_argument("--results", type=Path, default=ROOT / "bench/RESULTS.md")
+    add_results_arg(ap)
     args = ap.parse_args()
     args.cache.mkdir(parents=True, exist_ok=True)
     table = collect(args)
@@ -215,10 +215,9 @@ def main() -> None:
     default_w = json.loads((args.model / RETRIEVAL_FILE).read_text())["dense_weight"]
     mapping, _, _ = fit(dev, default_w)
     loo = {n: fit({m: r for m, r in dev.items() if m != n}, default_w)[0] for n in dev}
+    argv = shlex.join(["python", "bench/calibration.py", *sys.argv[1:]])
     lines = [f"\n## Per-collection hybrid calibration ({args.model.name}, "
-             f"{time.strftime('%Y-%m-%d')})", "",
-             f"`{shlex.join(['python', 'bench/calibration.py', *sys.argv[1:]])}` "
-             f"({stamp()})", "",
+             f"{time.strftime('%Y-%m-%d')})", "", f"`{argv}` ({stamp()})", "",
              "nDCG@10 × BM25 on each collection's judged queries (exact dense and BM25, 100 "
              "deep, fused as the stores fuse). Signals: the label-free pseudo-query figures "
              "(`index.calibration.measure`: dense and BM25 gain at 10, their ratio), and the "
@@ -278,11 +277,18 @@ def main() -> None:
     lines += [""]
     text = "\n".join(lines) + "\n"
     print(text)
-    with open(args.results, "a") as f:
-        f.write(text)
+    held_x = {n: round(interp(r, mapping.weight(r["signals"])), 3) for n, r in held.items()}
     if held:
-        print("held out:", {n: round(interp(r, mapping.weight(r["signals"])), 3)
-                            for n, r in held.items()})
+        print("held out:", held_x)
+    fig: dict[str, Any] = {"model": args.model.name, "dev_collections": len(dev),
+                           "default_weight": default_w}
+    for k in ("default", "loo", "fit", "best"):
+        fig |= {f"{k}_worst_x_bm25": round(min(stats[k]), 3),
+                f"{k}_mean_x_bm25": round(float(np.mean(stats[k])), 3)}
+    fig |= {"loo_vs_default_worst": round(min(stats["loo_vs_default"]), 3),
+            "fit_vs_default_worst": round(min(stats["fit_vs_default"]), 3),
+            "mapping": str(mapping)} | {f"{n}_held_out_x_bm25": x for n, x in held_x.items()}
+    record("calibration", argv, fig, section=text, results=args.results)
     if args.write:
         path = args.model / RETRIEVAL_FILE
         cfg = json.loads(path.read_text())

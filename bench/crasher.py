@@ -2,14 +2,15 @@
 each restart that every acknowledged document is there (Qdrant's crasher test, on qkv).
 
 Usage: python bench/crasher.py [--store lite|faiss] [--cycles 50] [--writers 4]
-       [--model DIR] [--results FILE]
+       [--model DIR] [--results DIR]
 
 ``qkv serve`` runs on a fresh store; ``--writers`` threads upsert batches of new ids over
 HTTP and record each batch the server acknowledged (200). Every 1-3 s (random) the server
 is killed with SIGKILL and started again; then the collection's count must be at least the
 acknowledged total, and every id acknowledged in the last second before the kill, plus 100
-others at random, must read back (GET). Prints a line per cycle and a markdown section
-appended to bench/RESULTS.md. ``tests/api/test_crasher.py`` runs a few cycles of it.
+others at random, must read back (GET). Prints a line per cycle and a markdown section,
+recorded with the figures (``bench/machine.py``). ``tests/api/test_crasher.py`` runs a few
+cycles of it.
 """
 
 from __future__ import annotations
@@ -140,25 +141,31 @@ def main() -> None:
     ap.add_argument("--cycles", type=int, default=50)
     ap.add_argument("--writers", type=int, default=4)
     ap.add_argument("--model", default="models/encoder-default")
-    ap.add_argument("--results", type=Path, default=ROOT / "bench/RESULTS.md")
-    args = ap.parse_args()
     sys.path.insert(0, str(ROOT / "bench"))
-    from machine import stamp
-    from workload import append_results
+    from machine import add_results_arg, record, stamp
 
+    add_results_arg(ap)
+    args = ap.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         store = str(Path(tmp) / "lite.db") if args.store == "lite" else f"faiss://{tmp}/f"
         t0 = time.perf_counter()
         c = run(store, args.model, args.cycles, args.writers, Path(tmp))
         seconds = time.perf_counter() - t0
-    append_results("\n".join([
-        f"## Crasher: kill -9 under writers ({stamp()})", "",
-        f"`{shlex.join(['python', *sys.argv])}`", "",
+    command = shlex.join(["python", *sys.argv])
+    section = "\n".join([
+        f"## Crasher: kill -9 under writers ({stamp()})", "", f"`{command}`", "",
         f"{args.store}: {c.cycles} kill -9 cycles in {seconds:.0f} s, {args.writers} writers, "
         f"{len(c.acked):,} documents acknowledged, {c.checked:,} read back after restarts: "
         f"**{len(c.lost)} lost**, {len(c.transient)} unreadable right after a restart and "
         f"readable 1 s later, {len(c.short_counts)} counts below the acknowledged total. "
-        f"Answers: {dict(sorted(c.statuses.items()))}."]), args.results)
+        f"Answers: {dict(sorted(c.statuses.items()))}."])
+    print(section)
+    record("crasher", command, {
+        "store": args.store, "lost": len(c.lost), "transient": len(c.transient),
+        "counts_short": len(c.short_counts), "cycles": c.cycles, "seconds": round(seconds),
+        "writers": args.writers, "acknowledged": len(c.acked), "read_back": c.checked,
+        "answers": {str(k): v for k, v in sorted(c.statuses.items())}},
+        section=section, results=args.results)
 
 
 if __name__ == "__main__":

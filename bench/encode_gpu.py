@@ -45,8 +45,11 @@ def main() -> None:
     ap.add_argument("--n", type=int, default=4096)
     ap.add_argument("--out", type=Path)
     ap.add_argument("--record", action="store_true",
-                    help="also append the figures to bench/results/encode_gpu.jsonl")
+                    help="also record the figures (bench/results/encode_gpu.jsonl)")
     ap.add_argument("--device", default="cuda", help="cpu runs the same steps (a smoke test)")
+    from machine import add_results_arg, record
+
+    add_results_arg(ap)
     args = ap.parse_args()
 
     import torch
@@ -92,10 +95,8 @@ def main() -> None:
         with open(args.out, "a", encoding="utf-8") as f:
             f.write(line + "\n")
     if args.record:  # where the checkout is (the GPU machine's $OUT files come back instead)
-        from machine import record
-
         record("encode_gpu", "python bench/encode_gpu.py " + " ".join(sys.argv[1:]), fig,
-               machine={"gpu": fig["device"], "torch": fig["torch"]})
+               machine={"gpu": fig["device"], "torch": fig["torch"]}, results=args.results)
 
 
 if __name__ == "__main__":

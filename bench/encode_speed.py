@@ -7,7 +7,7 @@ the data directory), encodes them with each model (ours: batch 64, length-bucket
 each backend: ``onnx``, the int8 ONNX Runtime graph that ``encoder.load`` picks on a CPU,
 and ``torch``, bf16 where the CPU has it; MiniLM: sentence-transformers, batch 32, default
 settings), and prints sentences/s, the ratios, peak RSS and the cosine of our int8 vectors
-to our torch ones. Appends the figures to bench/RESULTS.md. The machine is shared and its
+to our torch ones; records them (``bench/machine.py``). The machine is shared and its
 speed drifts by minutes (the same code measured 856 and 1,343 sentences/s ten minutes
 apart), so the models take turns: ``--rounds`` rounds, each one timed pass of every model
 in its own subprocess (so peak RSS is per model), the order rotating; a model's figure is
@@ -112,6 +112,10 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=ROUNDS)
     ap.add_argument("--child", default=None)
     ap.add_argument("--texts", default=None)
+    sys.path.insert(0, str(ROOT / "bench"))
+    from machine import add_results_arg, record
+
+    add_results_arg(ap)
     args = ap.parse_args()
     if args.child:
         child(args.child, args.texts, args.model)
@@ -156,10 +160,9 @@ def main() -> None:
         "| model | sentences/s | × MiniLM | peak RSS (MB) |",
         "|---|---|---|---|",
     ]
+    precision = "bf16" if cpu_has_bf16() and not os.environ.get("QKV_NO_BF16") else "fp32"
     names = {"onnx": "qkv encoder-default, onnx int8 (batch 64; the default on a CPU)",
-             "torch": "qkv encoder-default, torch " + ("bf16" if cpu_has_bf16()
-                                                      and not os.environ.get("QKV_NO_BF16")
-                                                      else "fp32") + " (batch 64)",
+             "torch": f"qkv encoder-default, torch {precision} (batch 64)",
              "minilm": "all-MiniLM-L6-v2 (sentence-transformers, batch 32)"}
     for which, name in names.items():
         lines.append(f"| {name} | {res[which]['per_s']:.0f} | "
@@ -174,8 +177,21 @@ def main() -> None:
         "",
     ]
     print("\n".join(lines))
-    with open(ROOT / "bench/RESULTS.md", "a") as f:
-        f.write("\n".join(lines) + "\n")
+    per_s = {w: res[w]["per_s"] for w in models}
+    record("encode_speed", command, {
+        "onnx_sentences_per_s": round(per_s["onnx"]),
+        "onnx_x_minilm": round(per_s["onnx"] / per_s["minilm"], 1),
+        "onnx_x_torch": round(per_s["onnx"] / per_s["torch"], 2),
+        "torch_sentences_per_s": round(per_s["torch"]),
+        "torch_x_minilm": round(per_s["torch"] / per_s["minilm"], 1),
+        "minilm_sentences_per_s": round(per_s["minilm"]),
+        "onnx_x_minilm_median_round": round(sorted(per_round)[len(per_round) // 2], 1),
+        "onnx_x_minilm_rounds": [round(x, 1) for x in per_round],
+        "cosine_onnx_torch_min": round(float(cos.min()), 4),
+        "cosine_onnx_torch_mean": round(float(cos.mean()), 5), "torch_precision": precision,
+        **{f"{w}_peak_rss_mb": round(res[w]["peak_rss_mb"]) for w in models},
+        "sentences": len(texts), "mean_words": round(words, 1), "cpu_kind": cpu_kind()},
+        section="\n".join(lines), results=args.results)
 
 
 if __name__ == "__main__":

@@ -15,7 +15,7 @@ on the carved ``scifact-dev`` and ``medquad-dev`` (``encoder.devsets``, written 
 ``--backends`` scores each model on each encoder backend (``torch``: the network in fp32,
 or bf16 where the CPU has it unless ``QKV_NO_BF16=1``; ``onnx``: the int8 ONNX Runtime
 graph, ``encoder.onnx_graph``); by default the one ``encoder.load`` picks.
-``--write`` appends the table to bench/RESULTS.md.
+``--write`` records a row per model and size (``bench/machine.py``) with the table.
 """
 
 from __future__ import annotations
@@ -135,6 +135,9 @@ def main() -> None:
                          "them")
     ap.add_argument("--write", action="store_true")
     ap.add_argument("models", type=Path, nargs="+")
+    from machine import add_results_arg, record  # bench/, beside this script
+
+    add_results_arg(ap)
     args = ap.parse_args()
 
     from encoder.devsets import write_dev_sets
@@ -206,15 +209,16 @@ def main() -> None:
             + ([f"--idf-texts {args.idf_texts}"] if args.idf_texts else [])
             + ([f"--collections {args.collections}"] if extra else [])
             + [str(m) for m in args.models])
-        from machine import record
-
-        for r in rows:
-            record("encoder_dev", cmd, dict(r))
-        with open(ROOT / "bench/RESULTS.md", "a", encoding="utf-8") as f:
-            f.write(f"\n## Encoder dev scores ({time.strftime('%Y-%m-%d')})\n\n`{cmd}`: "
-                    "dense nDCG@10 (and ×BM25), Spearman; dev sets carved from training "
-                    "sources (encoder/devsets.py), the chosen-on figure is `dev mean "
-                    f"×BM25`.\n\n{table}\n")
+        section = (f"## Encoder dev scores ({time.strftime('%Y-%m-%d')})\n\n`{cmd}`: dense "
+                   "nDCG@10 (and ×BM25), Spearman; dev sets carved from training sources "
+                   "(encoder/devsets.py), the chosen-on figure is `dev mean ×BM25`.\n\n"
+                   + table)
+        head = ("model", "dim", "dev mean ×BM25", "collections mean ×BM25")
+        for i, r in enumerate(rows):
+            fig = {k: r[k] for k in head if k in r} | {
+                k: round(v, 4) if isinstance(v, float) else v for k, v in r.items()}
+            record("encoder_dev", cmd, fig, section=section, results=args.results,
+                   regenerate=i == len(rows) - 1)
 
 
 if __name__ == "__main__":

@@ -9,7 +9,8 @@ wrk runs of ``POST /v1/embeddings`` (one sentence a request, real texts): A, eve
 for the default encoder; B, requests cycling over the three encoders (each has its own
 batcher, so a batch holds one encoder's texts); A again (the machine drifts). Reported:
 requests/s of B against the mean of the two A runs, and the server's RSS with one encoder
-loaded against three, next to what the two extra encoders' weights take in memory.
+loaded against three, next to what the two extra encoders' weights take in memory. Prints a
+markdown section and records it with the figures (``bench/machine.py``).
 """
 
 from __future__ import annotations
@@ -27,8 +28,8 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
 from api_load import VAR, Server, run_load  # noqa: E402
-from machine import stamp  # noqa: E402
-from workload import append_results, real_texts  # noqa: E402
+from machine import add_results_arg, record, stamp  # noqa: E402
+from workload import real_texts  # noqa: E402
 
 
 def derive(model: Path, root: Path, name: str) -> int:
@@ -60,7 +61,7 @@ def main() -> None:
     ap.add_argument("--model", default="models/encoder-default")
     ap.add_argument("--seconds", type=float, default=20.0)
     ap.add_argument("--clients", type=int, default=16)
-    ap.add_argument("--results", type=Path, default=ROOT / "bench/RESULTS.md")
+    add_results_arg(ap)
     args = ap.parse_args()
     home = VAR / "encoders-load"
     shutil.rmtree(home, ignore_errors=True)
@@ -83,8 +84,8 @@ def main() -> None:
         server.stop()
     base = (a1.rps + a2.rps) / 2
     extra = weights / 2**20
-    lines = [f"## Three encoders in one service ({stamp()})", "",
-             f"`{shlex.join(['python', 'bench/encoders_load.py', *sys.argv[1:]])}`", "",
+    command = shlex.join(["python", "bench/encoders_load.py", *sys.argv[1:]])
+    lines = [f"## Three encoders in one service ({stamp()})", "", f"`{command}`", "",
              f"`POST /v1/embeddings`, one sentence a request, {args.clients} wrk connections, "
              f"{args.seconds:.0f} s each.", "",
              "| run | requests/s | p50 ms | p99 ms | errors |", "|---|---|---|---|---|"]
@@ -95,7 +96,17 @@ def main() -> None:
               f"the runs before and after). RSS with one loaded {rss_one:.0f} MB, with three "
               f"{rss_three:.0f} MB: **{rss_three / (rss_one + extra):.3f} ×** one plus the two "
               f"extra encoders' fp32 weights ({extra:.0f} MB)."]
-    append_results("\n".join(lines), args.results)
+    section = "\n".join(lines)
+    print(section)
+    fig: dict[str, object] = {
+        "three_x_one_req_per_s": round(b.rps / base, 3),
+        "rss_three_x_one_plus_weights": round(rss_three / (rss_one + extra), 3),
+        "rss_one_mb": round(rss_one), "rss_three_mb": round(rss_three),
+        "extra_weights_mb": round(extra), "clients": args.clients, "seconds": args.seconds}
+    for key, load in (("one", a1), ("three", b), ("one_again", a2)):
+        fig |= {f"{key}_req_per_s": round(load.rps), f"{key}_p50_ms": round(load.p50, 1),
+                f"{key}_p99_ms": round(load.p99, 1), f"{key}_errors": sum(load.errors.values())}
+    record("encoders_load", command, fig, section=section, results=args.results)
 
 
 if __name__ == "__main__":

@@ -11,7 +11,8 @@ in the background). Then it stops the server and starts it again on the same fil
 (the second start). ``--no-vectors`` hides the shipped demo vectors
 (``data/demo/*.vectors.npz``) from the first start by pointing the server at copies of the
 corpora without them, so a first start that has to encode is measured in the same run.
-Prints a markdown section and appends it to bench/RESULTS.md.
+Prints a markdown section and records it with the figures, a row per start
+(``bench/machine.py``).
 """
 
 from __future__ import annotations
@@ -26,7 +27,8 @@ import time
 from pathlib import Path
 
 import httpx
-from workload import ROOT, append_results, free_port, stop_tree
+from machine import add_results_arg, record
+from workload import ROOT, free_port, stop_tree
 
 VAR = ROOT / "var/bench/first-start"
 QKV = str(Path(sys.executable).with_name("qkv"))
@@ -100,6 +102,7 @@ def main() -> None:
     ap.add_argument("--runs", type=int, default=2, help="first + second start pairs")
     ap.add_argument("--no-vectors", action="store_true",
                     help="also time first starts that encode the corpora")
+    add_results_arg(ap)
     args = ap.parse_args()
     shutil.rmtree(VAR, ignore_errors=True)
     VAR.mkdir(parents=True)
@@ -108,7 +111,7 @@ def main() -> None:
     for name in (CORPUS, TM):
         shutil.copy(DEMO / name, bare / name)
     setups = [("shipped vectors", DEMO)] + ([("encoding", bare)] if args.no_vectors else [])
-    rows = []
+    rows, figures = [], []
     for label, demo_dir in setups:
         for run in range(args.runs):
             store = VAR / f"{label.replace(' ', '-')}-{run}.db"
@@ -120,12 +123,18 @@ def main() -> None:
             rows.append(f"| {label} | {run} | {first:.1f} | {first_filled:.1f} | "
                         f"{first_tokens:.1f} | {second:.1f} | {second_tokens:.1f} | "
                         f"{first / second:.2f} |")
+            figures.append({
+                "demo_vectors": label, "run": run, "first_start_s": round(first, 1),
+                "filled_s": round(first_filled, 1), "token_memory_built_s": round(first_tokens, 1),
+                "second_start_s": round(second, 1), "token_memory_read_s": round(second_tokens, 1),
+                "first_x_second": round(first / second, 2)})
+    command = f"python bench/first_start.py --runs {args.runs}" + (
+        " --no-vectors" if args.no_vectors else "")
     section = "\n".join([
         f"## First start until the demo answers ({time.strftime('%Y-%m-%d')}, "
         f"{os.cpu_count()} CPUs, {platform.machine()})",
         "",
-        f"Command: `python bench/first_start.py --runs {args.runs}"
-        f"{' --no-vectors' if args.no_vectors else ''}`. Seconds from launching `qkv serve` "
+        f"Command: `{command}`. Seconds from launching `qkv serve` "
         "with `make run`'s demo options on a fresh Lite file until a search of `docs` and a "
         "generate of `tm-en-fr` both answer 200 (*first start*), and until `/ready` says "
         "both are filled (*filled*; meanwhile their answers carry `seeding`, and come from "
@@ -139,7 +148,9 @@ def main() -> None:
         *rows,
     ])
     print(section)
-    append_results(section)
+    for i, fig in enumerate(figures):
+        record("first_start", command, fig, section=section, results=args.results,
+               regenerate=i == len(figures) - 1)
 
 
 if __name__ == "__main__":

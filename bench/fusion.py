@@ -19,7 +19,7 @@ other dev sets, scored on the left-out one) says how well that choice travels. S
 test queries are held out: scored with the chosen weight, never used to choose.
 ``--write`` stores the weight in the model's ``retrieval.json``, which the server reads as
 hybrid's default.
-Prints a markdown section and appends it to bench/RESULTS.md.
+Prints a markdown section and records it with the figures (``bench/machine.py``).
 """
 
 from __future__ import annotations
@@ -35,6 +35,9 @@ import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "bench"))
+
+from machine import add_results_arg, record  # noqa: E402
 
 from index.analysis import BM25_K1, analyze  # noqa: E402
 from index.beir import load_beir, score_run  # noqa: E402
@@ -98,7 +101,7 @@ def main() -> None:
     ap.add_argument("--dev", type=Path, default=ROOT / "var/dev",
                     help="Where the carved dev sets are (written there if missing).")
     ap.add_argument("--write", action="store_true", help="Store the chosen weight with the model.")
-    ap.add_argument("--results", type=Path, default=ROOT / "bench/RESULTS.md")
+    add_results_arg(ap)
     args = ap.parse_args()
     import encoder
     from encoder.devsets import write_dev_sets
@@ -131,8 +134,9 @@ def main() -> None:
                                            np.mean([vs_best(s, f"convex {w}") for s in sets])))
 
     chosen = best(dev)
+    argv = shlex.join(["python", "bench/fusion.py", *sys.argv[1:]])
     lines = [f"\n## Hybrid fusion on dev sets ({args.model.name}, {time.strftime('%Y-%m-%d')})",
-             "", f"`{shlex.join(['python', 'bench/fusion.py', *sys.argv[1:]])}`", "",
+             "", f"`{argv}`", "",
              "nDCG@10, × BM25 (stemmed, bm25s' analysis) and, in brackets, × the better of "
              "the two sides; each side 100 deep, fused as the stores fuse. Dense weight "
              "chosen on the dev sets (highest worst × better side); the held-out set was not "
@@ -156,8 +160,20 @@ def main() -> None:
                   f"{ratio(s, 'dense'):.3f}×, rrf {ratio(s, 'rrf'):.3f}×" for s in held) + "."]
     text = "\n".join(lines) + "\n"
     print(text)
-    with open(args.results, "a") as f:
-        f.write(text)
+    best_m = f"convex {chosen}"
+    fig: dict[str, object] = {"model": args.model.name, "chosen_dense_weight": chosen}
+    for key, m in (("convex_chosen", best_m), ("dense", "dense"), ("bm25", "bm25"),
+                   ("rrf", "rrf"), ("weighted", "weighted")):
+        on_dev = [vs_best(d, m) for d in dev]
+        fig |= {f"{key}_worst_dev_x_better_side": round(min(on_dev), 3),
+                f"{key}_mean_dev_x_better_side": round(float(np.mean(on_dev)), 3)}
+    for d in dev + held:
+        fig |= {f"{d}_convex_chosen_ndcg10": round(table[d][best_m], 3),
+                f"{d}_convex_chosen_x_bm25": round(ratio(d, best_m), 3)}
+    for d in held:
+        fig |= {f"{d}_dense_x_bm25": round(ratio(d, "dense"), 3),
+                f"{d}_rrf_x_bm25": round(ratio(d, "rrf"), 3)}
+    record("fusion", argv, fig, section=text, results=args.results)
     if args.write:
         out = args.model / RETRIEVAL_FILE
         out.write_text(json.dumps({

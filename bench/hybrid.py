@@ -11,7 +11,8 @@ the text), loaded through ``MilvusStore.upsert``, then sealed (``MilvusStore.flu
 Each held-out query is then searched once per mode, in rotating order, with
 ``MilvusStore.search`` (k, Bounded consistency, id/text/value/metadata returned); the
 query's vector is the cached one, so encoding is not timed. Target (issue 7): hybrid p50
-≤ 2 × dense p50. Prints a markdown section and appends it to bench/RESULTS.md.
+≤ 2 × dense p50. Prints a markdown section and records it with the figures
+(``bench/machine.py``).
 """
 
 from __future__ import annotations
@@ -26,8 +27,9 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from machine import add_results_arg, record
 from search import split, vectors
-from workload import ROOT, append_results, real_texts
+from workload import ROOT, real_texts
 
 VAR = ROOT / "var/bench"
 COLLECTION = "bench_hybrid"
@@ -76,7 +78,7 @@ def main() -> None:
     ap.add_argument("--queries", type=int, default=300)
     ap.add_argument("--model", default="models/encoder-default")
     ap.add_argument("--k", type=int, default=10)
-    ap.add_argument("--results", type=Path, default=ROOT / "bench/RESULTS.md")
+    add_results_arg(ap)
     args = ap.parse_args()
     argv = shlex.join(["python", "bench/hybrid.py", *sys.argv[1:]])
     from index import EncoderInfo, MilvusStore
@@ -95,7 +97,17 @@ def main() -> None:
     finally:
         store.drop(COLLECTION)
         store.close()
-    append_results(report(args, argv, meta, lat, upsert_s, flush_s), args.results)
+    section = report(args, argv, meta, lat, upsert_s, flush_s)
+    print(section)
+    ms = {m: (float(np.percentile(v, 50)) * 1e3, float(np.percentile(v, 99)) * 1e3)
+          for m, v in lat.items()}
+    fig: dict[str, Any] = {"hybrid_p50_x_dense_p50": round(ms["hybrid"][0] / ms["dense"][0], 2)}
+    for m, (p50, p99) in ms.items():
+        fig |= {f"{m}_p50_ms": round(p50, 1), f"{m}_p99_ms": round(p99, 1)}
+    fig |= {"upsert_s": round(upsert_s), "flush_load_s": round(flush_s), "texts": args.n,
+            "queries": args.queries, "k": args.k,
+            "encoder": f"{meta['encoder']['name']} {meta['encoder']['fingerprint']}"}
+    record("hybrid", argv, fig, section=section, results=args.results)
 
 
 def report(args: argparse.Namespace, argv: str, meta: dict[str, Any],

@@ -9,7 +9,7 @@ calls it, to show where the job's time goes; (b) ``qkv index`` indexes
 them into a fresh Milvus Lite file; (c) the same into a fresh Milvus 2.3.5 server. Each runs
 in its own process, sampled for RSS. With ``--rss-rows`` it also runs ``qkv index`` (real
 encoding) over a JSONL of that many rows, to check that the job's memory stays flat.
-Prints a markdown section and appends it to bench/RESULTS.md.
+Prints a markdown section and records it with the figures (``bench/machine.py``).
 """
 
 from __future__ import annotations
@@ -24,11 +24,11 @@ import sys
 import time
 from pathlib import Path
 
+from machine import add_results_arg, record
 from workload import (
     CHUNK,
     ROOT,
     RssSampler,
-    append_results,
     chunk_file,
     milvus_server,
     real_texts,
@@ -171,7 +171,7 @@ def main() -> None:
     ap.add_argument("--rss-rows", type=int, default=0, help="memory-flat check size (0: skip)")
     ap.add_argument("--rss-store", choices=("server", "lite", "both"), default="server",
                     help="where the memory-flat check writes")
-    ap.add_argument("--results", type=Path, default=ROOT / "bench/RESULTS.md")
+    add_results_arg(ap)
     ap.add_argument("--child", choices=("encode",), help=argparse.SUPPRESS)
     ap.add_argument("--docs", type=Path, help=argparse.SUPPRESS)
     args = ap.parse_args()
@@ -205,7 +205,33 @@ def main() -> None:
         shutil.rmtree(rss_db, ignore_errors=True)
         res, rss, _ = rss_run(docs, args.rss_rows, str(rss_db.relative_to(ROOT)), args.model)
         runs["rss lite"] = res, rss
-    append_results(report(args, argv, runs, lite_cmd, server_cmd), args.results)
+    section = report(args, argv, runs, lite_cmd, server_cmd)
+    print(section)
+    record("ingest", argv, figures(args, runs), section=section, results=args.results)
+
+
+def figures(args: argparse.Namespace, runs: dict[str, tuple[dict, RssSampler]]) -> dict:
+    """The headline figures of :func:`report`, rounded as it prints them."""
+    enc = runs["enc"][0]
+    out = {"docs": args.n, "encoder": enc["encoder"]}
+    for key in ("enc", "lite", "server"):
+        res, rss = runs[key]
+        name = "encoder_alone" if key == "enc" else key
+        out[f"{name}_docs_per_s"] = round(res["docs_s"], 1)
+        if key != "enc":
+            out[f"{name}_x_encoder"] = round(res["docs_s"] / enc["docs_s"], 2)
+        out[f"{name}_peak_rss_mb"] = round(rss.peak_mb)
+    diag = enc["diagnosis"]
+    out |= {"sample_one_call_docs_per_s": round(diag["one call"]),
+            "sample_per_batch_docs_per_s": round(diag["per batch"]),
+            "sample_per_batch_workers_docs_per_s": round(diag["per batch, workers"])}
+    for key in ("rss server", "rss lite"):
+        if key in runs:
+            res, rss = runs[key]
+            name = key.replace(" ", "_check_")
+            out |= {f"{name}_rows": args.rss_rows, f"{name}_docs_per_s": round(res["docs_s"]),
+                    f"{name}_peak_rss_mb": round(rss.peak_mb)}
+    return out
 
 
 def report(args: argparse.Namespace, argv: str, runs: dict[str, tuple[dict, RssSampler]],

@@ -8,8 +8,8 @@ on the same real sentences as ``bench/api_load.py``:
     limited to 20 requests/s sends from 32 more connections (its 429s counted).
 
 Usage: python bench/keys_load.py --data ../shared/data [--seconds 20]
-Needs ``wrk`` (Debian: apt-get install wrk). Prints a markdown section and appends it to
-bench/RESULTS.md.
+Needs ``wrk`` (Debian: apt-get install wrk). Prints a markdown section and records it with
+the figures (``bench/machine.py``).
 """
 
 from __future__ import annotations
@@ -27,8 +27,8 @@ from pathlib import Path
 
 import orjson
 from api_load import QKV, VAR, Server  # noqa: F401 (QKV: the server's command)
-from machine import stamp
-from workload import ROOT, append_results, real_texts
+from machine import add_results_arg, record, stamp
+from workload import ROOT, real_texts
 
 WRK_LUA = """
 local bodies = {}
@@ -81,7 +81,7 @@ def main() -> None:
     ap.add_argument("--model", default="models/encoder-default")
     ap.add_argument("--rounds", type=int, default=3, help="A B pairs of part (a)")
     ap.add_argument("--parts", default="checks,limits")
-    ap.add_argument("--results", type=Path, default=ROOT / "bench/RESULTS.md")
+    add_results_arg(ap)
     args = ap.parse_args()
     if shutil.which("wrk") is None:
         raise SystemExit("wrk not found: install it (Debian: apt-get install wrk)")
@@ -96,7 +96,8 @@ def main() -> None:
     kf = VAR / "keys-load" / "keys.jsonl"
     secrets = keys_file(kf, 1000, {"0": {"scope": "read"}, "1": {"scope": "read", "rps": 20}})
     rel = str(store.relative_to(ROOT))
-    lines = []
+    lines: list[str] = []
+    fig: dict[str, object] = {}
 
     # (a) without keys and with 1,000, alternated
     runs: dict[str, list[dict[str, float]]] = {"open": [], "keys": []}
@@ -119,8 +120,11 @@ def main() -> None:
                      f"× {args.rounds} each, in the order A B B A ...: no keys "
                      f"{each['open']} req/s; 1,000 keys in the file {each['keys']} req/s: **"
                      f"{total['keys'] / total['open']:.3f} ×** (target ≥ 0.95).")
+        fig |= {"keys_x_no_keys": round(total["keys"] / total["open"], 3),
+                "no_keys_req_per_s": [round(r["rps"]) for r in runs["open"]],
+                "keys_1000_req_per_s": [round(r["rps"]) for r in runs["keys"]]}
     if "limits" not in args.parts:
-        return _write(lines, args.results)
+        return _write(lines, fig, args.results)
 
     # (b) a quiet key alone, then beside a noisy one over its limit
     server = Server(rel, args.model, {"QKV_KEYS_FILE": str(kf)})
@@ -143,13 +147,22 @@ def main() -> None:
                  f"served/s, {noisy['non2xx']:.0f} answered 429/s): p50 {beside['p50']:.1f} "
                  f"ms, p99 {beside['p99']:.1f} ms, {beside['rps']:.0f} req/s: p99 "
                  f"**{beside['p99'] / alone['p99']:.2f} ×** unloaded (target ≤ 1.5).")
-    _write(lines, args.results)
+    fig |= {"quiet_p99_x_unloaded": round(beside["p99"] / alone["p99"], 2),
+            "quiet_alone_p50_ms": round(alone["p50"], 1),
+            "quiet_alone_p99_ms": round(alone["p99"], 1),
+            "quiet_alone_req_per_s": round(alone["rps"]),
+            "quiet_beside_p50_ms": round(beside["p50"], 1),
+            "quiet_beside_p99_ms": round(beside["p99"], 1),
+            "quiet_beside_req_per_s": round(beside["rps"]),
+            "noisy_served_per_s": round(noisy["rps"]), "noisy_429_per_s": round(noisy["non2xx"])}
+    _write(lines, fig, args.results)
 
 
-def _write(lines: list[str], results: Path) -> None:
+def _write(lines: list[str], fig: dict[str, object], results: Path | None) -> None:
     command = shlex.join(["python", "bench/keys_load.py", *sys.argv[1:]])
-    append_results("\n".join([f"## API keys under load ({stamp()})", "", f"`{command}`", "",
-                              *lines]), results)
+    section = "\n".join([f"## API keys under load ({stamp()})", "", f"`{command}`", "", *lines])
+    print(section)
+    record("keys_load", command, fig, section=section, results=results)
 
 
 if __name__ == "__main__":

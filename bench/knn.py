@@ -9,8 +9,8 @@ build-token-memory``; built into ``--memories/NAME`` when missing, with its size
 (the defaults of :class:`decoder.knn.KnnOptions`, chosen on val), each decoding timed in
 this process one after the other. The BLEU difference gets a paired-bootstrap 95 %
 interval (``--samples`` resamplings of the sentences, both systems scored on the same
-resample from sacreBLEU's sufficient statistics). Prints a markdown section and appends it
-to bench/RESULTS.md.
+resample from sacreBLEU's sufficient statistics). Prints a markdown section and records it
+with the figures, a row per decoder and split (``bench/machine.py``).
 """
 
 from __future__ import annotations
@@ -23,7 +23,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from workload import ROOT, append_results, paired_bootstrap
+from machine import add_results_arg, record
+from workload import ROOT, paired_bootstrap
 
 from wiring import runtime  # noqa: E402
 
@@ -45,6 +46,7 @@ def main() -> None:
     ap.add_argument("--models", default="decoder-en-fr")
     ap.add_argument("--memories", type=Path, default=ROOT / "var/knn")
     ap.add_argument("--samples", type=int, default=1000)
+    add_results_arg(ap)
     args = ap.parse_args()
     task1 = args.data / "multi30k/task1" if (args.data / "multi30k").is_dir() else args.data
     knn = KnnOptions()
@@ -101,7 +103,20 @@ def main() -> None:
         lines.append(f"| {name} | {off_s:.1f} | {on_s:.1f} | {on_s / off_s:.2f}× |")
     for name, info in built:
         lines.append(f"\nBuilt {name}'s memory here: {info}.")
-    append_results("\n".join(lines))
+    section = "\n".join(lines)
+    print(section)
+    wall = {name: (off_s, on_s) for name, off_s, on_s in walls}
+    for i, (name, split, r_off, r_on, d, lo, hi, meta, size) in enumerate(rows):
+        record("knn", argv, {
+            "decoder": name, "split": split, "bleu_off": round(r_off["bleu"], 2),
+            "bleu_on": round(r_on["bleu"], 2), "delta_bleu": round(d, 2),
+            "delta_ci95_low": round(lo, 2), "delta_ci95_high": round(hi, 2),
+            "mean_lambda": round(r_on["knn"]["mean_lambda"], 3),
+            "decode_s_off": round(r_off["decode_s"], 1), "decode_s_on": round(r_on["decode_s"], 1),
+            "translate_wall_s_off": round(wall[name][0], 1),
+            "translate_wall_s_on": round(wall[name][1], 1), "memory_keys": meta["keys"],
+            "bytes_per_pair": round(size / (meta.get("pairs") or 29000))},
+            section=section, results=args.results, regenerate=i == len(rows) - 1)
 
 
 if __name__ == "__main__":

@@ -1,7 +1,19 @@
-"""What a benchmark ran on, for the line it records: CPU model, cores, commit."""
+"""What a benchmark ran on, and where its figures go (issue 42: benchmark results as data).
+
+Each bench script calls :func:`record` after a run (once per model or configuration it
+measured): one JSON line appended to ``DIR/NAME.jsonl`` with the date, the machine (CPU
+model, cores and vector flags), the command, the commit, the figures (a dict of the numbers
+it prints, units in the keys) and the markdown section it printed. ``DIR`` is the script's
+``--results DIR`` when given, else ``$QKV_BENCH_RESULTS``, else ``bench/results``. Then
+``bench/report.py`` regenerates the pages beside ``DIR``: ``DIR/../RESULTS.md`` (the newest
+run of each benchmark) and ``DIR/../history/NAME.md`` (every run), so with the default
+``bench/RESULTS.md`` and ``bench/history/``. Nothing writes into ``RESULTS.md`` by hand.
+"""
 
 from __future__ import annotations
 
+import argparse
+import importlib.util
 import json
 import os
 import platform
@@ -11,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
+ENV = "QKV_BENCH_RESULTS"
 
 
 def cpu_model() -> str:
@@ -47,18 +60,72 @@ def cpu_flags() -> list[str]:
     return sorted({f for f in flags if f in keep})
 
 
-def record(name: str, command: str, figures: dict[str, Any], machine: str | None = None,
-           when: str | None = None, at: str | None = None) -> Path:
-    """Append one JSON line to ``bench/results/NAME.jsonl`` (issue 42: results as data): the
-    date, the machine (CPU model, cores and flags, or ``machine`` for another one, e.g. a
-    lent GPU), the command, the commit (``at`` for a run made from an earlier one) and the
-    figures."""
-    path = ROOT / "bench/results" / f"{name}.jsonl"
+def results_dir(results: Path | None = None) -> Path:
+    """Where ``NAME.jsonl`` files go: ``results``, else ``$QKV_BENCH_RESULTS``, else
+    ``bench/results``."""
+    if results is None:
+        results = Path(os.environ[ENV]) if os.environ.get(ENV) else ROOT / "bench/results"
+    if results.suffix == ".md":  # --results used to name a markdown file to append to
+        raise SystemExit(f"--results is a directory of NAME.jsonl files now, not {results}")
+    return results
+
+
+def add_results_arg(ap: argparse.ArgumentParser) -> None:
+    """The ``--results DIR`` option every bench script takes."""
+    ap.add_argument("--results", type=Path, default=None, metavar="DIR",
+                    help=f"where NAME.jsonl goes (default ${ENV} or bench/results); "
+                    "RESULTS.md and history/ are regenerated beside it, in DIR/..")
+
+
+def _append(path: Path, row: dict[str, Any]) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
-    row = {"date": when or time.strftime("%Y-%m-%d"),
-           "machine": machine or {"cpu": cpu_model(), "cores": os.cpu_count(),
-                                  "flags": cpu_flags()},
-           "command": command, "commit": at or commit(), "figures": figures}
     with open(path, "a", encoding="utf-8") as f:
         f.write(json.dumps(row, ensure_ascii=False) + "\n")
     return path
+
+
+def record(name: str, command: str, figures: dict[str, Any],
+           machine: dict[str, Any] | str | None = None, when: str | None = None,
+           at: str | None = None, section: str | None = None, results: Path | None = None,
+           regenerate: bool = True) -> Path:
+    """Append one JSON line to ``NAME.jsonl`` in :func:`results_dir` (``results``): the
+    date (``when``, default today), the machine (this one's CPU model, cores and flags, or
+    ``machine`` for another one, e.g. a lent GPU), the command, the commit (``at`` for a run
+    made from an earlier one), the figures and, when given, the markdown ``section`` the
+    script printed. Then, unless ``regenerate`` is false, rewrite the pages beside that
+    directory (:func:`regenerate_pages`). Returns the ``.jsonl`` path."""
+    row: dict[str, Any] = {
+        "date": when or time.strftime("%Y-%m-%d"),
+        "machine": machine or {"cpu": cpu_model(), "cores": os.cpu_count(),
+                               "flags": cpu_flags()},
+        "command": command, "commit": at or commit(), "figures": figures}
+    if section is not None:
+        row["section"] = section.strip("\n")
+    where = results_dir(results)
+    path = _append(where / f"{name}.jsonl", row)
+    if regenerate:
+        regenerate_pages(where)
+    return path
+
+
+def backfill(name: str, command: str, figures: dict[str, Any], *,
+             machine: dict[str, Any] | None, when: str | None, at: str | None, source: str,
+             results: Path | None = None) -> Path:
+    """A row for a run recorded only in prose (``bench/history/RESULTS-narrative.md``):
+    every field as the prose states it, ``None`` (JSON null) where it does not; marked
+    ``"backfilled": true`` with its ``source``. Pages are not regenerated."""
+    row = {"date": when, "machine": machine, "command": command, "commit": at,
+           "figures": figures, "backfilled": True, "source": source}
+    return _append(results_dir(results) / f"{name}.jsonl", row)
+
+
+def regenerate_pages(results: Path | None = None) -> list[Path]:
+    """Rewrite ``RESULTS.md`` and ``history/`` beside the results directory (bench/report.py,
+    loaded by path: it has no import-time side effects)."""
+    spec = importlib.util.spec_from_file_location("qkv_bench_report",
+                                                  Path(__file__).with_name("report.py"))
+    assert spec is not None and spec.loader is not None
+    report = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(report)
+    written: list[Path] = report.write(results_dir(results))
+    return written

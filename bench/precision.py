@@ -11,7 +11,7 @@ stored ones are ``models/``.
   |ΔBLEU| ≤ 0.1.
 
 Usage: python bench/precision.py --data ../shared/data [--fp32-commit 4ac372a]
-Prints a markdown section and appends it to bench/RESULTS.md.
+Prints a markdown section and records it with the figures (``bench/machine.py``).
 """
 
 from __future__ import annotations
@@ -29,7 +29,8 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from workload import ROOT, append_results
+from machine import add_results_arg, record
+from workload import ROOT
 
 from wiring import runtime  # noqa: E402
 
@@ -78,7 +79,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--data", type=Path, required=True)
     ap.add_argument("--fp32-commit", default="4ac372a")
-    ap.add_argument("--results", type=Path, default=ROOT / "bench/RESULTS.md")
+    add_results_arg(ap)
     args = ap.parse_args()
     argv = "python bench/precision.py " + shlex.join(sys.argv[1:])
     with tempfile.TemporaryDirectory(prefix="qkv-fp32-") as tmp:
@@ -95,7 +96,22 @@ def main() -> None:
                                               memory_cache=str(ROOT / "var/tm-cache")):
                     rows.append({**r, "stored": label, "decoder": name})
                 print(json.dumps(rows[-2:]), flush=True)
-    append_results(report(argv, parity, rows), args.results)
+    section = report(argv, parity, rows)
+    print(section)
+    fig: dict[str, Any] = {}
+    for r in (r for r in rows if r["stored"] == "fp32"):
+        key = f"{r['decoder']} k{r['k']} {r['split']}"
+        b = next(x["bleu"] for x in rows if x["stored"] != "fp32" and x["decoder"] == r["decoder"]
+                 and x["split"] == r["split"])
+        fig |= {f"{key} bleu_fp32": round(r["bleu"], 2), f"{key} bleu_stored": round(b, 2),
+                f"{key} delta": round(b - r["bleu"], 2)}
+    fig |= {"cosine_min": round(parity["min"], 6), "cosine_p1": round(parity["p1"], 6),
+            "cosine_mean": round(parity["mean"], 6), "texts": parity["texts"],
+            "safetensors_mb_fp32": round(parity["bytes_fp32"] / 1e6, 1),
+            "safetensors_mb_stored": round(parity["bytes_stored"] / 1e6, 1),
+            "fingerprint_fp32": parity["fp32_fingerprint"],
+            "fingerprint_stored": parity["stored_fingerprint"]}
+    record("precision", argv, fig, section=section, results=args.results)
 
 
 def report(argv: str, parity: dict[str, Any], rows: list[dict[str, Any]]) -> str:

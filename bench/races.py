@@ -3,9 +3,9 @@ collection through ``qkv serve`` until 10,000 answers are in, then rounds of 8 c
 creates of one new name. Issue 44's targets: no answer >= 500, exactly one 201 per round.
 
 Usage: python bench/races.py [--store lite|faiss] [--requests 10000] [--clients 8]
-       [--rounds 20] [--model DIR] [--results FILE]
+       [--rounds 20] [--model DIR] [--results DIR]
 
-Prints the answers by status and appends a section to bench/RESULTS.md.
+Prints the answers by status and a section, recorded with the figures (``bench/machine.py``).
 ``tests/api/test_races.py`` runs the same mix for 6 s.
 """
 
@@ -110,12 +110,11 @@ def main() -> None:
     ap.add_argument("--clients", type=int, default=8)
     ap.add_argument("--rounds", type=int, default=20)
     ap.add_argument("--model", default="models/encoder-default")
-    ap.add_argument("--results", type=Path, default=ROOT / "bench/RESULTS.md")
-    args = ap.parse_args()
     sys.path.insert(0, str(ROOT / "bench"))
-    from machine import stamp
-    from workload import append_results
+    from machine import add_results_arg, record, stamp
 
+    add_results_arg(ap)
+    args = ap.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         store = str(Path(tmp) / "lite.db") if args.store == "lite" else f"faiss://{tmp}/f"
         statuses, samples, seconds, one = run(store, args.model, args.requests, args.clients,
@@ -127,9 +126,14 @@ def main() -> None:
             f"of one name ({args.clients} at once): exactly one 201 in **{one} of "
             f"{args.rounds}** rounds.")
     print(line, *(f"{s}: {t}" for s, t in samples.items()), sep="\n")
-    append_results("\n".join([f"## Races: data and admin calls at once ({stamp()})", "",
-                              f"`{shlex.join(['python', *sys.argv])}`", "", line]),
-                   args.results)
+    command = shlex.join(["python", *sys.argv])
+    section = "\n".join([f"## Races: data and admin calls at once ({stamp()})", "",
+                         f"`{command}`", "", line])
+    record("races", command, {
+        "store": args.store, "answers_ge_500": five, "exactly_one_201_rounds": one,
+        "rounds": args.rounds, "requests": sum(statuses.values()), "clients": args.clients,
+        "seconds": round(seconds), "answers": {str(k): v for k, v in sorted(statuses.items())}},
+        section=section, results=args.results)
 
 
 if __name__ == "__main__":

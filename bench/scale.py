@@ -14,7 +14,8 @@ p99, and the p50 over the embedding p50. Recall@10 of dense is against exact sea
 ``faiss`` (flat) store's dense answers to the same queries (so ``faiss`` runs first), and
 the server's resident memory after the queries. Batched: the same queries 32 at a time
 straight through the store (``VectorStore.search``), ms per query. Prints a markdown
-section (with the CPU model and commit) and appends it to bench/RESULTS.md.
+section (with the CPU model and commit) and records it with the figures, a row per store
+and size (``bench/machine.py``).
 """
 
 from __future__ import annotations
@@ -39,8 +40,8 @@ sys.path.insert(0, str(ROOT / "bench"))
 
 from api_load import QKV, Server  # noqa: E402
 from ingest import run_sampled  # noqa: E402
-from machine import stamp  # noqa: E402
-from workload import append_results, milvus_server, real_texts  # noqa: E402
+from machine import add_results_arg, record, stamp  # noqa: E402
+from workload import milvus_server, real_texts  # noqa: E402
 
 VAR = ROOT / "var/bench/scale"
 COLLECTION = "scale"
@@ -220,7 +221,7 @@ def main() -> None:
     ap.add_argument("--server-max", type=int, default=100_000,
                     help="largest size the Milvus server runs at (its ingest is the slowest)")
     ap.add_argument("--model", default="models/encoder-default")
-    ap.add_argument("--results", type=Path, default=ROOT / "bench/RESULTS.md")
+    add_results_arg(ap)
     args = ap.parse_args()
     stores = args.stores.split(",")
     for s in stores:
@@ -247,7 +248,30 @@ def main() -> None:
                 if name == "faiss":
                     exact = row["answers"]
             rows.append(row)
-    append_results(report(rows, enc, shlex.join(["python", *sys.argv])), args.results)
+    command = shlex.join(["python", *sys.argv])
+    section = report(rows, enc, command)
+    print(section)
+    for i, r in enumerate(rows):
+        record("scale", command, figures(r, enc[r["n"]]), section=section,
+               results=args.results, regenerate=i == len(rows) - 1)
+
+
+def figures(r: dict[str, Any], enc_rate: float) -> dict[str, Any]:
+    """A row of :func:`report`'s table, rounded as it prints it."""
+    e = r["embed"][0]
+    out: dict[str, Any] = {"store": r["store"], "docs": r["n"]}
+    out |= {f"{m}_p50_x_embed": round(r[m][0] / e, 1) for m in ("dense", "hybrid") if m in r}
+    out |= {"recall_at_10": round(r["recall"], 3) if "recall" in r else "exact",
+            "ingest_x_encoder": round(r["ingest_x"], 2), "ingest_docs_per_s": round(r["ingest"]),
+            "embed_p50_ms": round(e, 1)}
+    for m in (m for m in MODES if m in r):
+        out |= {f"{m}_p50_ms": round(r[m][0], 1), f"{m}_p99_ms": round(r[m][1], 1)}
+    out |= {f"batched_{m}_ms_per_query": round(r["batched"][m], 1) for m in MODES
+            if m in r["batched"]}
+    out |= {"rss_mb": round(r["rss_mb"]),
+            "disk_mb": round(r["disk_mb"]) if r["disk_mb"] is not None else None,
+            "encoder_alone_docs_per_s": round(enc_rate)}
+    return out
 
 
 if __name__ == "__main__":

@@ -10,7 +10,7 @@ fingerprint, in chunks) so reruns skip encoding. Each store gets the N items thr
 ``MilvusStore.upsert``, is flushed and waits for its index builds, then is measured at each
 search ``ef``: single-query p50/p99 latency (Bounded consistency), batch-100 queries/s, and
 recall@10 against exact FAISS (IndexFlatIP) for the same queries. Prints a markdown
-section and appends it to bench/RESULTS.md.
+section and records it with the figures, a row per store and ef (``bench/machine.py``).
 """
 
 from __future__ import annotations
@@ -27,10 +27,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
+from machine import add_results_arg, record
 from workload import (
     CHUNK,
     ROOT,
-    append_results,
     chunk_file,
     milvus_server,
     real_texts,
@@ -187,7 +187,7 @@ def main() -> None:
     ap.add_argument("--lite-ef", default="128", help="search ef values (Milvus Lite)")
     ap.add_argument("--budget", type=float, default=120.0,
                     help="seconds at most per latency or throughput loop")
-    ap.add_argument("--results", type=Path, default=ROOT / "bench/RESULTS.md")
+    add_results_arg(ap)
     ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.child:
@@ -220,7 +220,19 @@ def main() -> None:
     shutil.rmtree(lite, ignore_errors=True)
     results["Milvus Lite file"] = bench_store(str(lite), True, base, x, xq, I_exact, items,
                                               info, lite_efs, args.budget)
-    append_results(report(args, argv, meta, results), args.results)
+    section = report(args, argv, meta, results)
+    print(section)
+    rows = [{"store": name, "ef": ef, "p50_ms": round(res[ef]["p50"], 1),
+             "p99_ms": round(res[ef]["p99"], 1), "batch100_queries_per_s": round(res[ef]["qps"]),
+             "recall_at_10": round(res[ef]["recall"], 3),
+             "queries_run_single": res[ef]["singles"], "queries_run_batched": res[ef]["batched"],
+             "load_rows_per_s": round(args.n / res["load_s"]),
+             "index_ready_s": round(res["index_s"]), "vectors": args.n,
+             "queries": args.queries}
+            for name, res in results.items() for ef in res if isinstance(ef, int)]
+    for i, row in enumerate(rows):
+        record("search", argv, row, section=section, results=args.results,
+               regenerate=i == len(rows) - 1)
 
 
 def report(args: argparse.Namespace, argv: str, meta: dict[str, Any],

@@ -17,8 +17,8 @@ weight of the calibration grid: the best weight in hindsight, what calibration l
 the table. Reported: nDCG@10 per mode next to bm25s (same analysis) on the same queries,
 and p50/p99 latency per mode next to the p50 of embedding the query. With
 ``--big N`` the latency columns again on N documents (the ingest benchmark's texts) written
-by ``qkv index`` into the same kind of file. Prints a markdown section and appends it to
-bench/RESULTS.md.
+by ``qkv index`` into the same kind of file. Prints a markdown section and records it with
+the figures, a row per set (``bench/machine.py``).
 """
 
 from __future__ import annotations
@@ -39,7 +39,7 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
 from api_load import QKV, VAR, Server  # noqa: E402
-from machine import stamp  # noqa: E402
+from machine import add_results_arg, record, stamp  # noqa: E402
 
 from index.beir import load_beir, score_run  # noqa: E402
 from index.calibration import GRID  # noqa: E402
@@ -130,7 +130,7 @@ def main() -> None:
     ap.add_argument("--batch", type=int, default=256)
     ap.add_argument("--big", type=int, default=0, help="Also time searches on N documents.")
     ap.add_argument("--big-queries", type=int, default=200)
-    ap.add_argument("--results", type=Path, default=ROOT / "bench/RESULTS.md")
+    add_results_arg(ap)
     args = ap.parse_args()
     db = VAR / "search-path" / "qkv.db"
     shutil.rmtree(db.parent, ignore_errors=True)
@@ -229,8 +229,49 @@ def main() -> None:
                      f" | {pct(ms['dense'], 50) / e:.1f}× | {pct(ms['hybrid'], 50) / e:.1f}× |")
     text = "\n".join(lines) + "\n"
     print(text)
-    with open(args.results, "a") as f:
-        f.write(text)
+    figs = figures(rows, lat_rows)
+    for i, fig in enumerate(figs):
+        record("search_path", argv, fig, section=text, results=args.results,
+               regenerate=i == len(figs) - 1)
+
+
+def figures(rows: list, lat_rows: list) -> list[dict[str, object]]:
+    """A row per set (and one for ``--big``, and the means), rounded as printed."""
+    out: list[dict[str, object]] = []
+    for (name, n, nq, nd, ingest, alone, (w, dw, best, secs)), (_, _, ms) in zip(
+            rows, lat_rows, strict=False):
+        b = nd["bm25s"]
+        out.append({
+            "set": name, "hybrid_calibrated_x_bm25s": round(nd["hybrid"] / b, 3),
+            "hybrid_default_x_bm25s": round(nd["hybrid-default"] / b, 3),
+            "hybrid_best_x_bm25s": round(nd[f"w{best}"] / b, 3),
+            "dense_ndcg10": round(nd["dense"], 3), "bm25_ndcg10": round(nd["bm25"], 3),
+            "hybrid_default_ndcg10": round(nd["hybrid-default"], 3), "default_w": dw,
+            "hybrid_calibrated_ndcg10": round(nd["hybrid"], 3), "calibrated_w": w,
+            "hybrid_best_ndcg10": round(nd[f"w{best}"], 3), "best_w": best,
+            "bm25s_ndcg10": round(b, 3), "docs": n, "queries": nq,
+            "calibration_s": round(secs, 1), "ingest_docs_per_s": round(ingest),
+            "ingest_x_encoder": round(ingest / alone, 2), **latency(ms)})
+    for name, n, ms in lat_rows[len(rows):]:  # --big
+        out.append({"set": name, "docs": n, **latency(ms)})
+    if rows:
+        means = [float(np.mean([r[3][m] / r[3]["bm25s"] for r in rows]))
+                 for m in ("hybrid-default", "hybrid")]
+        hind = float(np.mean([r[3][f"w{r[6][2]}"] / r[3]["bm25s"] for r in rows]))
+        out.append({"set": "mean", "hybrid_calibrated_x_bm25s": round(means[1], 3),
+                    "hybrid_default_x_bm25s": round(means[0], 3),
+                    "hybrid_best_x_bm25s": round(hind, 3), "calibrated_worst_x_bm25s": round(
+                        min(r[3]["hybrid"] / r[3]["bm25s"] for r in rows), 3)})
+    return out
+
+
+def latency(ms: dict[str, list[float]]) -> dict[str, float]:
+    e = pct(ms["embed"], 50)
+    out = {"embed_p50_ms": round(e, 1)}
+    for m in MODES:
+        out |= {f"{m}_p50_ms": round(pct(ms[m], 50), 1), f"{m}_p99_ms": round(pct(ms[m], 99), 1)}
+    return out | {"dense_p50_x_embed": round(pct(ms["dense"], 50) / e, 1),
+                  "hybrid_p50_x_embed": round(pct(ms["hybrid"], 50) / e, 1)}
 
 
 if __name__ == "__main__":

@@ -10,7 +10,7 @@ OLD can be a checkpoint taken out of git, e.g. for the shipped v2::
 
 Sentences: the 2,000 Reuters sentences of ``bench/encode_speed.py``. Prints each round's
 sentences/s, the ratio NEW / OLD per round and of the best rounds, and the tokens per
-sentence of each tokenizer; appends them to ``bench/results/speed_vs.jsonl``.
+sentence of each tokenizer; records them (``bench/machine.py``: bench/results/speed_vs.jsonl).
 """
 
 from __future__ import annotations
@@ -34,10 +34,12 @@ def main() -> None:
     ap.add_argument("--n", type=int, default=2000)
     ap.add_argument("old", type=Path)
     ap.add_argument("new", type=Path)
+    from machine import add_results_arg, record
+
+    add_results_arg(ap)
     args = ap.parse_args()
 
     from encode_speed import sentences
-    from machine import record
 
     import encoder
 
@@ -63,7 +65,8 @@ def main() -> None:
            "round_ratios": [round(r["new"] / r["old"], 3) for r in rounds],
            "tokens_per_sentence": {k: round(v, 2) for k, v in tokens.items()}}
     print(fig)
-    record("speed_vs", "python bench/speed_vs.py --data DATA " + f"{args.old} {args.new}", fig)
+    record("speed_vs", "python bench/speed_vs.py --data DATA " + f"{args.old} {args.new}", fig,
+           results=args.results)
 
 
 if __name__ == "__main__":

@@ -16,7 +16,8 @@ retrieval-augmented model once more with k=0 (what its neighbours add). Then the
 ``qkv translate`` command (process start, model and encoder load, memory vectors from the
 cache, retrieval, beam search) is timed on the test file. Targets (issue 5): test BLEU ≥ 50
 with retrieval; retrieval ≥ baseline + 1.0 BLEU on val and on test; 1,000 sentences with
-beam 4 in ≤ 60 s. Prints a markdown section and appends it to bench/RESULTS.md.
+beam 4 in ≤ 60 s. Prints a markdown section and records it with the figures
+(``bench/machine.py``).
 
 ``--adapt MODEL``: the adaptation benchmark (issue 16) instead. MODEL is a decoder trained
 on a share of the training pairs (``qkv train-decoder --k 0 --train-fraction 0.5``); it
@@ -39,7 +40,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from workload import ROOT, append_results, paired_bootstrap
+from machine import add_results_arg, record
+from workload import ROOT, paired_bootstrap
 
 from wiring import runtime  # noqa: E402
 
@@ -79,7 +81,7 @@ def main() -> None:
     ap.add_argument("--data", type=Path, required=True)
     ap.add_argument("--model", type=Path, help="A retrieval-augmented (k = 4) decoder.")
     ap.add_argument("--baseline", type=Path, default=ROOT / "models/decoder-en-fr")
-    ap.add_argument("--results", type=Path, default=ROOT / "bench/RESULTS.md")
+    add_results_arg(ap)
     ap.add_argument("--adapt", type=Path, help="A decoder trained on a share of the pairs.")
     ap.add_argument("--memories", type=Path, default=ROOT / "var/knn")
     ap.add_argument("--lambdas", default="0.35,0.5,0.7")
@@ -88,8 +90,10 @@ def main() -> None:
     argv = "python bench/translate.py " + shlex.join(sys.argv[1:])
     if args.adapt is not None:
         lambdas = [float(x) for x in args.lambdas.split(",")]
-        append_results(adaptation(argv, args.adapt, args.data, args.memories, lambdas,
-                                  args.samples), args.results)
+        text, figures = adaptation(argv, args.adapt, args.data, args.memories, lambdas,
+                                   args.samples)
+        print(text)
+        record("translate", argv, figures, section=text, results=args.results)
         return
     if args.model is None:
         ap.error("give --model K4_DECODER (or --adapt MODEL)")
@@ -102,7 +106,16 @@ def main() -> None:
     print(json.dumps(walls), flush=True)
     meta = {str(m): json.loads((m / "config.json").read_text())
             for m in (args.model, args.baseline)}
-    append_results(report(argv, rows, walls, meta), args.results)
+    section = report(argv, rows, walls, meta)
+    print(section)
+    # rows: the k = 4 model's val and test, the baseline's, the k = 4 model's at k = 0
+    fig: dict[str, Any] = {
+        "retrieval_minus_baseline_val": round(rows[0]["bleu"] - rows[2]["bleu"], 2),
+        "retrieval_minus_baseline_test": round(rows[1]["bleu"] - rows[3]["bleu"], 2)}
+    for r in rows:
+        fig[f"{Path(r['model']).name} k{r['k']} {r['split']} bleu"] = round(r["bleu"], 2)
+    fig |= {f"translate_wall_s {n}": round(sec, 1) for n, sec in walls.items()}
+    record("translate", argv, fig, section=section, results=args.results)
 
 
 def report(argv: str, rows: list[dict[str, Any]], walls: dict[str, float],
@@ -165,8 +178,9 @@ def _memories(model: Path, task1: Path, root: Path) -> tuple[Path, Path, int, in
 
 
 def adaptation(argv: str, model: Path, data: Path, root: Path, lambdas: list[float],
-               samples: int) -> str:
-    """The adaptation benchmark (see the module docstring): a markdown section."""
+               samples: int) -> tuple[str, dict[str, Any]]:
+    """The adaptation benchmark (see the module docstring): a markdown section and its
+    figures."""
     task1 = data / "multi30k/task1" if (data / "multi30k").is_dir() else data
     a, b, n_own, n_all = _memories(model, task1, root)
     refs = {s: [t for _, t in read_pairs(task1, s)] for s in SPLITS}
@@ -198,6 +212,9 @@ def adaptation(argv: str, model: Path, data: Path, root: Path, lambdas: list[flo
              "| options | memory | split | BLEU off | BLEU on | Δ [95 % CI] | mean λ |",
              "|---|---|---|---|---|---|---|"]
     gains: dict[tuple[str, str], float] = {}
+    fig: dict[str, Any] = {"lambda_max_chosen": best,
+                           **{f"val_bleu_b_lambda_{lam}": round(v, 2) for lam, v in grid.items()},
+                           **{f"off {s} bleu": round(off[s][0], 2) for s in SPLITS}}
     for label, lam in (("defaults", KnnOptions().lam), (f"λ_max {best} (val)", best)):
         if label != "defaults" and best == KnnOptions().lam:
             continue
@@ -206,6 +223,10 @@ def adaptation(argv: str, model: Path, data: Path, root: Path, lambdas: list[flo
             for split in SPLITS:
                 d, lo, hi = paired_bootstrap(refs[split], off[split][1], on[split][1], samples)
                 gains[(f"{label} {tag}", split)] = d
+                key = f"{label} {tag[:3]} {split}"
+                fig |= {f"{key} bleu": round(on[split][0], 2), f"{key} delta": round(d, 2),
+                        f"{key} ci95_low": round(lo, 2), f"{key} ci95_high": round(hi, 2),
+                        f"{key} mean_lambda": round(on[split][2], 3)}
                 lines.append(f"| {label} | {tag} | {split} | {off[split][0]:.2f} | "
                              f"{on[split][0]:.2f} | {d:+.2f} [{lo:+.2f}, {hi:+.2f}] | "
                              f"{on[split][2]:.3f} |")
@@ -213,7 +234,7 @@ def adaptation(argv: str, model: Path, data: Path, root: Path, lambdas: list[flo
     lines += ["", f"- Target (b) − off ≥ +1.5 on val and test, default options: "
               f"{'met' if min(b_gains) >= 1.5 else '**not met**'} "
               f"({', '.join(f'{g:+.2f}' for g in b_gains)})."]
-    return "\n".join(lines)
+    return "\n".join(lines), fig
 
 
 if __name__ == "__main__":

@@ -203,14 +203,6 @@ class RssSampler:
         return out
 
 
-def append_results(section: str, path: Path = ROOT / "bench/RESULTS.md") -> None:
-    """Print ``section`` and append it to ``path``, keeping what is there."""
-    print(section)
-    head = "" if path.exists() else "# Benchmark results\n\n"
-    with open(path, "a", encoding="utf-8") as f:
-        f.write(head + section.rstrip() + "\n\n")
-
-
 def paired_bootstrap(refs: list[str], base: list[str], other: list[str], samples: int,
                      seed: int = 12345) -> tuple[float, float, float]:
     """(BLEU(other) − BLEU(base), and the 2.5th and 97.5th percentiles of that difference
