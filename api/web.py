@@ -1,9 +1,11 @@
-"""The web page: ``/ui`` (collections), ``/ui/search``, ``/ui/attend`` and ``/ui/generate``,
+"""The web page: ``/ui/search``, ``/ui/collections``, ``/ui/attend`` and ``/ui/generate``,
 rendered here from the templates in ``api/ui/`` with what the server knows (its encoder,
 limits and defaults), and three scripts and one style sheet served from the package (no CDN,
 no build step). The script calls the same ``/v1`` API as any client, with the API key the
 user types in (kept in the tab's session storage, never in a URL); the pages themselves
-hold no data, so they need no key. ``GET /`` leads here; ``POST /`` stays free for TEI."""
+hold no data, so they need no key. ``GET /`` leads to ``/ui``, the landing: the search
+view, which the script turns into a short "how to start" panel (create, upload, the demo)
+when the key in use sees no collection. ``POST /`` stays free for TEI."""
 
 from __future__ import annotations
 
@@ -21,10 +23,12 @@ from fastapi.responses import HTMLResponse, RedirectResponse
 
 from api.errors import not_found
 from api.schemas import COLLECTION_NAME_HELP
+from index import collection_name
 
 UI = Path(__file__).with_name("ui")
-PAGES = {"": ("Collections", "collections.html"), "search": ("Search", "search.html"),
+PAGES = {"search": ("Search", "search.html"), "collections": ("Collections", "collections.html"),
          "attend": ("Attend", "attend.html"), "generate": ("Generate", "generate.html")}
+LANDING = "search"  # the view /ui opens on (with no collection: its "how to start" panel)
 TOP_K = {"search": 10, "attend": 8}  # the query form's default top k (query-fields.html)
 JS = "text/javascript; charset=utf-8"
 SCRIPTS = ("core.js", "collections.js", "views.js")  # in this order: each uses the ones before
@@ -54,7 +58,7 @@ def _nav(current: str) -> str:
     links = []
     for slug, (title, _) in PAGES.items():
         here = ' aria-current="page"' if slug == current else ""
-        links.append(f'<a href="/ui{"/" + slug if slug else ""}"{here}>{title}</a>')
+        links.append(f'<a href="/ui/{slug}"{here}>{title}</a>')
     return "".join(links)
 
 
@@ -66,7 +70,9 @@ def page_config(request: Request) -> dict[str, Any]:
             "temperature": settings.default_temperature, "max_top_k": settings.max_top_k,
             "max_inputs": settings.max_inputs,
             "upload_batch": min(UPLOAD_BATCH, settings.max_documents),
-            "key_required": not request.app.state.keys.open}
+            "key_required": not request.app.state.keys.open,
+            # the collection a view selects first when this tab has used none yet
+            "demo_collection": collection_name(settings.demo_collection)}
 
 
 def render(request: Request, slug: str) -> str:
@@ -86,7 +92,7 @@ def render(request: Request, slug: str) -> str:
     scripts = "\n".join(f'<script src="/ui/static/{n}?v={static_version()}"></script>'
                         for n in SCRIPTS)
     return _template("layout.html").substitute(scripts=scripts,
-        title=html.escape(title), page=slug or "collections", nav=_nav(slug),
+        title=html.escape(title), page=slug, nav=_nav(slug),
         model=html.escape(model), main=main, config=data, version=static_version(),
         version_label=html.escape(request.app.version))
 
@@ -98,17 +104,22 @@ async def root() -> Response:
     return RedirectResponse("/ui", status_code=307)
 
 
-def _page(slug: str) -> Any:
+def _page(slug: str, landing: bool = False) -> Any:
     async def view(request: Request) -> Response:
         return HTMLResponse(render(request, slug))
 
-    view.__doc__ = f"The web page's {PAGES[slug][0].lower()} view (HTML)."
-    view.__name__ = f"{PAGES[slug][0].lower()}_page"
+    name = PAGES[slug][0].lower()
+    view.__doc__ = (f"The web page's landing: its {name} view, or where the key sees no "
+                    "collection yet, how to create one, upload documents or start the demo "
+                    "(HTML)." if landing else f"The web page's {name} view (HTML).")
+    view.__name__ = "landing_page" if landing else f"{name}_page"
     return view
 
 
+web.add_api_route("/ui", _page(LANDING, landing=True), methods=["GET"],
+                  response_class=HTMLResponse)
 for _slug in PAGES:
-    web.add_api_route(f"/ui/{_slug}".rstrip("/"), _page(_slug), methods=["GET"],
+    web.add_api_route(f"/ui/{_slug}", _page(_slug), methods=["GET"],
                       response_class=HTMLResponse)
 
 

@@ -71,8 +71,8 @@ def _calls(mt: str, model: str) -> dict[tuple[str, str], tuple[str, Any]]:
         ("POST", "/decode"): ("/decode", {"ids": [1, 2]}),
         ("GET", "/info"): ("/info", None),
         # the web page's own pages (its data comes from the routes above)
-        **{("GET", p): (p, None) for p in ("/", "/ui", "/ui/search", "/ui/attend",
-                                            "/ui/generate")},
+        **{("GET", p): (p, None) for p in ("/", "/ui", "/ui/collections", "/ui/search",
+                                            "/ui/attend", "/ui/generate")},
     }
 
 

@@ -13,8 +13,10 @@ from api_errors import error_of
 from conftest import MakeClient
 from fastapi.testclient import TestClient
 
-PAGES = {"/ui": "collections", "/ui/search": "search", "/ui/attend": "attend",
-         "/ui/generate": "generate"}
+# path -> its view, and its link in the nav (/ui, the landing, is the search view)
+PAGES = {"/ui": ("search", "/ui/search"), "/ui/search": ("search", "/ui/search"),
+         "/ui/collections": ("collections", "/ui/collections"),
+         "/ui/attend": ("attend", "/ui/attend"), "/ui/generate": ("generate", "/ui/generate")}
 
 
 def config(html: str) -> dict[str, object]:
@@ -35,20 +37,45 @@ def test_each_page_renders_with_the_servers_settings(make_client: MakeClient, pa
     r = client.get(path)
     assert r.status_code == 200 and r.headers["content-type"].startswith("text/html")
     html = r.text
-    assert f'data-page="{PAGES[path]}"' in html
-    assert f'<a href="{path}" aria-current="page">' in html
+    view, link = PAGES[path]
+    assert f'data-page="{view}"' in html
+    assert f'<a href="{link}" aria-current="page">' in html
+    assert html.count('aria-current="page"') == 1
     svc = client.app.state.service  # type: ignore[attr-defined]
     cfg = config(html)
     assert cfg["model"] == svc.info.name and cfg["dim"] == svc.info.dim
     assert cfg["max_top_k"] == 42 and cfg["temperature"] == 0.2
-    assert cfg["key_required"] is False
-    if path in ("/ui/search", "/ui/attend"):
+    assert cfg["key_required"] is False and cfg["demo_collection"] == "docs"
+    if path in ("/ui", "/ui/search", "/ui/attend"):
         assert 'max="42"' in html
     assert "$" not in re.sub(r"<script.*?</script>", "", html, flags=re.S), "all filled in"
     # no CDN: every script and sheet is the server's own
     for src in re.findall(r'(?:src|href)="([^"]+\.(?:js|css)[^"]*)"', html):
         assert src.startswith("/ui/static/"), src
         assert client.get(src).status_code == 200
+
+
+def test_the_landing_is_search_with_a_start_panel(make_client: MakeClient) -> None:
+    """``/ui`` is the search view, the collections one click away in the nav; its "how to
+    start" panel (shown by the script when the key sees no collection) leads to the
+    collections view's create and upload forms and names the demo's command."""
+    client = make_client(demo_collection="my-demo")
+    html = client.get("/ui").text
+    assert "<title>Search · qkv</title>" in html and 'id="search-form"' in html
+    nav = re.search(r"<nav>(.*?)</nav>", html, re.S)
+    assert nav and re.findall(r'href="([^"]+)"', nav.group(1)) == [
+        "/ui/search", "/ui/collections", "/ui/attend", "/ui/generate"]
+    start = re.search(r'<section id="start" class="panel" hidden>(.*?)</section>', html, re.S)
+    assert start, "the panel is there, hidden until the script finds no collection"
+    links = re.findall(r'href="([^"]+)"', start.group(1))
+    assert links == ["/ui/collections#create", "/ui/collections#upload"]
+    assert "<code>make run</code>" in start.group(1) and "qkv serve --demo" in start.group(1)
+    assert config(html)["demo_collection"] == "my_demo", "the stored name, selected first"
+    forms = client.get("/ui/collections").text
+    for section, form in (("create", "create-form"), ("upload", "upload-form")):
+        assert re.search(rf'<section id="{section}"[^>]*>\s*<h2>[^<]*</h2>\s*<form id="{form}"',
+                         forms), section
+    assert "/ui/collections" in client.get("/openapi.json").json()["paths"]
 
 
 def test_static_files_and_unknown_pages(client: TestClient) -> None:

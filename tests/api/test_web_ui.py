@@ -145,7 +145,7 @@ def shot(driver: Any, shots: Path, name: str) -> None:
     driver.set_window_size(size["width"], size["height"])
 
 
-def login(driver: Any, server: str, path: str = "/ui") -> None:
+def login(driver: Any, server: str, path: str = "/ui/collections") -> None:
     driver.get(server + path)
     if visible(driver, "#key-form"):
         fill(driver, "#key-input", KEY)
@@ -365,7 +365,7 @@ def test_phone_width_has_no_sideways_scroll(browser: Any, server: str, shots: Pa
     size = browser.get_window_size()
     browser.set_window_size(390, 844)
     try:
-        for path in ("/ui", "/ui/search", "/ui/attend", "/ui/generate"):
+        for path in ("/ui", "/ui/collections", "/ui/attend", "/ui/generate"):
             login(browser, server, path)
             wait(browser, lambda d: d.find_elements(By.CSS_SELECTOR,
                                                     ".collection-select option"), path)
@@ -427,7 +427,7 @@ def test_a_read_only_key_sees_no_drop_and_no_forms(browser: Any, server: str) ->
     key, secret = new_key("read", name="ui test")
     write_keys(KEYS_FILE[0], {key.id: key})
     time.sleep(1.1)  # the server re-reads its keys file within a second
-    browser.get(server + "/ui")
+    browser.get(server + "/ui/collections")
     if not visible(browser, "#key-form"):
         browser.find_element(By.ID, "key-button").click()
     fill(browser, "#key-input", secret)

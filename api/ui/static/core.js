@@ -140,14 +140,18 @@ function initKey(reload) {
 const fmt = (x, digits = 3) => (typeof x === "number" ? x.toFixed(digits) : "–");
 const enc = encodeURIComponent;
 
+// each select keeps its choice, else takes the collection this tab used last, else the
+// demo's (docs), else the first
 async function fillCollectionSelects() {
   const { collections } = await api("GET", "/v1/collections");
   for (const select of document.querySelectorAll(".collection-select")) {
-    const keep = select.value || sessionStorage.getItem("qkv-collection");
+    const prefer = [select.value, sessionStorage.getItem("qkv-collection"),
+      CONFIG.demo_collection];
     const names = collections.filter((c) => !select.dataset.decoder || c.decoder)
       .map((c) => c.name);
     select.replaceChildren(...names.map((n) => h("option", { value: n }, n)));
-    if (names.includes(keep)) select.value = keep;
+    const keep = prefer.find((n) => n && names.includes(n));
+    if (keep) select.value = keep;
   }
   return collections;
 }

@@ -76,11 +76,22 @@ async function runSearch(form) {
   $("#search-results").hidden = false;
 }
 
+// With no collection to search (a new store, or a key that sees none), the view is a short
+// "how to start" panel instead: create, upload, the demo
+async function loadSearch() {
+  const collections = await fillCollectionSelects();
+  const none = collections.length === 0;
+  $("#start").hidden = !none;
+  $("#search-panel").hidden = none;
+  if (none) $("#search-results").hidden = true;
+  $("#start-no-admin").hidden = !none || (await whoami()).scope === "admin";
+}
+
 function initSearch() {
   const form = $("#search-form");
   $("#filter-add").addEventListener("click", addFilterRow);
   onSubmit(form, runSearch);
-  return fillCollectionSelects;
+  return loadSearch;
 }
 
 // ---------- Attend ----------
