@@ -9,7 +9,7 @@ STAMP := $(VENV)/.installed
 TORCH := torch==2.13.0
 DATA ?= ../shared/data
 
-.PHONY: venv browser test lint typecheck run stack stack-down bench train clean
+.PHONY: venv browser test lint typecheck run stack stack-down bench train docs docs-serve clean
 PORT ?= 8000
 MILVUS_PORT ?= 19530
 
@@ -35,6 +35,16 @@ test: $(STAMP) browser
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/mypy
 	$(PY) -m pytest -q
+
+# The docs site (MkDocs, Material theme) into site/: the reference and benchmark pages are
+# generated from the code and bench/results first (docsite/generated.py); `make test` checks
+# that the committed ones agree and builds the site with --strict (tests/docs).
+docs: $(STAMP)
+	$(PY) -m docsite.generated
+	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict
+
+docs-serve: docs
+	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs serve --dev-addr 127.0.0.1:8001
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .

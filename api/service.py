@@ -51,7 +51,7 @@ class Service:
         # On the CPU the encoder's threads share the cores with the event loop (HTTP, JSON,
         # tokenizing). Driven by wrk (a C client that costs next to nothing), all the cores
         # served more than half of them: 310 against 234 requests/s on 2 cores here
-        # (bench/api_load.py's sentences, 32 connections; bench/RESULTS.md has the run).
+        # (bench/api_load.py's sentences, 32 connections; bench/history/ has the run).
         self.parts = load_components(
             settings.model, settings.store, token=settings.milvus_token,
             timeout=settings.store_timeout_s, device=settings.device,

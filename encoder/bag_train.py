@@ -38,7 +38,7 @@ log = logging.getLogger(__name__)
 @dataclasses.dataclass(frozen=True)
 class BagTraining:
     """Options of :func:`train_table`; the defaults were chosen on the dev sets
-    (bench/RESULTS.md, "Training the token bag")."""
+    (bench/history/, "Training the token bag")."""
 
     steps: int = 600
     batch_size: int = 256

@@ -219,7 +219,7 @@ class OnnxForward:
     (its default) or sleep. Spinning is faster when the encoder has the cores to itself
     and slower when other threads need them: on 2 cores, offline batches ran 1.2 x faster
     spinning, and the HTTP service (its event loop beside the encoder) served 1.2-1.4 x
-    more /v1/embeddings requests with it off (bench/RESULTS.md, API load). Set it before
+    more /v1/embeddings requests with it off (bench/history/, API load). Set it before
     the first call (the sessions are made then)."""
 
     def __init__(self, model: TransformerEncoder, int8: bool = True, spin: bool = True) -> None:

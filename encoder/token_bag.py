@@ -10,7 +10,7 @@ texts that share rare tokens move closer, which the network, trained on a few mi
 pairs, learnt only in part. The idf is a buffer of the network (``lexical_idf``: saved
 with the weights, so the fingerprint changes with it), computed by :func:`add_lexical`
 over training texts, never over a collection that will be searched. Chosen on the dev sets
-(bench/RESULTS.md, "An untrained token bag beside the encoder"): summed at w = 0.5 over the
+(bench/history/, "An untrained token bag beside the encoder"): summed at w = 0.5 over the
 input embeddings, against w = 0.7, a random sign table and concatenation.
 """
 

@@ -40,7 +40,7 @@ KNOWN_SOURCES = {
 # A segment smaller than this gets no HNSW graph and is searched exactly by brute force
 # (about 3 ms at 50,000 rows, 256 dims, 2 cores): Lite merges small segments into larger
 # ones again and again (1,000 → 4,000 → 16,000 → 64,000 → 100,000 rows) and built a graph
-# at every step, the largest cost of ingest after the encoder (bench/RESULTS.md, Scaling).
+# at every step, the largest cost of ingest after the encoder (bench/history/, Scaling).
 HNSW_MIN_ROWS = 50_000
 _state: dict[str, Any] = {"installed": None}
 _lock = threading.Lock()

@@ -1,5 +1,5 @@
 """How large a collection each backend serves fast, from the curve ``bench/scale.py``
-measures (bench/RESULTS.md, "Scaling"), and the warning a collection past it carries.
+measures (bench/history/, "Scaling"), and the warning a collection past it carries.
 
 "Fast" is the service's targets on 2 cores: a dense search through the API within 3 × the
 time to embed the query, a hybrid one within 8 ×, p99 within 2.5 × p50. Past the size

@@ -9,7 +9,7 @@ The weights change (rounded), so the encoder's fingerprint does: ``config.json``
 the new one (``fingerprint``) and the old one (``fingerprint_fp32``); a decoder's retrieval
 record keeps the fingerprint of the encoder it was trained with and gets
 ``encoder_fingerprint_served``, the rounded encoder that now keys its memory. Metrics in
-``config.json`` were measured before the rounding (``bench/RESULTS.md`` has the effect).
+``config.json`` were measured before the rounding (``bench/history/`` has the effect).
 """
 
 from __future__ import annotations

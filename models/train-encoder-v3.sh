@@ -4,7 +4,7 @@
 #   1. the dev collections the recipe is chosen on (bench/devcollections.py), held out of training
 #   2. the bundle: v2's sources plus encoder/technical.py's, BM25 mining, a BPE (~8 min, 2 cores)
 #   3. the network: models/train-encoder-default.sh, lexical share 0.30, batches of 1,024 on a
-#      3,600-step schedule stopped at step 3,000 (what was chosen on dev: bench/RESULTS.md,
+#      3,600-step schedule stopped at step 3,000 (what was chosen on dev: bench/history/RESULTS-narrative.md,
 #      "Encoder v3"; 4.7 min on one H200). The same command runs on the CPU, far slower;
 #      rerunning resumes from OUT/v3/last
 #   4. the token bag: its idf over the bundle's texts, then its table trained with the network

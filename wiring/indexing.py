@@ -60,7 +60,7 @@ def index_files(collection: str, inputs: list[Path], config: JobConfig, store: s
     if text_encoder.device.type == "cpu":
         # Several single-threaded encoders instead of one multi-threaded one: when the
         # writer (or Milvus on the same machine) takes a core, one encoder slows down
-        # instead of every OpenMP barrier stalling (bench/RESULTS.md, Ingest: 2048-doc calls
+        # instead of every OpenMP barrier stalling (bench/history/, Ingest: 2048-doc calls
         # at 0.76x one call this way, 0.67x on one two-threaded encoder).
         workers = workers or torch.get_num_threads()
         torch.set_num_threads(1)
@@ -72,7 +72,7 @@ def index_files(collection: str, inputs: list[Path], config: JobConfig, store: s
         # One call per job batch (default 2048 docs): the encoder sorts them by length into
         # batches of 64, so big job batches waste little padding. At 256 docs per call the
         # encoder ran at 0.51x its one-call speed (an earlier run of bench/ingest.py, in
-        # the history of bench/RESULTS.md).
+        # the history of bench/history/).
         return text_encoder.encode(texts)
 
     vector_store = open_store(store, token=token, timeout=timeout, bulk=True)
