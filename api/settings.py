@@ -92,8 +92,9 @@ class Settings(BaseSettings):
 
     # security
     api_key: str | None = Field(None, description="One admin key (with or without a keys "
-                                "file): /v1/*, /embed and writes need 'Authorization: Bearer "
-                                "<key>'.")
+                                "file): every /v1, TEI and web route then needs "
+                                "'Authorization: Bearer <key>' (/health, /ready and /metrics "
+                                "stay open).")
     keys_file: Path | None = Field(None, description="API keys (qkv keys create), re-read "
                                    "when changed; default keys.jsonl beside a local store.")
 

@@ -168,7 +168,7 @@ def about(run: list[dict[str, Any]], history: str, runs_n: int) -> list[str]:
     head = (f"**{date}** · {machine_text(row['machine'])} · {at} · [history]({history}) "
             f"({runs_n} run{'s' if runs_n > 1 else ''})")
     if row.get("backfilled"):
-        head += " · backfilled from the narrative"
+        head += " · copied from the older hand-written notes"
     return [head, "", f"`{row['command']}`" + (f" ({len(run)} rows)" if len(run) > 1 else "")]
 
 
@@ -193,10 +193,11 @@ def render_page(results_dir: Path, links: str = "../bench/history/") -> str:
              "records its figures and regenerates this page; after changing a `.jsonl` by "
              "hand run `python bench/report.py` (`--check` tells whether the pages are up "
              "to date).", "",
-             "Below, the newest run of each benchmark, newest first; every run, with all its "
-             "figures and what the script printed, is on the benchmark's history page. The "
-             "hand-written narrative kept here until issue 42 (notes, and runs from before "
-             f"the data files) is [{NARRATIVE}]({links}{NARRATIVE})."]
+             "Below, the newest run of each benchmark script, newest first; every run, with "
+             "all its figures and what the script printed, is on the benchmark's history page. "
+             "A script not run again since the code changed shows its last figures: mind the "
+             "date and commit. The notes written by hand before the results became data "
+             f"(with the analysis of each run) are [{NARRATIVE}]({links}{NARRATIVE})."]
     for n in order:
         run = newest[n][0]
         lines += ["", f"## {title(n)}", "", *about(run, f"{links}{n}.md", len(newest[n])), "",
@@ -216,7 +217,7 @@ def run_block(run: list[dict[str, Any]]) -> str:
              f"- Machine: {machine_text(row['machine'])}", f"- Command: `{row['command']}`"
              + (f" ({len(run)} rows)" if len(run) > 1 else "")]
     if row.get("backfilled"):
-        lines.append(f"- Backfilled from the narrative: {row.get('source') or '?'}")
+        lines.append(f"- Copied from the older hand-written notes: {row.get('source') or '?'}")
     lines += ["", *table(run)]
     sections = list(dict.fromkeys(r["section"] for r in run if r.get("section")))
     for s in sections:

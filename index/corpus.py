@@ -5,7 +5,9 @@ Every reader yields :class:`Record` s one at a time and can start at a saved
 stays flat however large the file and a resumed job skips what is done without rereading
 it. A record that cannot be parsed comes back with ``error`` set instead of ``row``.
 :func:`to_fields` turns a row into (id, text, value, metadata): the id, text and value
-fields are named by the caller, and every other field of the row becomes metadata.
+fields are named by the caller, and every other field of the row becomes metadata; a
+``metadata`` object (the API's document shape) is taken as metadata itself, its keys
+winning over the row's other fields.
 """
 
 from __future__ import annotations
@@ -197,6 +199,9 @@ def to_fields(
         value = v or None
     skip = {fields.id, fields.text, fields.value}
     metadata = {k: v for k, v in row.items() if k not in skip}
+    if isinstance(metadata.get("metadata"), dict):  # {"id", "text", "metadata": {...}}
+        nested = metadata.pop("metadata")
+        metadata = {**metadata, **nested}
     try:
         # Milvus stores strict JSON: dates and the like become strings, NaN is refused.
         metadata = json.loads(json.dumps(metadata, default=str, allow_nan=False))

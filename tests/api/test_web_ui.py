@@ -232,7 +232,10 @@ def test_an_upload_cut_off_resumes(browser: Any, server: str, api: httpx.Client,
     n = 150
     path = tmp_path / "bulk.jsonl"
     path.write_text("".join(json.dumps({"id": f"b{i}", "text": f"bulk document number {i}",
-                                        "part": i // 50}) + "\n" for i in range(n)))
+                                        "part": i // 50} if i % 2 else  # the API's shape too:
+                                       {"id": f"b{i}", "text": f"bulk document number {i}",
+                                        "metadata": {"part": i // 50}}) + "\n"
+                            for i in range(n)))
     assert api.post("/v1/collections", json={"name": "bulk"}).status_code == 201
     try:
         login(browser, server)
@@ -255,6 +258,8 @@ def test_an_upload_cut_off_resumes(browser: Any, server: str, api: httpx.Client,
         assert api.get("/v1/collections/bulk").json()["count"] == n
         last = api.get("/v1/collections/bulk/documents/b149").json()
         assert last["metadata"] == {"part": 2}, "JSON fields stay typed"
+        nested = api.get("/v1/collections/bulk/documents/b148").json()
+        assert nested["metadata"] == {"part": 2}, "a metadata object is the metadata"
     finally:
         api.delete("/v1/collections/bulk")
 

@@ -217,3 +217,17 @@ def test_parallel_encoders_write_in_input_order(tmp_path: Path) -> None:
     assert positions == sorted(positions) == list(range(0, 60, 7))
     assert seen != sorted(seen)  # the encoders really did finish out of order
     assert all_ids(store, "docs") == {f"r{i}" for i in range(60)}
+
+
+def test_a_metadata_object_is_the_metadata() -> None:
+    """A row in the API's document shape indexes as the API stores it: its ``metadata``
+    object is the metadata (so a filter on ``course`` finds it), merged with any other
+    field, its own keys winning."""
+    from index.corpus import Fields, to_fields
+
+    row = {"id": "r1", "text": "cake", "source": "book",
+           "metadata": {"course": "dessert", "source": "web"}}
+    assert to_fields(row, Fields()) == ("r1", "cake", None,
+                                        {"source": "web", "course": "dessert"})
+    kept = {"id": "r2", "text": "tea", "metadata": "not an object"}
+    assert to_fields(kept, Fields()) == ("r2", "tea", None, {"metadata": "not an object"})

@@ -141,6 +141,11 @@ function toDocument(row, fields) {
   for (const [k, v] of Object.entries(row)) {
     if (k !== fields.id && k !== fields.text && k !== fields.value) doc.metadata[k] = v;
   }
+  const nested = doc.metadata.metadata;  // the API's shape: {"id", "text", "metadata": {...}}
+  if (nested && typeof nested === "object" && !Array.isArray(nested)) {
+    delete doc.metadata.metadata;
+    Object.assign(doc.metadata, nested);
+  }
   return doc;
 }
 
