@@ -55,8 +55,8 @@ def cli_pages(root: Any, prog: str = "qkv") -> dict[str, str]:
     for path, command in commands:
         name = " ".join([prog, *path])
         first = (command.short_help or command.help or "").strip().split("\n\n")[0]
-        page = f"{group_of(command)}-commands.md"
-        index.append(f"| [`{name}`]({page}#{slug(name)}) | {cell(first)} |")
+        target = f"{group_of(command)}-commands.md"
+        index.append(f"| [`{name}`]({target}#{slug(name)}) | {cell(first)} |")
     out = {"index.md": "\n".join(index) + "\n"}
     for group, members in sorted(groups.items()):
         page = [f"# Command line: {group}", "",
