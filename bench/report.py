@@ -250,19 +250,39 @@ def history_pages(name: str, rows: list[dict[str, Any]]) -> dict[str, str]:
     return out
 
 
+def site_pages(results_dir: Path) -> dict[str, str]:
+    """The docs site's pages, ``{path under docs/: text}``: the summary as ``benchmarks.md``
+    and each history under ``benchmarks/``, linked as the site is laid out; the old
+    narrative (160 KB) is named, not linked: it stays in the repository."""
+    narrative = f"`bench/history/{NARRATIVE}` (in the repository)"
+    page = render_page(results_dir, links="benchmarks/")
+    out = {"benchmarks.md": page.replace(f"[{NARRATIVE}](benchmarks/{NARRATIVE})", narrative)}
+    for name, rows in load(results_dir).items():
+        for fname, text in history_pages(name, rows).items():
+            text = text.replace("](../RESULTS.md)", "](../benchmarks.md)")
+            out[f"benchmarks/{fname}"] = text.replace(f"[narrative]({NARRATIVE})",
+                                                      f"narrative: {narrative}")
+    return out
+
+
 def expected(results_dir: Path) -> dict[Path, str]:
-    """Every file :func:`write` writes, with its text."""
+    """Every file :func:`write` writes, with its text: beside ``results_dir``, and for the
+    repository's own results the docs site's pages too."""
     out = {results_dir.parent / "RESULTS.md": render_page(results_dir, "history/")}
     for name, rows in load(results_dir).items():
         for fname, text in history_pages(name, rows).items():
             out[results_dir.parent / "history" / fname] = text
+    if results_dir.resolve() == (ROOT / "bench/results").resolve():
+        out.update({ROOT / "docs" / uri: text for uri, text in site_pages(results_dir).items()})
     return out
 
 
 def stale(results_dir: Path, files: dict[Path, str]) -> list[Path]:
     """Generated history pages no longer generated (a benchmark's data gone or shorter)."""
-    folder = results_dir.parent / "history"
-    return [p for p in sorted(folder.glob("*.md")) if p not in files
+    folders = [results_dir.parent / "history"]
+    if results_dir.resolve() == (ROOT / "bench/results").resolve():
+        folders.append(ROOT / "docs/benchmarks")
+    return [p for folder in folders for p in sorted(folder.glob("*.md")) if p not in files
             and p.read_text(encoding="utf-8").startswith(MARK)]
 
 

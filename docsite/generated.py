@@ -50,26 +50,16 @@ def pages() -> dict[str, str]:
     out.update({f"reference/cli/{name}": text
                 for name, text in cli_md.cli_pages(typer.main.get_command(app)).items()})
     out["reference/settings.md"] = cli_md.settings_page(Settings)
-    out.update(benchmark_pages(ROOT / "bench/results"))
-    return {uri: HEADER + text for uri, text in out.items()}
+    out = {uri: HEADER + text for uri, text in out.items()}
+    out.update(benchmark_pages(ROOT / "bench/results"))  # marked by bench/report.py
+    return out
 
 
 def benchmark_pages(results: Path) -> dict[str, str]:
     """The benchmark page and each benchmark's history under ``benchmarks/``, as
-    ``bench/report.py`` writes them beside the results, with the links made the site's: the
-    summary is ``benchmarks.md``, and the old narrative (160 KB, kept in the repository) is
-    named, not linked."""
-    report = bench_report()
-    narrative = "`bench/history/RESULTS-narrative.md` (in the repository)"
-    page = report.render_page(results, links="benchmarks/")
-    out = {"benchmarks.md": page.replace(f"[{report.NARRATIVE}](benchmarks/{report.NARRATIVE})",
-                                         narrative)}
-    for name, rows in report.load(results).items():
-        for file, text in report.history_pages(name, rows).items():
-            text = text.replace("](../RESULTS.md)", "](../benchmarks.md)")
-            out[f"benchmarks/{file}"] = text.replace(f"[narrative]({report.NARRATIVE})",
-                                                     f"narrative: {narrative}")
-    return out
+    ``bench/report.py`` writes them (a bench run writes them too)."""
+    pages: dict[str, str] = bench_report().site_pages(results)
+    return pages
 
 
 # folders that hold nothing but generated pages
