@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 from pathlib import Path
+from typing import Any
 
 import typer
 
@@ -68,6 +69,19 @@ def index(
     tune: bool = typer.Option(True, "--tune/--no-tune", help="Once the job is complete, "
                               "calibrate the collection's hybrid search from its documents "
                               "(`qkv tune`; a hybrid collection, one shard)."),
+    engine: str = typer.Option(
+        "local", "--engine", help="local: this process. ray: a pool of encoder workers on Ray "
+        "(pip install -e '.[ray]'); on a Milvus server the workers write in parallel, on a "
+        "Milvus Lite file or FAISS directory (one process's) they encode and this process "
+        "writes. Inputs and --state-dir must be readable by every node."),
+    address: str | None = typer.Option(
+        None, "--address", help="With --engine ray: an existing Ray cluster (ray://HOST:10001 "
+        "or auto); default a local Ray started here."),
+    ray_workers: int = typer.Option(0, "--workers", min=0, help="With --engine ray: encoder "
+                                    "workers (default one per CPU of the cluster)."),
+    gpus_per_worker: float = typer.Option(0.0, "--gpus-per-worker", min=0.0,
+                                          help="With --engine ray: GPUs per worker (torch on "
+                                          "CUDA there)."),
 ) -> None:
     """Encode a corpus and upsert it into a collection. Resumable: run it again after a kill."""
     # Encoding overlaps the write of the previous batch: see wiring.runtime.
@@ -102,12 +116,21 @@ def index(
         collection = collection_name(collection)
     except ValueError as e:
         raise typer.BadParameter(str(e), param_hint="--collection") from e
+    if engine not in ("local", "ray"):
+        raise typer.BadParameter("local or ray", param_hint="--engine")
+    if engine == "ray" and n_shards != 1:
+        raise typer.BadParameter("Ray splits the job itself: no --shard with --engine ray",
+                                 param_hint="--shard")
     config = job_config(collection, inputs, store, fields, format, batch_size,
                         (shard_i, n_shards), state_dir, rejects, restart, retries, backoff,
                         progress, hybrid)
     try:
-        summary = index_files(collection, inputs, config, store, model, token, timeout, device,
-                              workers)
+        if engine == "ray":
+            summary = index_on_ray(collection, inputs, config, store, model, token, timeout,
+                                   restart, ray_workers, gpus_per_worker, address, device)
+        else:
+            summary = index_files(collection, inputs, config, store, model, token, timeout,
+                                  device, workers)
     except StoreUnavailableError as e:
         typer.echo(f"error: {explain(e)}", err=True)
         raise typer.Exit(EXIT_UNAVAILABLE) from e
@@ -128,6 +151,25 @@ def index(
     if summary.total_rejected:
         typer.echo(f"{summary.total_rejected} rows rejected; see {config.rejects_path}", err=True)
         raise typer.Exit(EXIT_REJECTED)
+
+
+def index_on_ray(collection: str, inputs: list[Path], config: Any, store: str, model: Path,
+                 token: str, timeout: float, restart: bool, workers: int, gpus: float,
+                 address: str | None, device: str | None) -> Any:
+    """The job on Ray (wiring/ray_indexing.py), its files beside the local engine's."""
+    try:
+        import ray  # noqa: F401
+
+        from wiring.ray_indexing import index_with_ray
+    except ImportError as e:  # the optional extra
+        raise typer.BadParameter(f"--engine ray needs Ray: pip install -e '.[ray]' ({e})",
+                                 param_hint="--engine") from e
+    stem = config.state_path.name.removesuffix(".progress.json")
+    return index_with_ray(collection, inputs, config.fields, config.format, store, model,
+                          token, timeout, config.state_path.parent, stem,
+                          config.rejects_path, restart, config.batch_size, workers, gpus,
+                          address, config.hybrid, config.retries, config.backoff_s,
+                          config.progress_bar, device)
 
 
 def tune_after(store: str, collection: str, model: Path, token: str, timeout: float) -> None:

@@ -1,0 +1,139 @@
+"""``qkv index --engine ray``: the plan and its markers (no Ray), then real runs on a local
+Ray: into Milvus Lite (the driver writes), into a Milvus 2.3.5 server (the workers write
+through the Datasink), and a SIGKILL of the driver and its local Ray mid-run, then a rerun.
+Each ends with exactly the input's distinct ids, the last occurrence of a repeated id
+winning, and every bad row reported once."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+from test_index_cli import BAD_LINES, N_DISTINCT, N_DUPLICATES, qkv_index, write_corpus
+
+from index import Fields, open_store
+from index.ranges import load_or_plan, mark_done, pending, plan, read_range
+
+
+def test_the_plan_cuts_ranges_and_keeps_the_last_of_each_id(tmp_path: Path) -> None:
+    src = write_corpus(tmp_path / "c.jsonl")
+    manifest = plan([src], Fields(value="tgt"), per_range=100)
+    lines = N_DISTINCT + N_DUPLICATES + len(BAD_LINES)
+    assert manifest.records == lines and manifest.inputs[0]["records"] == lines
+    assert [r.records for r in manifest.ranges] == [100] * (lines // 100) + [lines % 100]
+    superseded = sorted(line for r in manifest.ranges for line in r.superseded)
+    assert len(superseded) == N_DUPLICATES  # the first copy of each repeated id
+    docs = {}
+    for r in manifest.ranges:
+        batch = read_range(src, "jsonl", r, Fields(value="tgt"))
+        for i, t in zip(batch.ids, batch.texts, strict=True):
+            assert i not in docs, f"{i} written twice"
+            docs[i] = t
+    assert len(docs) == N_DISTINCT and docs["doc-5"] == "second version of 5"
+
+
+def test_markers_make_a_rerun_skip_and_changed_inputs_are_refused(tmp_path: Path) -> None:
+    src = write_corpus(tmp_path / "c.jsonl")
+    path, done = tmp_path / "m.json", tmp_path / "done"
+    manifest = load_or_plan(path, [src], Fields(), None, 500)
+    assert load_or_plan(path, [src], Fields(), None, 500).ranges == manifest.ranges
+    mark_done(done, manifest.ranges[1], {"written": 3, "rejects": [], "worker": "w",
+                                         "retries": 0})
+    assert pending(manifest, done) == [manifest.ranges[0], *manifest.ranges[2:]]
+    assert not list(done.glob(".*"))  # no temporary file left behind
+    src.write_text(src.read_text() + '{"id": "new", "text": "more"}\n')
+    with pytest.raises(ValueError, match="inputs changed"):
+        load_or_plan(path, [src], Fields(), None, 500)
+
+
+def check_store(store_uri: str, collection: str) -> None:
+    store = open_store(store_uri)
+    try:
+        assert store.count(collection) == N_DISTINCT
+        ids = [f"doc-{i}" for i in range(N_DISTINCT)]
+        by_id = {it.id: it for it in store.get(collection, ids)}
+        assert sorted(by_id) == sorted(ids)
+        assert by_id["doc-5"].text == "second version of 5"  # the last duplicate wins
+        assert by_id["doc-1400"].value == "v1400" and by_id["doc-1400"].metadata == {"n": 1400}
+    finally:
+        store.close()
+
+
+def check_job(state: Path) -> dict:
+    rejects = [json.loads(x) for x in next(state.glob("*.rejects.jsonl")).read_text()
+               .splitlines()]
+    assert [r["line"] for r in rejects] == list(BAD_LINES)  # none lost, none doubled
+    figures = json.loads(next(state.glob("*.ray.json")).read_text())
+    assert figures["complete"] and figures["records_done"] == figures["records_total"]
+    assert figures["written"] >= N_DISTINCT and sum(figures["workers"].values()) == \
+        pytest.approx(1.0, abs=0.01)
+    return figures
+
+
+def ray_args(src: Path, store: str, model: Path, state: Path, *more: str) -> list[str]:
+    return qkv_index(["--engine", "ray", "--workers", "1", "--collection", "docs",
+                      "--input", str(src), "--store", store, "--model", str(model),
+                      "--value-field", "tgt", "--batch-size", "100", "--state-dir",
+                      str(state), "--no-progress", "--no-tune", "--device", "cpu", *more])
+
+
+ENV = {**os.environ, "OMP_NUM_THREADS": "1", "RAY_DISABLE_USAGE_STATS": "1"}
+
+
+@pytest.mark.slow
+def test_ray_into_milvus_lite_the_driver_writes(tmp_path: Path, tiny_model_dir: Path) -> None:
+    pytest.importorskip("ray")
+    src, state, db = write_corpus(tmp_path / "c.jsonl"), tmp_path / "jobs", tmp_path / "q.db"
+    done = subprocess.run(ray_args(src, str(db), tiny_model_dir, state), env=ENV,
+                          capture_output=True, text=True, timeout=600)
+    assert done.returncode == 3, done.stderr[-3000:]  # complete, with rejected rows
+    check_job(state)
+    again = subprocess.run(ray_args(src, str(db), tiny_model_dir, state), env=ENV,
+                           capture_output=True, text=True, timeout=600)
+    assert again.returncode == 3 and "written 0," in again.stdout, again.stderr[-3000:]
+    check_store(str(db), "docs")  # last: this process then holds the Lite file
+
+
+@pytest.mark.slow
+def test_ray_into_a_milvus_server_the_workers_write(tmp_path: Path, tiny_model_dir: Path,
+                                                    milvus_server_uri: str) -> None:
+    pytest.importorskip("ray")
+    src, state = write_corpus(tmp_path / "c.jsonl"), tmp_path / "jobs"
+    args = ray_args(src, milvus_server_uri, tiny_model_dir, state)
+    args[args.index("docs")] = "ray_docs"
+    done = subprocess.run(args, env=ENV, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 3, done.stderr[-3000:]
+    check_store(milvus_server_uri, "ray_docs")
+    figures = check_job(state)
+    reports = [json.loads(p.read_text()) for p in next(state.glob("*.done")).glob("*.json")]
+    assert reports and all(r["writer"] != figures["driver"] for r in reports)  # Ray's tasks
+
+
+@pytest.mark.slow
+def test_sigkill_of_the_driver_then_rerun(tmp_path: Path, tiny_model_dir: Path) -> None:
+    pytest.importorskip("ray")
+    src, state, db = write_corpus(tmp_path / "c.jsonl"), tmp_path / "jobs", tmp_path / "q.db"
+    args = ray_args(src, str(db), tiny_model_dir, state)
+    args[args.index("100")] = "20"  # 91 ranges: time to kill it halfway
+    proc = subprocess.Popen(args, env=ENV, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                            start_new_session=True)  # its local Ray dies with it
+    deadline = time.monotonic() + 300
+    while time.monotonic() < deadline and proc.poll() is None:
+        done_dirs = list(state.glob("*.done"))
+        if done_dirs and len(list(done_dirs[0].glob("*.json"))) >= 10:
+            break
+        time.sleep(0.05)
+    assert proc.poll() is None, proc.stderr.read().decode()[-3000:] if proc.stderr else ""
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()
+    marked = len(list(next(state.glob("*.done")).glob("*.json")))
+    assert 10 <= marked < 91
+    done = subprocess.run(args, env=ENV, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 3, done.stderr[-3000:]
+    check_store(str(db), "docs")
+    check_job(state)

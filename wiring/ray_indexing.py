@@ -1,0 +1,315 @@
+"""``qkv index --engine ray``: the bulk job on a Ray cluster (Ray Data, the optional ``ray``
+extra). The driver plans the job into ranges (``index.ranges``: a manifest, resumable by
+markers); a pool of long-lived encoder actors (``map_batches``, the checkpoint loaded once
+per actor; ONNX on a CPU, torch on a GPU) reads and encodes one range per call; and
+
+- on a Milvus server, a :class:`StoreSink` (a Ray ``Datasink``) upserts each range from the
+  write tasks, in parallel, retrying with backoff while the store is unavailable;
+- on Milvus Lite or FAISS, whose files one process owns, the driver writes what the actors
+  encoded.
+
+Either way a range's marker is written only after its upsert was acknowledged, so a kill of
+the driver, a worker or a node, and a rerun of the same command, lose nothing; ranges are
+written at least once (a retried Ray task writes again), which upserts by id make
+harmless, and ids repeated in the input keep their last occurrence (``index.ranges``).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import socket
+import threading
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, TypeVar
+
+import numpy as np
+
+from index import EncoderInfo, Fields, Item, StoreUnavailableError, VectorStore, open_store
+from index.ranges import Manifest, Range, done_reports, mark_done, pending, read_range, write_json
+from index.store import hybrid_default
+
+log = logging.getLogger(__name__)
+T = TypeVar("T")
+
+
+def is_server(store: str) -> bool:
+    return store.startswith(("http://", "https://"))
+
+
+@dataclass(frozen=True)
+class RayJob:
+    """Everything a worker needs, picklable: where the inputs, the model and the store are."""
+
+    collection: str
+    inputs: list[str]
+    formats: list[str]
+    fields: Fields
+    model: str
+    store: str
+    token: str
+    timeout: float
+    encoder: EncoderInfo
+    done_dir: str
+    device: str | None = None
+    retries: int = 5
+    backoff_s: float = 1.0
+    max_backoff_s: float = 30.0
+
+
+def retrying(job: RayJob, what: str, fn: Callable[[], T], counter: list[int]) -> T:
+    """``fn()``, retried with exponential backoff while the store is unavailable; the
+    retries are counted in ``counter[0]``."""
+    for attempt in range(job.retries + 1):
+        try:
+            return fn()
+        except StoreUnavailableError as e:
+            if attempt == job.retries:
+                raise StoreUnavailableError(
+                    f"store unreachable, gave up after {job.retries + 1} tries ({what}): {e}. "
+                    "What was written is recorded; run the same command again to continue."
+                ) from e
+            counter[0] += 1
+            delay = min(job.max_backoff_s, job.backoff_s * 2**attempt)
+            log.warning("store unreachable (%s), retry %d/%d in %.1f s", what, attempt + 1,
+                        job.retries, delay)
+            time.sleep(delay)
+    raise AssertionError("unreachable")
+
+
+def write_encoded(job: RayJob, store: VectorStore, row: dict[str, Any]) -> dict[str, Any]:
+    """Upsert one encoded range (a row the encoder actors made) and then mark it done."""
+    meta = json.loads(row["meta"])
+    r = Range.from_dict(meta["range"])
+    vectors = np.frombuffer(row["vectors"], dtype=np.float32).reshape(-1, job.encoder.dim)
+    items = [Item(i, vectors[n], t, v, m) for n, (i, t, v, m) in
+             enumerate(zip(meta["ids"], meta["texts"], meta["values"], meta["metadata"],
+                           strict=True))]
+    retries = [0]
+    written = retrying(job, "upsert", lambda: store.upsert(job.collection, items, job.encoder),
+                       retries) if items else 0
+    report = {"written": written, "rejects": meta["rejects"], "superseded": meta["superseded"],
+              "worker": meta["worker"], "writer": f"{socket.gethostname()}:{os.getpid()}",
+              "retries": retries[0], "encode_s": meta["encode_s"]}
+    mark_done(Path(job.done_dir), r, report)
+    return report
+
+
+class EncodeRanges:
+    """The Ray Data actor: loads the encoder once, then reads and encodes one range a call."""
+
+    def __init__(self, job: RayJob, threads: int = 1) -> None:
+        from wiring.components import load_encoder
+
+        self.job = job
+        self.encoder = load_encoder(job.model, job.device, cpu_threads=threads)
+        self.worker = f"{socket.gethostname()}:{os.getpid()}"
+
+    def __call__(self, batch: dict[str, Any]) -> dict[str, Any]:
+        out: dict[str, list[Any]] = {"key": [], "meta": [], "vectors": []}
+        for spec in batch["range"]:
+            r = Range.from_dict(json.loads(spec))
+            path, fmt = Path(self.job.inputs[r.file]), self.job.formats[r.file]
+            t0 = time.perf_counter()
+            docs = read_range(path, fmt, r, self.job.fields)
+            vectors = (self.encoder.encode(docs.texts) if docs.texts
+                       else np.zeros((0, self.job.encoder.dim), np.float32))
+            out["key"].append(r.key)
+            out["meta"].append(json.dumps({
+                "range": r.to_dict(), "ids": docs.ids, "texts": docs.texts,
+                "values": docs.values, "metadata": docs.metadata, "rejects": docs.rejects,
+                "superseded": docs.superseded, "worker": self.worker,
+                "encode_s": round(time.perf_counter() - t0, 3)}, ensure_ascii=False))
+            out["vectors"].append(np.ascontiguousarray(vectors, np.float32).tobytes())
+        return {k: np.array(v, dtype=object) for k, v in out.items()}
+
+
+def _datasink_class() -> type:
+    from ray.data import Datasink
+
+    class StoreSink(Datasink):  # type: ignore[misc]
+        """Upserts each encoded range into a Milvus server from Ray's write tasks, then
+        marks it done: writes are at least once, and idempotent by id."""
+
+        def __init__(self, job: RayJob) -> None:
+            self.job = job
+
+        @property
+        def supports_distributed_writes(self) -> bool:
+            return True
+
+        def get_name(self) -> str:
+            return f"qkv({self.job.collection})"
+
+        def write(self, blocks: Iterable[Any], ctx: Any) -> list[dict[str, Any]]:
+            from ray.data.block import BlockAccessor
+
+            store = open_store(self.job.store, token=self.job.token, timeout=self.job.timeout)
+            try:
+                reports: list[dict[str, Any]] = []
+                for block in blocks:
+                    rows: Iterable[dict[str, Any]] = BlockAccessor.for_block(block).iter_rows(
+                        public_row_format=True)
+                    reports += [write_encoded(self.job, store, row) for row in rows]
+                return reports
+            finally:
+                store.close()
+
+    return StoreSink
+
+
+@dataclass
+class Progress:
+    """The job as the markers tell it: for the terminal and the job's state file."""
+
+    total_records: int
+    started: float = field(default_factory=time.monotonic)
+    seen: dict[str, dict[str, Any]] = field(default_factory=dict)
+
+    def update(self, done_dir: Path) -> dict[str, Any]:
+        self.seen = done_reports(done_dir)
+        records = sum(d["records"] for d in self.seen.values())
+        written = sum(d["written"] for d in self.seen.values())
+        elapsed = max(time.monotonic() - self.started, 1e-9)
+        workers: dict[str, int] = {}
+        for d in self.seen.values():
+            workers[d["worker"]] = workers.get(d["worker"], 0) + d["records"]
+        rate = records / elapsed
+        left = self.total_records - records
+        return {"records_done": records, "records_total": self.total_records,
+                "written": written, "rejected": sum(len(d["rejects"]) for d in self.seen.values()),
+                "retries": sum(d["retries"] for d in self.seen.values()),
+                "docs_per_s": round(written / elapsed, 1),
+                "eta_s": round(left / rate, 1) if rate > 0 and left > 0 else 0.0,
+                "workers": {w: round(n / max(records, 1), 3) for w, n in sorted(workers.items())},
+                "ranges_done": len(self.seen), "updated": time.time()}
+
+
+def run_ray(job: RayJob, manifest: Manifest, state_path: Path, workers: int,
+            gpus_per_worker: float, address: str | None, hybrid: bool | None,
+            progress: Callable[[dict[str, Any]], None]) -> dict[str, Any]:
+    """Run the job's pending ranges on Ray; returns the final progress figures."""
+    import ray
+
+    done_dir = Path(job.done_dir)
+    todo = pending(manifest, done_dir)
+    tracker = Progress(manifest.records)
+    driver_store = open_store(job.store, token=job.token, timeout=job.timeout, bulk=True)
+    try:
+        retrying(job, "create", lambda: driver_store.create(
+            job.collection, job.encoder.dim, job.encoder,
+            hybrid=hybrid_default(driver_store, job.collection, hybrid)), [0])
+        if todo:
+            started_here = not ray.is_initialized()
+            if started_here:
+                ray.init(address=address, include_dashboard=False, log_to_driver=False,
+                         configure_logging=False)
+            workers = workers or max(1, int(ray.cluster_resources().get("CPU", 1)))
+            stop = threading.Event()
+            ticker = threading.Thread(target=_tick, args=(tracker, done_dir, state_path,
+                                                          progress, stop), daemon=True)
+            ticker.start()
+            try:
+                _pipeline(job, todo, workers, gpus_per_worker, driver_store)
+            finally:
+                stop.set()
+                ticker.join()
+                if started_here:
+                    ray.shutdown()
+    finally:
+        driver_store.close()
+    final = tracker.update(done_dir)
+    final["complete"] = not pending(manifest, done_dir)
+    final["driver"] = f"{socket.gethostname()}:{os.getpid()}"
+    write_json(state_path, final)
+    progress(final)
+    return final
+
+
+def _tick(tracker: Progress, done_dir: Path, state_path: Path,
+          progress: Callable[[dict[str, Any]], None], stop: threading.Event) -> None:
+    while not stop.wait(1.0):
+        figures = tracker.update(done_dir)
+        write_json(state_path, {**figures, "complete": False})
+        progress(figures)
+
+
+def _pipeline(job: RayJob, todo: list[Range], workers: int, gpus: float,
+              driver_store: VectorStore) -> None:
+    import ray
+
+    context = ray.data.DataContext.get_current()
+    context.enable_progress_bars = False  # the job shows its own, from the markers
+    for name in ("ray", "ray.data"):
+        logging.getLogger(name).setLevel(logging.WARNING)
+
+    items = [{"range": json.dumps(r.to_dict())} for r in todo]
+    ds = ray.data.from_items(items, override_num_blocks=len(items))
+    encoded = ds.map_batches(
+        EncodeRanges, fn_constructor_kwargs={"job": job}, batch_size=1, batch_format="numpy",
+        concurrency=workers, num_cpus=0 if gpus else 1, num_gpus=gpus or None,
+        max_restarts=-1, max_task_retries=-1)
+    if is_server(job.store):  # the workers write, in parallel
+        encoded.write_datasink(_datasink_class()(job), ray_remote_args={"num_cpus": 0.25,
+                                                                          "max_retries": -1})
+    else:  # one process owns a Lite file or a FAISS directory: the driver writes
+        for row in encoded.iter_rows():
+            write_encoded(job, driver_store, row)
+
+
+def index_with_ray(collection: str, inputs: list[Path], fields: Fields, fmt: str | None,
+                   store: str, model: Path, token: str, timeout: float, state_dir: Path,
+                   stem: str, rejects_path: Path, restart: bool, per_range: int,
+                   workers: int, gpus_per_worker: float, address: str | None,
+                   hybrid: bool | None, retries: int, backoff_s: float, show: bool,
+                   device: str | None = None) -> Any:
+    """``qkv index --engine ray``: plan (or read) the job's manifest, run what is pending on
+    Ray, write the rejects file from the markers; returns an ``index.JobSummary``."""
+    import shutil
+
+    from tqdm import tqdm
+
+    from index import JobSummary
+    from index.corpus import detect_format
+    from index.ranges import load_or_plan
+    from wiring.components import encoder_info, load_encoder
+
+    manifest_path = state_dir / f"{stem}.manifest.json"
+    done_dir = state_dir / f"{stem}.done"
+    state_path = state_dir / f"{stem}.ray.json"
+    if restart:
+        manifest_path.unlink(missing_ok=True)
+        shutil.rmtree(done_dir, ignore_errors=True)
+    t0 = time.perf_counter()
+    manifest = load_or_plan(manifest_path, inputs, fields, fmt, per_range)
+    earlier = done_reports(done_dir).values()
+    before = sum(d["written"] for d in earlier), sum(d["records"] for d in earlier)
+    info = encoder_info(load_encoder(model, "cpu"))
+    job = RayJob(collection, [f["path"] for f in manifest.inputs],
+                 [detect_format(p, fmt) for p in inputs], fields, str(model.resolve()), store,
+                 token, timeout, info, str(done_dir.resolve()), device, retries, backoff_s)
+    with tqdm(total=manifest.records, unit="doc", desc=collection, disable=not show,
+              dynamic_ncols=True) as bar:
+        def show_progress(figures: dict[str, Any]) -> None:
+            bar.n = figures["records_done"]
+            bar.set_postfix(written=figures["written"], retries=figures["retries"],
+                            eta=f"{figures['eta_s']:.0f}s", refresh=True)
+
+        final = run_ray(job, manifest, state_path, workers, gpus_per_worker, address, hybrid,
+                        show_progress)
+    reports = done_reports(done_dir)
+    rejects = sorted((r for d in reports.values() for r in d["rejects"]),
+                     key=lambda r: (r["file"], r["line"]))
+    rejects_path.parent.mkdir(parents=True, exist_ok=True)
+    with open(rejects_path, "w", encoding="utf-8") as f:
+        f.writelines(json.dumps(r, ensure_ascii=False) + "\n" for r in rejects)
+    summary = JobSummary(read=final["records_done"] - before[1],
+                         written=final["written"] - before[0],
+                         rejected=len(rejects), seconds=time.perf_counter() - t0,
+                         total_written=final["written"], total_rejected=len(rejects),
+                         complete=final["complete"])
+    return summary
