@@ -51,6 +51,7 @@ TITLES = {
     "knn": "Token memory (kNN-MT) on or off",
     "precision": "Weights stored in fp16, embedding tables in 8 bits",
     "races": "Races: data and admin calls at once",
+    "ray_index": "`qkv index --engine ray` against the local engine",
     "scale": "Scaling: ingest and search by collection size",
     "search": "Search: MilvusStore latency, throughput and recall",
     "search_path": "Search on the user's path: HTTP, Milvus Lite",

@@ -137,3 +137,38 @@ def test_sigkill_of_the_driver_then_rerun(tmp_path: Path, tiny_model_dir: Path) 
     assert done.returncode == 3, done.stderr[-3000:]
     check_store(str(db), "docs")
     check_job(state)
+
+
+@pytest.mark.slow
+def test_sigkill_of_a_worker_ray_restarts_it(tmp_path: Path, tiny_model_dir: Path) -> None:
+    """An encoder actor killed mid-run: Ray restarts it and retries its range; the job
+    completes by itself with nothing lost or doubled."""
+    psutil = pytest.importorskip("psutil")
+    pytest.importorskip("ray")
+    src, state, db = write_corpus(tmp_path / "c.jsonl"), tmp_path / "jobs", tmp_path / "q.db"
+    args = ray_args(src, str(db), tiny_model_dir, state)
+    args[args.index("100")] = "20"
+    proc = subprocess.Popen(args, env=ENV, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            start_new_session=True, text=True)
+    killed, deadline = None, time.monotonic() + 300
+    try:
+        while killed is None and time.monotonic() < deadline and proc.poll() is None:
+            done_dirs = list(state.glob("*.done"))
+            if done_dirs and len(list(done_dirs[0].glob("*.json"))) >= 5:
+                for p in psutil.process_iter(["cmdline"]):
+                    if "EncodeRanges" in " ".join(p.info["cmdline"] or []):
+                        p.kill()
+                        killed = p.pid
+                        break
+            time.sleep(0.05)
+        assert killed is not None, "no encoder worker found to kill"
+        out, err = proc.communicate(timeout=600)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    assert proc.returncode == 3, err[-3000:]
+    check_job(state)
+    workers = {json.loads(p.read_text())["worker"]
+               for p in next(state.glob("*.done")).glob("*.json")}
+    assert len(workers) >= 2 and any(w.endswith(f":{killed}") for w in workers)
+    check_store(str(db), "docs")

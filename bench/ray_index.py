@@ -1,0 +1,150 @@
+"""``qkv index --engine ray`` against today's ``qkv index``, on the same docs and store.
+
+Usage: python bench/ray_index.py --data ../shared/data [--n 20000] [--rounds 2]
+       [--store lite|server] [--nodes]
+
+Writes N real docs (``bench/workload.py``) as JSONL under var/bench/ and, alternating the two
+engines round by round (the machine is shared), indexes them into a fresh store each time:
+the local engine (one single-threaded encoder per CPU thread) and Ray (one worker per CPU,
+a local Ray started by the job). Reports documents/s of the whole command (Ray's start
+included) and the ratio, the best round of each. ``--nodes`` also runs the job once on a
+simulated two-node cluster (``ray.cluster_utils.Cluster``, one CPU per node, one worker on
+each) and reports each worker's share and that every distinct id arrived once. Records the
+figures (``bench/machine.py``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from contextlib import ExitStack
+from pathlib import Path
+
+from machine import add_results_arg, record, stamp
+from workload import ROOT, milvus_server, real_texts
+
+VAR = ROOT / "var/bench/ray"
+MODEL = ROOT / "models/encoder-default"
+
+
+def write_docs(data: Path, n: int) -> Path:
+    path = ROOT / f"var/bench/ray-{n}.jsonl"
+    if not path.exists():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with open(path.with_suffix(".tmp"), "w", encoding="utf-8") as f:
+            for i, (source, text) in enumerate(real_texts(data, n)):
+                f.write(json.dumps({"id": f"doc{i:07d}", "text": text, "source": source}) + "\n")
+        os.replace(path.with_suffix(".tmp"), path)
+    return path
+
+
+def run_index(docs: Path, store: str, state: Path, engine: str, extra: list[str]) -> float:
+    """Seconds of one whole ``qkv index`` command (a fresh job)."""
+    shutil.rmtree(state, ignore_errors=True)
+    cmd = [sys.executable, "-c", "from cli.app import app; app()", "index", "--engine",
+           engine, "--collection", f"bench_{engine}", "--input", str(docs), "--store", store,
+           "--model", str(MODEL), "--state-dir", str(state), "--no-progress", "--no-tune",
+           *extra]
+    env = {**os.environ, "RAY_DISABLE_USAGE_STATS": "1"}
+    t0 = time.perf_counter()
+    done = subprocess.run(cmd, env=env, capture_output=True, text=True)
+    seconds = time.perf_counter() - t0
+    if done.returncode != 0:
+        raise SystemExit(f"{engine} failed ({done.returncode}):\n{done.stderr[-3000:]}")
+    return seconds
+
+
+def count(store: str, collection: str) -> int:
+    from index import open_store
+
+    s = open_store(store)
+    try:
+        return s.count(collection)
+    finally:
+        s.close()
+
+
+def two_nodes(docs: Path, n: int, store: str) -> dict[str, object]:
+    """The job on a simulated two-node cluster, one worker a node, driven in process."""
+    import ray
+    from ray.cluster_utils import Cluster
+
+    from index import Fields
+    from wiring.ray_indexing import index_with_ray
+
+    cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 1})
+    cluster.add_node(num_cpus=1)
+    state = VAR / "nodes-state"
+    shutil.rmtree(state, ignore_errors=True)
+    try:
+        ray.init(address=cluster.address, include_dashboard=False, log_to_driver=False)
+        summary = index_with_ray("bench_nodes", [docs], Fields(), None, store, MODEL, "", 30.0,
+                                 state, "nodes", state / "rejects.jsonl", False, 500, 2, 0.0,
+                                 None, None, 5, 1.0, False)
+    finally:
+        ray.shutdown()
+        cluster.shutdown()
+    figures = json.loads((state / "nodes.ray.json").read_text())
+    return {"nodes_written": summary.total_written, "nodes_count": count(store, "bench_nodes"),
+            "nodes_distinct_ids": n, "nodes_worker_share": figures["workers"],
+            "nodes_seconds": round(summary.seconds, 1)}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--data", type=Path, required=True)
+    ap.add_argument("--n", type=int, default=20000)
+    ap.add_argument("--rounds", type=int, default=2)
+    ap.add_argument("--store", choices=("lite", "server"), default="lite")
+    ap.add_argument("--nodes", action="store_true")
+    add_results_arg(ap)
+    args = ap.parse_args()
+    docs = write_docs(args.data, args.n)
+    VAR.mkdir(parents=True, exist_ok=True)
+    times: dict[str, list[float]] = {"local": [], "ray": []}
+    uri = ""
+    with ExitStack() as stack:
+        if args.store == "server":
+            uri, _ = stack.enter_context(milvus_server(VAR / "milvus"))
+        for r in range(args.rounds):
+            for engine in (("local", "ray") if r % 2 == 0 else ("ray", "local")):
+                store = uri if args.store == "server" else str(VAR / f"{engine}-{r}.db")
+                if args.store == "server":
+                    from index import open_store
+
+                    s = open_store(uri)
+                    if f"bench_{engine}" in s.list_collections():
+                        s.drop(f"bench_{engine}")
+                    s.close()
+                else:
+                    Path(store).unlink(missing_ok=True)
+                seconds = run_index(docs, store, VAR / f"state-{engine}", engine, [])
+                assert count(store, f"bench_{engine}") == args.n
+                times[engine].append(seconds)
+                print(f"round {r}: {engine} {args.n / seconds:.0f} docs/s ({seconds:.1f} s)")
+        best = {e: args.n / min(t) for e, t in times.items()}
+        figures: dict[str, object] = {
+            "docs": args.n, "store": args.store, "local_docs_per_s": round(best["local"], 1),
+            "ray_docs_per_s": round(best["ray"], 1),
+            "ray_x_local": round(best["ray"] / best["local"], 3),
+            "rounds_ray_x_local": [round(a / b, 3) for a, b in zip(times["local"], times["ray"],
+                                                                   strict=True)]}
+        if args.nodes:
+            store = uri if args.store == "server" else str(VAR / "nodes.db")
+            if args.store == "lite":
+                Path(store).unlink(missing_ok=True)
+            figures.update(two_nodes(docs, args.n, store))
+    section = "\n".join([f"## `qkv index --engine ray` against the local engine ({stamp()})",
+                         "", *(f"- {k}: {v}" for k, v in figures.items())])
+    print(section)
+    record("ray_index", " ".join(["python bench/ray_index.py", *sys.argv[1:]]), figures,
+           section=section, results=args.results)
+
+
+if __name__ == "__main__":
+    main()
