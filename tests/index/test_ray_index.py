@@ -172,3 +172,41 @@ def test_sigkill_of_a_worker_ray_restarts_it(tmp_path: Path, tiny_model_dir: Pat
                for p in next(state.glob("*.done")).glob("*.json")}
     assert len(workers) >= 2 and any(w.endswith(f":{killed}") for w in workers)
     check_store(str(db), "docs")
+
+
+@pytest.mark.slow
+def test_the_server_stopped_for_20_s_mid_run(tmp_path: Path, tiny_model_dir: Path) -> None:
+    """Milvus goes away for 20 s while the workers write: their upserts retry with backoff
+    (Ray retries what still fails), and the job completes by itself, exactly."""
+    pytest.importorskip("ray")
+    from store_backends import RestartableMilvus
+
+    server = RestartableMilvus(tmp_path / "milvus")
+    server.start()
+    try:
+        src, state = write_corpus(tmp_path / "c.jsonl"), tmp_path / "jobs"
+        args = ray_args(src, server.uri, tiny_model_dir, state, "--retries", "10")
+        args[args.index("100")] = "20"
+        proc = subprocess.Popen(args, env=ENV, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                start_new_session=True, text=True)
+        try:
+            deadline = time.monotonic() + 300
+            while time.monotonic() < deadline and proc.poll() is None:
+                done_dirs = list(state.glob("*.done"))
+                if done_dirs and len(list(done_dirs[0].glob("*.json"))) >= 5:
+                    break
+                time.sleep(0.05)
+            assert proc.poll() is None, proc.communicate()[1][-3000:]
+            server.stop()
+            time.sleep(20)
+            server.start()
+            out, err = proc.communicate(timeout=900)
+        finally:
+            if proc.poll() is None:
+                os.killpg(proc.pid, signal.SIGKILL)
+        assert proc.returncode == 3, err[-3000:]
+        figures = check_job(state)
+        assert figures["retries"] >= 1  # the outage was seen, and waited out
+        check_store(server.uri, "docs")
+    finally:
+        server.stop()
