@@ -2,6 +2,7 @@
 
 Usage: python bench/ray_index.py --data ../shared/data [--n 20000] [--rounds 2]
        [--store lite|server] [--nodes]
+       python bench/ray_index.py --data ../shared/data --big 1000000
 
 Writes N real docs (``bench/workload.py``) as JSONL under var/bench/ and, alternating the two
 engines round by round (the machine is shared), indexes them into a fresh store each time:
@@ -9,8 +10,11 @@ the local engine (one single-threaded encoder per CPU thread) and Ray (one worke
 a local Ray started by the job). Reports documents/s of the whole command (Ray's start
 included) and the ratio, the best round of each. ``--nodes`` also runs the job once on a
 simulated two-node cluster (``ray.cluster_utils.Cluster``, one CPU per node, one worker on
-each) and reports each worker's share and that every distinct id arrived once. Records the
-figures (``bench/machine.py``).
+each) and reports each worker's share and that every distinct id arrived once. ``--big N``
+instead runs ``--engine ray`` once over N short docs (real texts, repeated with new ids past
+those the data has) into a Milvus 2.3.5 server, sampling the peak RSS of the whole process
+tree (driver, Ray's processes, its workers) and the peak use of ``/dev/shm`` (Ray's object
+store). Records the figures (``bench/machine.py``).
 """
 
 from __future__ import annotations
@@ -95,6 +99,58 @@ def two_nodes(docs: Path, n: int, store: str) -> dict[str, object]:
             "nodes_seconds": round(summary.seconds, 1)}
 
 
+def tree_rss(pid: int) -> int:
+    import psutil
+
+    try:
+        root = psutil.Process(pid)
+        procs = [root, *root.children(recursive=True)]
+    except psutil.NoSuchProcess:
+        return 0
+    total = 0
+    for p in procs:
+        try:
+            total += p.memory_info().rss
+        except psutil.NoSuchProcess:
+            pass
+    return total
+
+
+def big(data: Path, n: int) -> dict[str, object]:
+    """``--engine ray`` once over ``n`` short docs into a Milvus 2.3.5 server, sampled."""
+    path = ROOT / f"var/bench/ray-big-{n}.jsonl"
+    if not path.exists():
+        texts = [t for _, t in real_texts(data, min(n, 200_000))]
+        with open(path.with_suffix(".tmp"), "w", encoding="utf-8") as f:
+            for i in range(n):
+                f.write(json.dumps({"id": f"b{i:08d}", "text": texts[i % len(texts)]}) + "\n")
+        os.replace(path.with_suffix(".tmp"), path)
+    with milvus_server(VAR / "milvus-big") as (uri, _):
+        state = VAR / "state-big"
+        shutil.rmtree(state, ignore_errors=True)
+        cmd = [sys.executable, "-c", "from cli.app import app; app()", "index", "--engine",
+               "ray", "--collection", "bench_big", "--input", str(path), "--store", uri,
+               "--model", str(MODEL), "--state-dir", str(state), "--no-progress", "--no-tune"]
+        shm0 = shutil.disk_usage("/dev/shm").used
+        peak_rss = peak_shm = 0
+        t0 = time.perf_counter()
+        proc = subprocess.Popen(cmd, env={**os.environ, "RAY_DISABLE_USAGE_STATS": "1"},
+                                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        while proc.poll() is None:
+            peak_rss = max(peak_rss, tree_rss(proc.pid))
+            peak_shm = max(peak_shm, shutil.disk_usage("/dev/shm").used - shm0)
+            time.sleep(0.5)
+        seconds = time.perf_counter() - t0
+        if proc.returncode != 0:
+            raise SystemExit(f"failed ({proc.returncode}): {proc.stderr.read()[-3000:]}"
+                             if proc.stderr else "failed")
+        written = count(uri, "bench_big")
+    return {"docs": n, "store": "server 2.3.5", "written": written,
+            "docs_per_s": round(n / seconds, 1), "seconds": round(seconds, 1),
+            "peak_rss_mb_process_tree": round(peak_rss / 2**20),
+            "peak_dev_shm_mb": round(peak_shm / 2**20)}
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--data", type=Path, required=True)
@@ -102,8 +158,17 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--store", choices=("lite", "server"), default="lite")
     ap.add_argument("--nodes", action="store_true")
+    ap.add_argument("--big", type=int, default=0, metavar="N")
     add_results_arg(ap)
     args = ap.parse_args()
+    if args.big:
+        figures = big(args.data, args.big)
+        section = "\n".join([f"## `qkv index --engine ray`, {args.big:,} docs ({stamp()})", "",
+                             *(f"- {k}: {v}" for k, v in figures.items())])
+        print(section)
+        record("ray_index", " ".join(["python bench/ray_index.py", *sys.argv[1:]]), figures,
+               section=section, results=args.results)
+        return
     docs = write_docs(args.data, args.n)
     VAR.mkdir(parents=True, exist_ok=True)
     times: dict[str, list[float]] = {"local": [], "ray": []}

@@ -155,11 +155,14 @@ def test_sigkill_of_a_worker_ray_restarts_it(tmp_path: Path, tiny_model_dir: Pat
         while killed is None and time.monotonic() < deadline and proc.poll() is None:
             done_dirs = list(state.glob("*.done"))
             if done_dirs and len(list(done_dirs[0].glob("*.json"))) >= 5:
-                for p in psutil.process_iter(["cmdline"]):
-                    if "EncodeRanges" in " ".join(p.info["cmdline"] or []):
-                        p.kill()
-                        killed = p.pid
-                        break
+                for p in psutil.Process(proc.pid).children(recursive=True):  # this job's
+                    try:
+                        if "EncodeRanges" in " ".join(p.cmdline()):
+                            p.kill()
+                            killed = p.pid
+                            break
+                    except psutil.NoSuchProcess:
+                        continue
             time.sleep(0.05)
         assert killed is not None, "no encoder worker found to kill"
         out, err = proc.communicate(timeout=600)
