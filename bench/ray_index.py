@@ -47,6 +47,14 @@ def write_docs(data: Path, n: int) -> Path:
     return path
 
 
+def remove(path: Path) -> None:
+    """A Milvus Lite store: a file, or (milvus-lite 3) a directory."""
+    if path.is_dir():
+        shutil.rmtree(path)
+    else:
+        path.unlink(missing_ok=True)
+
+
 def run_index(docs: Path, store: str, state: Path, engine: str, extra: list[str]) -> float:
     """Seconds of one whole ``qkv index`` command (a fresh job)."""
     shutil.rmtree(state, ignore_errors=True)
@@ -187,7 +195,8 @@ def main() -> None:
                         s.drop(f"bench_{engine}")
                     s.close()
                 else:
-                    Path(store).unlink(missing_ok=True)
+                    remove(Path(store))
+                time.sleep(3)  # the last run's processes gone
                 seconds = run_index(docs, store, VAR / f"state-{engine}", engine, [])
                 assert count(store, f"bench_{engine}") == args.n
                 times[engine].append(seconds)
@@ -202,7 +211,7 @@ def main() -> None:
         if args.nodes:
             store = uri if args.store == "server" else str(VAR / "nodes.db")
             if args.store == "lite":
-                Path(store).unlink(missing_ok=True)
+                remove(Path(store))
             figures.update(two_nodes(docs, args.n, store))
     section = "\n".join([f"## `qkv index --engine ray` against the local engine ({stamp()})",
                          "", *(f"- {k}: {v}" for k, v in figures.items())])

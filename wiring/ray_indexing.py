@@ -206,8 +206,7 @@ def run_ray(job: RayJob, manifest: Manifest, state_path: Path, workers: int,
         if todo:
             started_here = not ray.is_initialized()
             if started_here:
-                ray.init(address=address, include_dashboard=False, log_to_driver=False,
-                         configure_logging=False)
+                start_ray(address)
             workers = workers or max(1, int(ray.cluster_resources().get("CPU", 1)))
             stop = threading.Event()
             ticker = threading.Thread(target=_tick, args=(tracker, done_dir, state_path,
@@ -228,6 +227,24 @@ def run_ray(job: RayJob, manifest: Manifest, state_path: Path, workers: int,
     write_json(state_path, final)
     progress(final)
     return final
+
+
+def start_ray(address: str | None, tries: int = 3) -> None:
+    """``ray.init``; a local start that times out (seen on 2 busy cores right after another
+    local Ray stopped) is tried again after a pause."""
+    import ray
+
+    for attempt in range(tries):
+        try:
+            ray.init(address=address, include_dashboard=False, log_to_driver=False,
+                     configure_logging=False)
+            return
+        except Exception as e:  # Ray raises a bare Exception for a start that timed out
+            if address is not None or attempt == tries - 1:
+                raise
+            log.warning("Ray did not start (%s); trying again in 5 s", e)
+            ray.shutdown()
+            time.sleep(5)
 
 
 def _tick(tracker: Progress, done_dir: Path, state_path: Path,
