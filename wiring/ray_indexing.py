@@ -270,9 +270,10 @@ def _pipeline(job: RayJob, todo: list[Range], workers: int, gpus: float,
         EncodeRanges, fn_constructor_kwargs={"job": job}, batch_size=1, batch_format="numpy",
         concurrency=workers, num_cpus=0 if gpus else 1, num_gpus=gpus or None,
         max_restarts=-1, max_task_retries=-1)
-    if is_server(job.store):  # the workers write, in parallel
-        encoded.write_datasink(_datasink_class()(job), ray_remote_args={"num_cpus": 0.25,
-                                                                          "max_retries": -1})
+    if is_server(job.store):  # the write tasks upsert, in parallel
+        # no CPU asked: the encoders hold every CPU, and the server does the writes' work
+        encoded.write_datasink(_datasink_class()(job), concurrency=max(1, workers),
+                               ray_remote_args={"num_cpus": 0, "max_retries": -1})
     else:  # one process owns a Lite file or a FAISS directory: the driver writes
         for row in encoded.iter_rows():
             write_encoded(job, driver_store, row)
