@@ -170,13 +170,16 @@ def mark_done(done_dir: Path, r: Range, report: dict[str, Any]) -> None:
     write_json(marker_path(done_dir, r), {"range": r.key, "records": r.records, **report})
 
 
-def done_reports(done_dir: Path) -> dict[str, dict[str, Any]]:
-    """Every marker under ``done_dir``: range key → its report."""
-    out: dict[str, dict[str, Any]] = {}
+def done_reports(done_dir: Path, known: dict[str, dict[str, Any]] | None = None
+                 ) -> dict[str, dict[str, Any]]:
+    """Every marker under ``done_dir``: range key → its report (those in ``known`` are not
+    read again: a marker never changes once written)."""
+    out: dict[str, dict[str, Any]] = dict(known or {})
     if done_dir.is_dir():
         for p in done_dir.glob("*.json"):
-            d = json.loads(p.read_text(encoding="utf-8"))
-            out[d["range"]] = d
+            if p.stem not in out:
+                d = json.loads(p.read_text(encoding="utf-8"))
+                out[d["range"]] = d
     return out
 
 

@@ -171,7 +171,7 @@ class Progress:
     seen: dict[str, dict[str, Any]] = field(default_factory=dict)
 
     def update(self, done_dir: Path) -> dict[str, Any]:
-        self.seen = done_reports(done_dir)
+        self.seen = done_reports(done_dir, self.seen)
         records = sum(d["records"] for d in self.seen.values())
         written = sum(d["written"] for d in self.seen.values())
         elapsed = max(time.monotonic() - self.started, 1e-9)
