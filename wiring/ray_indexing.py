@@ -169,6 +169,13 @@ class Progress:
     total_records: int
     started: float = field(default_factory=time.monotonic)
     seen: dict[str, dict[str, Any]] = field(default_factory=dict)
+    base: tuple[int, int] = (0, 0)  # records and written by earlier runs: not this run's rate
+
+    def start(self, done_dir: Path) -> None:
+        self.seen = done_reports(done_dir)
+        self.base = (sum(d["records"] for d in self.seen.values()),
+                     sum(d["written"] for d in self.seen.values()))
+        self.started = time.monotonic()
 
     def update(self, done_dir: Path) -> dict[str, Any]:
         self.seen = done_reports(done_dir, self.seen)
@@ -178,12 +185,12 @@ class Progress:
         workers: dict[str, int] = {}
         for d in self.seen.values():
             workers[d["worker"]] = workers.get(d["worker"], 0) + d["records"]
-        rate = records / elapsed
+        rate = (records - self.base[0]) / elapsed
         left = self.total_records - records
         return {"records_done": records, "records_total": self.total_records,
                 "written": written, "rejected": sum(len(d["rejects"]) for d in self.seen.values()),
                 "retries": sum(d["retries"] for d in self.seen.values()),
-                "docs_per_s": round(written / elapsed, 1),
+                "docs_per_s": round((written - self.base[1]) / elapsed, 1),
                 "eta_s": round(left / rate, 1) if rate > 0 and left > 0 else 0.0,
                 "workers": {w: round(n / max(records, 1), 3) for w, n in sorted(workers.items())},
                 "ranges_done": len(self.seen), "updated": time.time()}
@@ -198,6 +205,7 @@ def run_ray(job: RayJob, manifest: Manifest, state_path: Path, workers: int,
     done_dir = Path(job.done_dir)
     todo = pending(manifest, done_dir)
     tracker = Progress(manifest.records)
+    tracker.start(done_dir)
     driver_store = open_store(job.store, token=job.token, timeout=job.timeout, bulk=True)
     try:
         retrying(job, "create", lambda: driver_store.create(
