@@ -26,7 +26,15 @@ from typing import Any, TypeVar
 import numpy as np
 from tqdm import tqdm
 
-from index.corpus import Fields, Position, detect_format, read_records, shard_of, to_fields
+from index.corpus import (
+    Fields,
+    Position,
+    detect_format,
+    parse_record,
+    read_records,
+    reject,
+    shard_of,
+)
 from index.store import EncoderInfo, Item, StoreUnavailableError, VectorStore, hybrid_default
 
 log = logging.getLogger(__name__)
@@ -212,12 +220,10 @@ class BulkJob:
             for rec in read_records(path, self.formats[fi], start):
                 self.summary.read += 1
                 batch.file, batch.position = fi, rec.end
-                parsed = (to_fields(rec.row, cfg.fields) if rec.row is not None
-                          else rec.error or "unreadable record")
+                parsed = parse_record(rec, cfg.fields)
                 if isinstance(parsed, str):  # each bad row is reported by one shard only
                     if rec.line % n_shards == shard_i:
-                        batch.rejects.append({"file": str(path), "line": rec.line,
-                                              "reason": parsed, "raw": rec.raw})
+                        batch.rejects.append(reject(path, rec, parsed))
                 elif shard_of(parsed[0], n_shards) != shard_i:
                     self.summary.skipped_other_shards += 1
                 else:
@@ -265,23 +271,36 @@ class BulkJob:
             self._bar.set_postfix(written=st.written, rejected=st.rejected, refresh=False)
 
     def _retry(self, what: str, fn: Callable[[], T]) -> T:
+        def saved() -> str:
+            where = (f"{self.inputs[self.state.file]} line {self.state.position.line}"
+                     if self.state.file < len(self.inputs) else "the end of the input")
+            return f"Progress is saved at {where}"
+
         cfg = self.config
-        for attempt in range(cfg.retries + 1):
-            try:
-                return fn()
-            except StoreUnavailableError as e:
-                if attempt == cfg.retries:
-                    where = (f"{self.inputs[self.state.file]} line {self.state.position.line}"
-                             if self.state.file < len(self.inputs) else "the end of the input")
-                    raise StoreUnavailableError(
-                        f"store unreachable, gave up after {cfg.retries + 1} tries ({what}): "
-                        f"{e}. Progress is saved at {where}; run the same command again to "
-                        "continue.") from e
-                delay = min(cfg.max_backoff_s, cfg.backoff_s * 2**attempt)
-                log.warning("store unreachable (%s), retry %d/%d in %.1f s: %s", what,
-                            attempt + 1, cfg.retries, delay, e)
-                time.sleep(delay)
-        raise AssertionError("unreachable")
+        return retry_unavailable(what, fn, cfg.retries, cfg.backoff_s, cfg.max_backoff_s,
+                                 saved)
+
+
+def retry_unavailable(what: str, fn: Callable[[], T], retries: int, backoff_s: float,
+                      max_backoff_s: float, saved: Callable[[], str],
+                      retried: Callable[[], None] = lambda: None) -> T:
+    """``fn()``, tried again with exponential backoff while the store is unavailable
+    (``retried`` is called at each retry); after ``retries`` retries, a
+    ``StoreUnavailableError`` that says what is saved (``saved()``) and to run again."""
+    for attempt in range(retries + 1):
+        try:
+            return fn()
+        except StoreUnavailableError as e:
+            if attempt == retries:
+                raise StoreUnavailableError(
+                    f"store unreachable, gave up after {retries + 1} tries ({what}): {e}. "
+                    f"{saved()}; run the same command again to continue.") from e
+            retried()
+            delay = min(max_backoff_s, backoff_s * 2**attempt)
+            log.warning("store unreachable (%s), retry %d/%d in %.1f s: %s", what,
+                        attempt + 1, retries, delay, e)
+            time.sleep(delay)
+    raise AssertionError("unreachable")
 
 
 def bulk_index(

@@ -172,6 +172,20 @@ def _read_parquet(path: Path, start: Position) -> Iterator[Record]:
             yield Record(row_no, Position(row_no, row_no), row=row)
 
 
+def parse_record(rec: Record, fields: Fields
+                 ) -> tuple[str, str, str | None, dict[str, Any]] | str:
+    """:func:`to_fields` of a record's row, or why it is rejected (it could not be parsed,
+    or :func:`to_fields` refused it)."""
+    if rec.row is None:
+        return rec.error or "unreadable record"
+    return to_fields(rec.row, fields)
+
+
+def reject(path: Path, rec: Record, reason: str) -> dict[str, Any]:
+    """A line of the rejects file."""
+    return {"file": str(path), "line": rec.line, "reason": reason, "raw": rec.raw}
+
+
 def to_fields(
     row: dict[str, Any], fields: Fields
 ) -> tuple[str, str, str | None, dict[str, Any]] | str:

@@ -27,7 +27,7 @@ from typing import Any
 
 import numpy as np
 
-from index.corpus import Fields, Position, detect_format, read_records, to_fields
+from index.corpus import Fields, Position, detect_format, parse_record, read_records, reject
 
 
 @dataclass(frozen=True)
@@ -107,8 +107,8 @@ def plan(inputs: Sequence[Path], fields: Fields, fmt: str | None = None,
                 cuts.append((fi, start, 0))
             n += 1
             count += 1
-            parsed = to_fields(rec.row, fields) if rec.row is not None else None
-            if parsed is not None and not isinstance(parsed, str):
+            parsed = parse_record(rec, fields)
+            if not isinstance(parsed, str):
                 hashes.append(_id_hash(parsed[0]))
                 where.append((len(cuts) - 1, rec.line))
             if n == per_range:
@@ -197,11 +197,9 @@ def read_range(path: Path, fmt: str, r: Range, fields: Fields) -> RangeBatch:
     for n, rec in enumerate(read_records(path, fmt, r.start)):
         if n == r.records:
             break
-        parsed = (to_fields(rec.row, fields) if rec.row is not None
-                  else rec.error or "unreadable record")
+        parsed = parse_record(rec, fields)
         if isinstance(parsed, str):
-            batch.rejects.append({"file": str(path), "line": rec.line, "reason": parsed,
-                                  "raw": rec.raw})
+            batch.rejects.append(reject(path, rec, parsed))
         elif rec.line in skip:
             batch.superseded += 1
         else:

@@ -29,7 +29,8 @@ from typing import Any, TypeVar
 
 import numpy as np
 
-from index import EncoderInfo, Fields, Item, StoreUnavailableError, VectorStore, open_store
+from index import EncoderInfo, Fields, Item, VectorStore, open_store
+from index.bulk import retry_unavailable
 from index.ranges import Manifest, Range, done_reports, mark_done, pending, read_range, write_json
 from index.store import hybrid_default
 
@@ -62,23 +63,13 @@ class RayJob:
 
 
 def retrying(job: RayJob, what: str, fn: Callable[[], T], counter: list[int]) -> T:
-    """``fn()``, retried with exponential backoff while the store is unavailable; the
-    retries are counted in ``counter[0]``."""
-    for attempt in range(job.retries + 1):
-        try:
-            return fn()
-        except StoreUnavailableError as e:
-            if attempt == job.retries:
-                raise StoreUnavailableError(
-                    f"store unreachable, gave up after {job.retries + 1} tries ({what}): {e}. "
-                    "What was written is recorded; run the same command again to continue."
-                ) from e
-            counter[0] += 1
-            delay = min(job.max_backoff_s, job.backoff_s * 2**attempt)
-            log.warning("store unreachable (%s), retry %d/%d in %.1f s", what, attempt + 1,
-                        job.retries, delay)
-            time.sleep(delay)
-    raise AssertionError("unreachable")
+    """``fn()`` with the job's retries (``index.bulk.retry_unavailable``), counted in
+    ``counter[0]``."""
+    def count() -> None:
+        counter[0] += 1
+
+    return retry_unavailable(what, fn, job.retries, job.backoff_s, job.max_backoff_s,
+                             lambda: "What was written is recorded", count)
 
 
 def write_encoded(job: RayJob, store: VectorStore, row: dict[str, Any]) -> dict[str, Any]:

@@ -82,6 +82,18 @@ def ray_args(src: Path, store: str, model: Path, state: Path, *more: str) -> lis
                       str(state), "--no-progress", "--no-tune", "--device", "cpu", *more])
 
 
+def markers(state: Path) -> int:
+    """Ranges the job has marked done so far."""
+    return sum(1 for d in state.glob("*.done") for _ in d.glob("*.json"))
+
+
+def wait_for_markers(state: Path, proc: subprocess.Popen, n: int, timeout: float = 300) -> None:
+    """Until the job running as ``proc`` has marked ``n`` ranges done (or stopped)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline and proc.poll() is None and markers(state) < n:
+        time.sleep(0.05)
+
+
 ENV = {**os.environ, "OMP_NUM_THREADS": "1", "RAY_DISABLE_USAGE_STATS": "1"}
 
 
@@ -124,17 +136,11 @@ def test_sigkill_of_the_driver_then_rerun(tmp_path: Path, tiny_model_dir: Path) 
     args[args.index("100")] = "20"  # 91 ranges: time to kill it halfway
     proc = subprocess.Popen(args, env=ENV, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
                             start_new_session=True)  # its local Ray dies with it
-    deadline = time.monotonic() + 300
-    while time.monotonic() < deadline and proc.poll() is None:
-        done_dirs = list(state.glob("*.done"))
-        if done_dirs and len(list(done_dirs[0].glob("*.json"))) >= 10:
-            break
-        time.sleep(0.05)
+    wait_for_markers(state, proc, 10)
     assert proc.poll() is None, proc.stderr.read().decode()[-3000:] if proc.stderr else ""
     os.killpg(proc.pid, signal.SIGKILL)
     proc.wait()
-    marked = len(list(next(state.glob("*.done")).glob("*.json")))
-    assert 10 <= marked < 91
+    assert 10 <= markers(state) < 91
     done = subprocess.run(args, env=ENV, capture_output=True, text=True, timeout=600)
     assert done.returncode == 3, done.stderr[-3000:]
     check_store(str(db), "docs")
@@ -152,19 +158,19 @@ def test_sigkill_of_a_worker_ray_restarts_it(tmp_path: Path, tiny_model_dir: Pat
     args[args.index("100")] = "20"
     proc = subprocess.Popen(args, env=ENV, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             start_new_session=True, text=True)
-    killed, deadline = None, time.monotonic() + 300
+    killed = None
     try:
+        wait_for_markers(state, proc, 5)
+        deadline = time.monotonic() + 60
         while killed is None and time.monotonic() < deadline and proc.poll() is None:
-            done_dirs = list(state.glob("*.done"))
-            if done_dirs and len(list(done_dirs[0].glob("*.json"))) >= 5:
-                for p in psutil.Process(proc.pid).children(recursive=True):  # this job's
-                    try:
-                        if "EncodeRanges" in " ".join(p.cmdline()):
-                            p.kill()
-                            killed = p.pid
-                            break
-                    except psutil.NoSuchProcess:
-                        continue
+            for p in psutil.Process(proc.pid).children(recursive=True):  # this job's
+                try:
+                    if "EncodeRanges" in " ".join(p.cmdline()):
+                        p.kill()
+                        killed = p.pid
+                        break
+                except psutil.NoSuchProcess:
+                    continue
             time.sleep(0.05)
         assert killed is not None, "no encoder worker found to kill"
         out, err = proc.communicate(timeout=600)
@@ -195,12 +201,7 @@ def test_the_server_stopped_for_20_s_mid_run(tmp_path: Path, tiny_model_dir: Pat
         proc = subprocess.Popen(args, env=ENV, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                 start_new_session=True, text=True)
         try:
-            deadline = time.monotonic() + 300
-            while time.monotonic() < deadline and proc.poll() is None:
-                done_dirs = list(state.glob("*.done"))
-                if done_dirs and len(list(done_dirs[0].glob("*.json"))) >= 5:
-                    break
-                time.sleep(0.05)
+            wait_for_markers(state, proc, 5)
             assert proc.poll() is None, proc.communicate()[1][-3000:]
             server.stop()
             time.sleep(20)
