@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from api import memory
 from api.batcher import DynamicBatcher
 from api.errors import conflict, not_found
 from index import CollectionInfo, EncoderInfo
@@ -97,6 +98,8 @@ class Encoders:
                 log.info("encoder %s unloaded (QKV_ENCODERS_LOADED=%d)", old.name,
                          self.max_loaded)
                 old.close()
+            if evicted:
+                memory.trim()  # what the evicted encoders held (api.memory)
             log.info("encoder %s loaded from %s", name, path)
             return served
 

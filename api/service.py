@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import logging
 import os
+import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -15,6 +16,7 @@ from typing import Any, TypeVar
 import numpy as np
 from starlette.concurrency import run_in_threadpool
 
+from api import memory
 from api.access import Limiter, charge_texts
 from api.adapter import Adapter
 from api.batcher import DynamicBatcher
@@ -48,6 +50,11 @@ class Service:
     def __init__(self, settings: Settings, metrics: Metrics) -> None:
         self.settings, self.metrics = settings, metrics
         self.limiter = Limiter()  # per API key (api.access)
+        memory.cap_arenas()  # before the batcher and ONNX Runtime threads start (api.memory)
+        # Held while a derived encoder warms up on load. Not around every batch: serialising
+        # the batchers' forwards served 0.746 x one encoder's requests/s with three loaded,
+        # against 0.877 x without (bench/encoders_load.py, same machine, 2 cores).
+        self._compute = threading.Lock()
         # On the CPU the encoder's threads share the cores with the event loop (HTTP, JSON,
         # tokenizing). Driven by wrk (a C client that costs next to nothing), all the cores
         # served more than half of them: 310 against 234 requests/s on 2 cores here
@@ -95,8 +102,12 @@ class Service:
         if info.name != name:
             raise ValueError(f"{path} holds encoder {info.name!r}, not {name!r}")
         card = read_card(path) or {}
-        return Served(name, path, enc, info, self._batcher(enc),
-                      int(path.joinpath("model.safetensors").stat().st_mtime), card)
+        with self._compute:
+            enc.encode(["warm-up"])  # makes its ONNX session here, so the trim below sees it
+        served = Served(name, path, enc, info, self._batcher(enc),
+                        int(path.joinpath("model.safetensors").stat().st_mtime), card)
+        memory.trim()  # the checkpoint's float16 and dequantisation buffers (api.memory)
+        return served
 
     def _calibrate(self, store: Any, collection: str, embed: Callable[..., np.ndarray],
                    held: Sequence[str] | None = None) -> Any:

@@ -220,10 +220,15 @@ class OnnxForward:
     and slower when other threads need them: on 2 cores, offline batches ran 1.2 x faster
     spinning, and the HTTP service (its event loop beside the encoder) served 1.2-1.4 x
     more /v1/embeddings requests with it off (bench/history/, API load). Set it before
-    the first call (the sessions are made then)."""
+    the first call (the sessions are made then).
+
+    The serialised graph (``model_bytes``, ~19 MB) is dropped once a session holds it, and
+    built again from ``model`` only if another thread count asks for a second session: a
+    service keeping several encoders (issue 38) does not keep each graph twice."""
 
     def __init__(self, model: TransformerEncoder, int8: bool = True, spin: bool = True) -> None:
-        self.model_bytes = build_graph(model, int8).SerializeToString()
+        self._model, self._int8 = model, int8
+        self.model_bytes: bytes | None = build_graph(model, int8).SerializeToString()
         self.spin = spin
         self.arena = True  # ONNX Runtime's memory arena (off: less memory, see set_arena)
         self._sessions: dict[tuple[int, bool], Any] = {}
@@ -242,8 +247,10 @@ class OnnxForward:
                 opts.enable_cpu_mem_arena = self.arena
                 opts.add_session_config_entry("session.intra_op.allow_spinning",
                                               "1" if self.spin else "0")
+                graph = self.model_bytes or build_graph(self._model, self._int8).SerializeToString()
                 self._sessions[key] = ort.InferenceSession(
-                    self.model_bytes, opts, providers=["CPUExecutionProvider"])
+                    graph, opts, providers=["CPUExecutionProvider"])
+                self.model_bytes = None
             return self._sessions[key]
 
     def __call__(self, seqs: Sequence[Sequence[int]]) -> tuple[np.ndarray, np.ndarray]:

@@ -57,8 +57,7 @@ def test_weights_are_seven_bit_so_no_cpu_overflows_int16_pairs(
     import onnx
     from onnx import numpy_helper
 
-    assert fast._onnx is not None
-    proto = onnx.load_from_string(fast._onnx.model_bytes)
+    proto = build_graph(fast.model)  # the graph the session was made from
     quantized = [numpy_helper.to_array(t) for t in proto.graph.initializer
                  if t.data_type == onnx.TensorProto.INT8]
     assert len(quantized) == 4 * 4  # qkv, out, fc1, fc2 of each of the 4 blocks
@@ -148,3 +147,15 @@ def test_additive_pooling_stays_on_torch(tiny_encoder_dir: Path, tmp_path: Path,
     assert encoder.load(tmp_path / "additive", device="cpu").backend == "torch"
     with pytest.raises(ValueError, match="'dot' scoring only"):
         encoder.load(tmp_path / "additive", device="cpu", backend="onnx")
+
+
+def test_the_serialised_graph_is_dropped_once_a_session_holds_it(
+        tiny_encoder_dir: Path) -> None:
+    enc = encoder.load(tiny_encoder_dir, device="cpu", backend="onnx")
+    forward = OnnxForward(enc.model)
+    batch = pack([[5, 6, 7], [8, 9]])
+    one = forward.session(1).run(["vec"], batch)[0]
+    assert forward.model_bytes is None  # an encoder kept loaded holds its graph once
+    two = forward.session(2).run(["vec"], batch)[0]  # built again from the weights
+    assert forward.model_bytes is None and len(forward._sessions) == 2
+    np.testing.assert_allclose(two, one, rtol=1e-5, atol=1e-6)
