@@ -213,7 +213,14 @@ def adapt(base: Path, texts: Sequence[str], titles: Sequence[str], out: Path, na
                       lexical_share=float(os.environ.get("QKV_ADAPT_LEXICAL_SHARE",
                                                          LEXICAL_SHARE)),
                       checkpoint_every=100, seed=seed, budget_s=budget_s * 0.85)
-    run = train(cfg)
+    last = [0.0]
+
+    def step_done(done: int, steps: int) -> None:  # training is 0.1-0.8 of the job's share
+        if time.time() - last[0] >= 2.0 or done == steps:
+            last[0] = time.time()
+            progress("training", 0.1 + 0.7 * done / max(1, steps))
+
+    run = train(cfg, on_step=step_done)
     report.steps = cfg.steps
     meta, state, tokenizer = read_checkpoint(run, "an encoder")
     network = TransformerEncoder(EncoderConfig.from_dict(

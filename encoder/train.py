@@ -18,6 +18,7 @@ import os
 import queue
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -256,8 +257,10 @@ def _gpu_busy() -> float | None:
         return None
 
 
-def train(cfg: TrainConfig) -> Path:
-    """Run training; returns the checkpoint directory (``cfg.out_dir``)."""
+def train(cfg: TrainConfig, on_step: Callable[[int, int], None] | None = None) -> Path:
+    """Run training; returns the checkpoint directory (``cfg.out_dir``). ``on_step(done,
+    steps)`` is called after every step (``steps`` as cut to a time budget), for a job's
+    progress."""
     rank, world = _rank()
     device = pick_device(cfg.device)
     if world > 1:
@@ -343,6 +346,8 @@ def train(cfg: TrainConfig) -> Path:
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
+        if on_step is not None:
+            on_step(step + 1, end)
         if step % 20 == 0 or step + 1 == end:
             li, ai = loss.item(), acc.item()
             ema_loss = li if ema_loss is None else 0.8 * ema_loss + 0.2 * li

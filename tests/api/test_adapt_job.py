@@ -51,7 +51,7 @@ def filled(make_client: MakeClient, lite_path: str) -> TestClient:
 
 
 def test_adapt_swaps_in_a_new_encoder_without_a_failed_search(
-        filled: TestClient, monkeypatch: pytest.MonkeyPatch) -> None:
+        filled: TestClient, monkeypatch: pytest.MonkeyPatch, lite_path: str) -> None:
     monkeypatch.setattr(domain, "MIN_GAIN", -1.0)  # the tiny encoder: accept what it learns
     monkeypatch.setattr(domain, "HYBRID_TOLERANCE", 1.0)
     client, stop, failures, written = filled, threading.Event(), [], []
@@ -73,7 +73,19 @@ def test_adapt_swaps_in_a_new_encoder_without_a_failed_search(
             n += 1
             time.sleep(0.05)
 
-    threads = [threading.Thread(target=search), threading.Thread(target=write)]
+    seen: list[tuple[str, float]] = []  # (step, progress) of the job while it trains
+    jobs = Path(lite_path).parent / "encoders" / "jobs"
+
+    def watch() -> None:
+        while not stop.is_set():
+            for j in jobs.glob("*.json") if jobs.is_dir() else []:
+                st = client.get(f"/v1/jobs/{j.stem}").json()
+                if st.get("phase") == "training":
+                    seen.append((st.get("step"), st["progress"]))
+            time.sleep(0.2)
+
+    threads = [threading.Thread(target=search), threading.Thread(target=write),
+               threading.Thread(target=watch)]
     for t in threads:
         t.start()
     try:
@@ -91,6 +103,8 @@ def test_adapt_swaps_in_a_new_encoder_without_a_failed_search(
     assert job["report"]["steps"] > 0 and job["report"]["probe_adapted"] is not None
     assert failures == [] and written
     assert client.get(f"/v1/jobs/{job['id']}").json()["phase"] == "done"
+    training = sorted({v for step, v in seen if step == "training"})
+    assert len(training) >= 2 and training[-1] > training[0], seen  # moves while it trains
     info = client.get("/v1/collections/adaptme").json()
     assert info["name"] == "adaptme_a1" and info["encoder"]["name"] == job["encoder"]
     assert info["count"] == N_DOCS + len(written)
