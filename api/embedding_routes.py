@@ -85,7 +85,8 @@ def _card(svc: Service) -> dict[str, Any]:
             "owned_by": "qkv", "dim": svc.info.dim, "dims": list(svc.encoder.dims),
             "fingerprint": svc.info.fingerprint,
             "max_tokens": svc.encoder.max_tokens, "backend": svc.encoder.backend,
-            "dense_weight": svc.dense_weight, "default": True, "loaded": True,
+            "backend_why": svc.backend.why, "dense_weight": svc.dense_weight, "default": True,
+            "loaded": True,
             "base": None, "collection": None}
 
 
@@ -94,7 +95,8 @@ def _derived_card(name: str, card: dict[str, Any], loaded: bool) -> dict[str, An
     return {"id": name, "object": "model", "created": int(card.get("created", 0)),
             "owned_by": "qkv", "dim": card.get("dim"), "dims": card.get("dims", []),
             "fingerprint": card.get("fingerprint"), "max_tokens": card.get("max_tokens"),
-            "backend": None, "dense_weight": None, "default": False, "loaded": loaded,
+            "backend": None, "backend_why": None, "dense_weight": None, "default": False,
+            "loaded": loaded,
             "base": card.get("base"), "collection": card.get("collection")}
 
 

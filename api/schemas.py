@@ -128,6 +128,10 @@ class ModelCard(BaseModel):
     backend: str | None = Field(description="What runs the encoder: `torch`, or `onnx` (its "
                                 "int8 ONNX Runtime graph on a CPU); null for a derived encoder "
                                 "(it runs as the default does, once loaded).")
+    backend_why: str | None = Field(None, description="Why that backend: on a CPU, the self-timing "
+                                    "that picked it at start (sentences/s of each backend that "
+                                    "keeps cosine 0.999 of fp32; cached per CPU, threads and "
+                                    "encoder), or the setting that fixed it.")
     dense_weight: float | None = Field(description="The default w of hybrid search's convex "
                                        "fusion for the default encoder's vectors (a derived "
                                        "encoder's collection is calibrated when adapted).")

@@ -26,6 +26,7 @@ from api.errors import conflict, invalid
 from api.metrics import Metrics
 from api.settings import Settings, encoders_dir
 from api.tuner import Tuner
+from encoder.backend_pick import Choice
 from index import CollectionInfo, EncoderInfo, Hit, StoreError, StoreUnavailableError, softmax
 from index.calibration import model_mapping
 from index.fusion import DEFAULT_FUSION, model_dense_weight
@@ -44,6 +45,22 @@ class Embedded:
     vectors: np.ndarray
     tokens: list[int]
     truncated: list[bool]
+
+
+def pick_encoder_backend(encoder: Any, settings: Settings) -> Choice:
+    """The encoder's backend: as set (``QKV_ENCODER_BACKEND``), torch on a GPU, else the
+    fastest on this CPU by a self-timing cached under the encoders directory
+    (:mod:`encoder.backend_pick`)."""
+    from encoder.backend_pick import choose, cpu_model
+
+    if settings.encoder_backend is not None or os.environ.get("QKV_ENCODER_BACKEND"):
+        return Choice(encoder.backend, f"{encoder.backend}: set by QKV_ENCODER_BACKEND",
+                      cpu=cpu_model())
+    if encoder.device.type != "cpu":
+        return Choice(encoder.backend, f"{encoder.backend} on {encoder.device.type}, with "
+                      "bf16 autocast")
+    threads = settings.encoder_threads or os.cpu_count() or 1
+    return choose(encoder, encoders_dir(settings) / "backend-choice.json", threads)
 
 
 class Service:
@@ -66,6 +83,7 @@ class Service:
             backend=settings.encoder_backend, decoders=settings.decoders,
             token_memories=settings.token_memories)
         self.encoder, self.info, self.store = self.parts.encoder, self.parts.info, self.parts.store
+        self.backend = pick_encoder_backend(self.encoder, settings)  # and why (/v1/models)
         self.encoder.set_spin(settings.encoder_spin)  # sleep between operators: see Settings
         self.decoders, self.decoder_paths = self.parts.decoders, self.parts.decoder_paths
         self.model_created = int(settings.model.joinpath("model.safetensors").stat().st_mtime)
@@ -95,7 +113,7 @@ class Service:
         """A derived encoder (:mod:`api.encoders`), on the default's device and threads."""
         st = self.settings
         enc = load_encoder(path, st.device, st.encoder_threads or os.cpu_count() or 1,
-                           st.encoder_backend)
+                           self.encoder.backend)  # the same network: the default's pick
         enc.set_spin(st.encoder_spin)
         enc.set_arena(False)  # one of several: memory over the arena's reuse (set_arena)
         info = encoder_info(enc)

@@ -221,25 +221,26 @@ class TextEncoder(LoadedModel):
 
     def encode_ids(
         self, ids: Sequence[Sequence[int]], batch_size: int = 64, normalize: bool = True,
-        bag: bool = True,
+        bag: bool = True, fp32: bool = False,
     ) -> np.ndarray:
         """Encode token id lists from :meth:`tokenize` (each at most ``max_tokens``) to an
         (n, dim) float32 array, unit rows unless ``normalize`` is false (then the pooled
         vectors as the model makes them). Callers that batch texts from many requests
         (the API's dynamic batcher) tokenize on arrival and encode here. ``bag`` false
         leaves the token bag out: the network's vectors alone (what encoder.bag_train
-        trains the bag beside)."""
+        trains the bag beside). ``fp32`` runs torch's path without bf16 autocast (the
+        reference :mod:`encoder.backend_pick` checks the backends against)."""
         for x in ids:
             if not 0 < len(x) <= self.max_tokens:
                 raise ValueError(f"token lists must have 1..{self.max_tokens} ids, got {len(x)}")
-        out, _ = self._forward(ids, batch_size, False, normalize, bag)
+        out, _ = self._forward(ids, batch_size, False, normalize, bag, fp32)
         if normalize:  # again in float32: the model's own normalisation ran under bf16
             out /= np.maximum(np.linalg.norm(out, axis=1, keepdims=True), 1e-12)
         return out
 
     def _forward(
         self, ids: Sequence[Sequence[int]], batch_size: int, return_weights: bool,
-        normalize: bool = True, bag: bool = True,
+        normalize: bool = True, bag: bool = True, fp32: bool = False,
     ) -> tuple[np.ndarray, list[np.ndarray]]:
         """Pooled vectors in input order, batches sorted by length (the token bag added
         unless ``bag`` is false)."""
@@ -249,7 +250,7 @@ class TextEncoder(LoadedModel):
         weights: list[np.ndarray] = [np.zeros(0, np.float32)] * len(ids)
         order = sorted(range(len(ids)), key=lambda i: len(ids[i]), reverse=True)
         lengths = [len(x) for x in ids]
-        if self._onnx is not None:
+        if self._onnx is not None and not fp32:
             for idx in _length_groups(order, lengths, batch_size, self.dim):
                 vec_np, w_np = self._onnx([ids[i] for i in idx])  # packed, as torch's
                 out[idx] = vec_np  # not normalised: encode and encode_ids do that in fp32
@@ -257,7 +258,7 @@ class TextEncoder(LoadedModel):
                     for row, i in enumerate(idx):
                         weights[i] = w_np[row, : lengths[i]]
             return (self.add_token_bag(ids, out) if bag else out), weights
-        with torch.inference_mode(), autocast(self.device):
+        with torch.inference_mode(), autocast(self.device, enabled=not fp32):
             for idx in _length_groups(order, lengths, batch_size, self.dim):
                 batch = _pad([ids[i] for i in idx], self.config.pad_id).to(self.device)
                 vec, w = self.model.forward_packed(  # (b, d), (b, T)

@@ -57,6 +57,9 @@ def test_models_lists_derived_encoders_and_embeddings_take_model(
     models = client.get("/v1/models").json()["data"]
     assert [(m["id"], m["default"], m["loaded"]) for m in models] == [
         ("tiny", True, True), ("tiny+a", False, False)]
+    mine = models[0]  # its backend self-timed at start (encoder.backend_pick), and why
+    assert mine["backend"] in ("onnx", "torch") and mine["backend"] in mine["backend_why"]
+    assert models[1]["backend_why"] is None  # a derived one runs as the default does
     a, default = _embed(client, "a dog runs", "tiny+a"), _embed(client, "a dog runs")
     assert not np.allclose(a, default)  # another network made it
     assert client.get("/v1/models/tiny+a").json()["loaded"] is True
