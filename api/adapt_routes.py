@@ -19,8 +19,10 @@ PHASES = Literal["queued", "reading", "training", "re-indexing", "calibrating", 
 
 
 class AdaptRequest(RequestBody):
-    budget_s: float = Field(420.0, ge=30, le=86_400, description="About how long to train "
-                            "(seconds); reading, checking and re-indexing come on top.")
+    budget_s: float = Field(540.0, ge=30, le=86_400, description="About how long the whole "
+                            "job may take (seconds): reading, training, checking and "
+                            "re-indexing. Training gets what the rest is expected to leave "
+                            "(at least 20 s, so a large collection may run over).")
     force: bool = Field(False, description="Adapt even where the check says it would not "
                         "help (text the encoder already reads as well as BM25 does).")
     wait: bool = Field(False, description="Answer when the job has finished (else 202 at "

@@ -4,7 +4,7 @@ documents only, no labels) while a client keeps searching it; its queries are sc
 and after, next to bm25s on the same queries.
 
 Usage: python bench/adapt.py --data ../shared/data [--sets cranfield,var/devcoll/jargon:dev]
-       [--budget 420] [--force]
+       [--budget 540] [--force]
 
 For each set (a BEIR folder under ``DATA/beir`` with its test queries, or ``PATH:SPLIT``):
 nDCG@10 of dense and (calibrated) hybrid before and after, each × bm25s; the job's phase,
@@ -65,7 +65,8 @@ def main() -> None:
     ap.add_argument("--data", type=Path, required=True)
     ap.add_argument("--sets", default="cranfield,multi30k-captions-val")
     ap.add_argument("--model", default="models/encoder-default")
-    ap.add_argument("--budget", type=float, default=420.0)
+    ap.add_argument("--budget", type=float, default=540.0,
+                    help="the whole job's seconds (qkv adapt --budget)")
     ap.add_argument("--force", action="store_true")
     ap.add_argument("--lexical-share", type=float, default=None,
                     help="The BM25-imitation pairs' share of the adaptation's batches "

@@ -25,7 +25,9 @@ def adapt(
                                "service's encoder (QKV_MODEL)."),
     encoders: Path | None = typer.Option(None, "--encoders-dir", help="Without --server: "
                                          "where derived encoders live (QKV_ENCODERS_DIR)."),
-    budget: float = typer.Option(420.0, "--budget", min=30, help="Seconds of training."),
+    budget: float = typer.Option(
+        540.0, "--budget", min=30, help="About how long the whole job may take, in seconds "
+        "(re-index included); training gets what the rest is expected to leave."),
     force: bool = typer.Option(False, "--force", help="Adapt even where the check says it "
                                "would not help."),
 ) -> None:

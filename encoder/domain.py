@@ -41,6 +41,17 @@ MIN_PROBES = 50  # held-back documents long enough to probe with
 # and adapting lost 0.01-0.02
 SKIP_RATIO = 0.8
 BAG_PAIRS = 4000  # pairs per source the token bag's table trains on (each is encoded first)
+# The job's budget (``adapt``'s ``budget_s``) covers all of it; training gets what the rest
+# is expected to leave, from the seconds a document took to encode for the probe: the
+# re-index (encoding and writing, searches running beside it: REINDEX_COST documents' worth
+# each), the token bag's texts (about 2 per document, at most BAG_TEXTS), the check, and
+# FIXED_S for loading, saving, calibrating and the swap. Measured on 10,000 documents, 2
+# cores: re-index 100 s, bag 70 s, check 17 s (bench/adapt.py).
+REINDEX_COST = 2.0
+BAG_TEXTS = 18_000
+FIXED_S = 20.0
+MIN_TRAIN_S = 20.0  # however short the budget, training gets this long
+DEFAULT_BUDGET_S = 540.0  # a 10,000-document job in under 10 minutes on 2 cores
 # the BM25-imitation pairs' share of the training batches (the rest: spans of one document,
 # title -> text); ``QKV_ADAPT_LEXICAL_SHARE`` overrides it for bench/adapt.py's comparisons
 LEXICAL_SHARE = 0.5
@@ -145,6 +156,8 @@ class Adapted:
     skipped: bool = False
     reason: str = ""
     train_seconds: float = 0.0
+    train_budget_s: float = 0.0  # what the network's training was given
+    per_doc_ms: float = 0.0  # the base encoder's time a document, measured on the probe
     steps: int = 0
     seconds: float = 0.0
     held_back: list[int] = field(default_factory=list)  # indices of the probe documents
@@ -162,18 +175,21 @@ def should_skip(base: float, bm25: float) -> str | None:
 
 
 def adapt(base: Path, texts: Sequence[str], titles: Sequence[str], out: Path, name: str,
-          budget_s: float = 420.0, force: bool = False, seed: int = 0,
-          progress: Callable[[str, float], None] = lambda phase, share: None) -> Adapted:
+          budget_s: float = DEFAULT_BUDGET_S, force: bool = False, seed: int = 0,
+          progress: Callable[[str, float], None] = lambda phase, share: None,
+          started: float | None = None) -> Adapted:
     """Adapt the encoder at ``base`` to ``texts`` (with ``titles``, "" where none) into the
-    checkpoint directory ``out`` (named ``name``), training about ``budget_s`` seconds.
-    Checks the result on held-back documents; ``accepted`` is false (and ``reason`` says
-    why) when it is no better, or when adapting was skipped."""
+    checkpoint directory ``out`` (named ``name``), the whole job (from ``started``, default
+    now, to the caller's re-index of the documents) taking about ``budget_s`` seconds:
+    training gets what the rest is expected to leave (see :data:`REINDEX_COST`). Checks
+    the result on held-back documents; ``accepted`` is false (and ``reason`` says why)
+    when it is no better, or when adapting was skipped."""
     from encoder.checkpoint import read_checkpoint, save_checkpoint
     from encoder.config import EncoderConfig
     from encoder.model import TransformerEncoder
     from encoder.train import TrainConfig, train
 
-    t0 = time.time()
+    t0 = started if started is not None else time.time()
     if len(texts) < MIN_DOCS:
         raise ValueError(f"{len(texts)} documents; adapting needs at least {MIN_DOCS}")
     progress("checking", 0.0)
@@ -188,7 +204,11 @@ def adapt(base: Path, texts: Sequence[str], titles: Sequence[str], out: Path, na
             raise ValueError(short)
         return Adapted(str(base), None, len(texts), 0, 0.0, 0.0, skipped=True, reason=short,
                        seconds=round(time.time() - t0, 1))
-    base_lists, lexical = dense_lists(encoder_fn(base), probe), bm25_lists(probe)
+    encode_base = encoder_fn(base)
+    t_enc = time.time()
+    base_lists = dense_lists(encode_base, probe)
+    per_doc = (time.time() - t_enc) / max(1, len(probe.docs) + len(probe.queries))
+    lexical = bm25_lists(probe)
     report = Adapted(str(base), None, len(texts), len(probe.queries),
                      round(rr(base_lists, probe.answers), 4), round(rr(lexical, probe.answers), 4),
                      held_back=sorted(probe.held_back),
@@ -207,12 +227,17 @@ def adapt(base: Path, texts: Sequence[str], titles: Sequence[str], out: Path, na
                 f.write(json.dumps({"title": title, "text": t}) + "\n")
     progress("training", 0.1)
     t_train = time.time()
+    reserve = per_doc * (REINDEX_COST * len(texts) + min(BAG_TEXTS, 2 * len(texts))
+                         + len(probe.docs)) + FIXED_S
+    report.train_budget_s = round(max(MIN_TRAIN_S, budget_s - (t_train - t0) - reserve), 1)
+    report.per_doc_ms = round(per_doc * 1e3, 2)
     cfg = TrainConfig(data_dir="", out_dir=str(work / "run"), init_from=str(base),
                       corpus=str(corpus), steps=2000, batch_size=32, lr=2e-4,
                       warmup_steps=20, max_doc_tokens=128, hard_negatives=True, mine_at=1.0,
                       lexical_share=float(os.environ.get("QKV_ADAPT_LEXICAL_SHARE",
                                                          LEXICAL_SHARE)),
-                      checkpoint_every=100, seed=seed, budget_s=budget_s * 0.85)
+                      checkpoint_every=100, seed=seed,
+                      budget_s=report.train_budget_s)
     last = [0.0]
 
     def step_done(done: int, steps: int) -> None:  # training is 0.1-0.8 of the job's share

@@ -75,8 +75,9 @@ class TrainConfig:
     seed: int = 0
     device: str | None = None
     stop_after: int | None = None  # end this process after N steps (resumable), e.g. a budget
-    # train for about this many seconds: after BUDGET_PROBE steps the run is cut to the steps
-    # that fit (its learning-rate schedule with it); ``steps`` stays the most it may run
+    # train for about this many seconds, setting up (data, tokenizing) included: after
+    # BUDGET_PROBE steps the run is cut to the steps that fit (its learning-rate schedule
+    # with it), re-read every BUDGET_PROBE steps; ``steps`` stays the most it may run
     budget_s: float | None = None
     arch: dict[str, Any] = field(default_factory=dict)
 
@@ -306,16 +307,22 @@ def train(cfg: TrainConfig, on_step: Callable[[int, int], None] | None = None) -
                desc="train-encoder", mininterval=10)
     ema_loss = ema_acc = None
     t0, wait_s, mine_s, busy = time.time(), 0.0, 0.0, []
+    asked = end  # the most this run may go to
     for step in bar:
         if step >= end:  # cut to a time budget
             break
-        if cfg.budget_s is not None and world == 1 and step == start + BUDGET_PROBE:
-            rate = (time.time() - t0) / BUDGET_PROBE  # seconds a step, mining included
-            fit = start + BUDGET_PROBE + int(max(0.0, cfg.budget_s - (time.time() - t0)) / rate)
-            if fit < cfg.steps:
-                log.info("time budget %.0f s: %d steps at %.2f s a step", cfg.budget_s,
-                         fit, rate)
-                cfg.steps = end = fit
+        if cfg.budget_s is not None and world == 1 and step >= start + BUDGET_PROBE and (
+                step - start) % BUDGET_PROBE == 0:
+            # seconds a step so far, mining included; re-read every few steps, as the first
+            # steps ran faster than the rest (a 357 s budget once took 411 s)
+            rate = (time.time() - t0) / (step - start)
+            fit = step + int(max(0.0, cfg.budget_s - (time.time() - t_setup)) / rate)
+            fit = min(fit, asked)  # never past the steps asked for
+            if fit != end:
+                if step == start + BUDGET_PROBE:
+                    log.info("time budget %.0f s: %d steps at %.2f s a step", cfg.budget_s,
+                             fit, rate)
+                cfg.steps = end = max(fit, step)
                 mine_from = int(cfg.mine_at * cfg.steps) if cfg.hard_negatives else end + 1
                 if step >= end:
                     break

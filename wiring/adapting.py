@@ -202,8 +202,9 @@ def run(store: VectorStore, journal: Journal, base: Path, root: Path,
         journal.update(step=phase, progress=round(0.05 + 0.6 * share, 3))
 
     report = domain.adapt(base, texts, titles, out, encoder_name,
-                          budget_s=float(opts.get("budget_s", 420)),
-                          force=bool(opts.get("force", False)), progress=progress)
+                          budget_s=float(opts.get("budget_s", domain.DEFAULT_BUDGET_S)),
+                          force=bool(opts.get("force", False)), progress=progress,
+                          started=float(st.get("created_at") or time.time()))
     journal.update(report=report.to_dict())
     if report.skipped or not report.accepted:
         shutil.rmtree(out, ignore_errors=True)

@@ -88,3 +88,24 @@ def test_learning_rate_warms_up_then_decays() -> None:
     assert lr_at(9, cfg) == pytest.approx(1e-3)
     assert lr_at(99, cfg) < lr_at(50, cfg) < lr_at(10, cfg)
     assert lr_at(100, cfg) == pytest.approx(1e-4)
+
+
+def test_a_time_budget_holds_when_steps_slow_down_after_the_first(
+        data_dir: Path, tmp_path: Path) -> None:
+    import time
+
+    seen: list[tuple[int, int, float]] = []
+
+    def slow_after_five(done: int, steps: int) -> None:  # counts in the step's time
+        seen.append((done, steps, time.time()))
+        if done > 5:
+            time.sleep(0.1)
+
+    cfg = _cfg(data_dir, tmp_path / "run", steps=1000, mine_at=1.0, checkpoint_every=1000,
+               budget_s=2.0)
+    out = train(cfg, on_step=slow_after_five)
+    took = seen[-1][2] - seen[0][2]
+    assert 10 < len(seen) < 60 and took < 2.0 + 0.5, (len(seen), took)
+    assert seen[-1][0] == seen[-1][1] == cfg.steps  # the run ended where the cut said
+    meta = json.loads((out / "config.json").read_text())
+    assert meta["training"]["steps"] == len(seen)
