@@ -203,7 +203,7 @@ def run_ray(job: RayJob, manifest: Manifest, state_path: Path, workers: int,
             job.collection, job.encoder.dim, job.encoder,
             hybrid=hybrid_default(driver_store, job.collection, hybrid)), [0])
         if todo:
-            started_here = not ray.is_initialized()
+            started_here = not ray.is_initialized()  # else index_with_ray started it
             if started_here:
                 start_ray(address)
             workers = workers or max(1, int(ray.cluster_resources().get("CPU", 1)))
@@ -287,7 +287,9 @@ def index_with_ray(collection: str, inputs: list[Path], fields: Fields, fmt: str
     """``qkv index --engine ray``: plan (or read) the job's manifest, run what is pending on
     Ray, write the rejects file from the markers; returns an ``index.JobSummary``."""
     import shutil
+    from concurrent.futures import ThreadPoolExecutor
 
+    import ray
     from tqdm import tqdm
 
     from index import JobSummary
@@ -302,31 +304,49 @@ def index_with_ray(collection: str, inputs: list[Path], fields: Fields, fmt: str
         manifest_path.unlink(missing_ok=True)
         shutil.rmtree(done_dir, ignore_errors=True)
     t0 = time.perf_counter()
-    manifest = load_or_plan(manifest_path, inputs, fields, fmt, per_range)
-    earlier = done_reports(done_dir).values()
-    before = sum(d["written"] for d in earlier), sum(d["records"] for d in earlier)
-    info = encoder_info(load_encoder(model, "cpu"))
-    job = RayJob(collection, [f["path"] for f in manifest.inputs],
-                 [detect_format(p, fmt) for p in inputs], fields, str(model.resolve()), store,
-                 token, timeout, info, str(done_dir.resolve()), device, retries, backoff_s)
-    with tqdm(total=manifest.records, unit="doc", desc=collection, disable=not show,
-              dynamic_ncols=True) as bar:
-        def show_progress(figures: dict[str, Any]) -> None:
-            bar.n = figures["records_done"]
-            bar.set_postfix(written=figures["written"], retries=figures["retries"],
-                            eta=f"{figures['eta_s']:.0f}s", refresh=True)
+    finished = manifest_path.is_file() and not pending(
+        load_or_plan(manifest_path, inputs, fields, fmt, per_range), done_dir)
 
-        final = run_ray(job, manifest, state_path, workers, gpus_per_worker, address, hybrid,
-                        show_progress)
+    def plan() -> tuple[Manifest, tuple[int, int], EncoderInfo]:
+        manifest = load_or_plan(manifest_path, inputs, fields, fmt, per_range)
+        earlier = done_reports(done_dir).values()
+        before = sum(d["written"] for d in earlier), sum(d["records"] for d in earlier)
+        return manifest, before, encoder_info(load_encoder(model, "cpu", backend="torch"))
+
+    started_here = False
+    # a local Ray takes seconds to start: the inputs are counted and the encoder read
+    # meanwhile (ray.init stays on the calling thread, as Ray expects)
+    with ThreadPoolExecutor(1, thread_name_prefix="qkv-plan") as pool:
+        planned = pool.submit(plan)
+        try:
+            if not finished and not ray.is_initialized():
+                start_ray(address)
+                started_here = True
+            manifest, before, info = planned.result()
+            job = RayJob(collection, [f["path"] for f in manifest.inputs],
+                         [detect_format(p, fmt) for p in inputs], fields,
+                         str(model.resolve()), store, token, timeout, info,
+                         str(done_dir.resolve()), device, retries, backoff_s)
+            with tqdm(total=manifest.records, unit="doc", desc=collection,
+                      disable=not show, dynamic_ncols=True) as bar:
+                def show_progress(figures: dict[str, Any]) -> None:
+                    bar.n = figures["records_done"]
+                    bar.set_postfix(written=figures["written"], retries=figures["retries"],
+                                    eta=f"{figures['eta_s']:.0f}s", refresh=True)
+
+                final = run_ray(job, manifest, state_path, workers, gpus_per_worker,
+                                address, hybrid, show_progress)
+        finally:
+            if started_here:
+                ray.shutdown()
     reports = done_reports(done_dir)
     rejects = sorted((r for d in reports.values() for r in d["rejects"]),
                      key=lambda r: (r["file"], r["line"]))
     rejects_path.parent.mkdir(parents=True, exist_ok=True)
     with open(rejects_path, "w", encoding="utf-8") as f:
         f.writelines(json.dumps(r, ensure_ascii=False) + "\n" for r in rejects)
-    summary = JobSummary(read=final["records_done"] - before[1],
-                         written=final["written"] - before[0],
-                         rejected=len(rejects), seconds=time.perf_counter() - t0,
-                         total_written=final["written"], total_rejected=len(rejects),
-                         complete=final["complete"])
-    return summary
+    return JobSummary(read=final["records_done"] - before[1],
+                      written=final["written"] - before[0],
+                      rejected=len(rejects), seconds=time.perf_counter() - t0,
+                      total_written=final["written"], total_rejected=len(rejects),
+                      complete=final["complete"])
