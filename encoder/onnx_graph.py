@@ -7,7 +7,8 @@ fused operators, its linear layers in int8:
 
 - embeddings × √d + the sinusoidal positions, as :meth:`TransformerEncoder.forward`;
 - per block: LayerNorm → the q, k, v projections as one product → ``MultiHeadAttention``
-  (fp32; the padding given as each text's length) → output projection → residual →
+  (fp32; the padding given as each text's length; written out as MatMul, Softmax and
+  MatMul per head instead, it ran 0.89-0.96 x as fast) → output projection → residual →
   LayerNorm → fc1 → exact (erf) GELU → fc2 → residual;
 - the final LayerNorm and the attention pooling, folded: the learned query times the key
   projection is one vector u, a token's score h·u (the key bias's term is the same for

@@ -122,3 +122,23 @@ def test_load_missing_checkpoint_is_clear(tmp_path: Path) -> None:
 def test_bad_batch_size(enc: encoder.TextEncoder) -> None:
     with pytest.raises(ValueError, match="batch_size"):
         enc.encode(["a"], batch_size=0)
+
+
+def test_onnx_batches_split_where_padded_attention_would_cost_more_than_a_run() -> None:
+    from encoder.text_encoder import ONNX_PAD_BUDGET, _length_groups
+
+    lengths = [79, 46, 44, 42, 40, 38, 36, 34, 30, 28, 25, 20, 16, 14]  # an API batch
+    order = list(range(len(lengths)))
+    torch_groups = _length_groups(order, lengths, 64, 256)
+    assert torch_groups[0][:3] == [0, 1, 2]  # by FLOPs alone the 79 pads the next ones
+    groups = _length_groups(order, lengths, 64, 256, onnx=True)
+    assert groups[0] == [0]  # the 79-token text alone: with it the rest would pad to 79
+    assert [i for g in groups for i in g] == order and len(groups) < len(lengths)
+
+    def cost(cut: list[list[int]]) -> float:
+        return sum(ONNX_PAD_BUDGET + sum(lengths[g[0]] ** 2 - lengths[i] ** 2 for i in g)
+                   for g in cut)
+
+    assert cost(groups) <= min(cost([order]), cost([[i] for i in order]),
+                               cost([order[:3], order[3:]]))  # the greedy cut's
+    assert all(len(g) <= 4 for g in _length_groups(order, lengths, 4, 256, onnx=True))
