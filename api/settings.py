@@ -80,7 +80,7 @@ class Settings(BaseSettings):
                                  "default included (least recently used unloaded first).")
     device: str | None = Field(None, description="cpu, cuda, cuda:1 ... (default: auto).")
     encoder_backend: Literal["torch", "onnx"] | None = Field(
-        None, description="torch, or onnx: the encoder's int8 ONNX Runtime graph, 1.2-1.6 x "
+        None, description="torch, or onnx: the encoder's int8 ONNX Runtime graph, 1.1-1.6 x "
         "torch's speed on the CPUs timed so far, vectors within cosine 0.999 of fp32. Default "
         "(or empty): on a CPU, whichever of the two a self-timing at start finds faster "
         "(about 2 s, cached per CPU, threads and encoder in the encoders directory; GET "
