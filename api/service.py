@@ -83,8 +83,9 @@ class Service:
             backend=settings.encoder_backend, decoders=settings.decoders,
             token_memories=settings.token_memories)
         self.encoder, self.info, self.store = self.parts.encoder, self.parts.info, self.parts.store
-        self.backend = pick_encoder_backend(self.encoder, settings)  # and why (/v1/models)
         self.encoder.set_spin(settings.encoder_spin)  # sleep between operators: see Settings
+        # timed as it will serve (spin set first); says why in /v1/models
+        self.backend = pick_encoder_backend(self.encoder, settings)
         self.decoders, self.decoder_paths = self.parts.decoders, self.parts.decoder_paths
         self.model_created = int(settings.model.joinpath("model.safetensors").stat().st_mtime)
         self.dense_weight = model_dense_weight(settings.model)  # hybrid's default w

@@ -125,8 +125,9 @@ def measure(enc: Any, candidates: Iterable[str], rounds: int = ROUNDS) -> Choice
     reference = enc.encode_ids(ids, batch_size=64, fp32=True)
     names = list(candidates)
     graphs: dict[str, Any] = {}
-    for name in names:  # each graph built once (use_backend builds it anew)
-        enc.use_backend(name)
+    for name in sorted(names, key=lambda n: n != enc.backend):  # the loaded one first
+        if name != enc.backend:  # each graph built once (use_backend builds it anew)
+            enc.use_backend(name)
         graphs[name] = enc._onnx
 
     def run(name: str) -> np.ndarray:

@@ -26,7 +26,7 @@ from typing import Any
 
 import httpx
 import pytest
-from numerics import encoder_atol
+from numerics import encoder_atol, served_backend
 from uvicorn_server import UvicornServer
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -295,7 +295,8 @@ def test_search_shades_tokens_and_filters(browser: Any, server: str, api: httpx.
              browser.find_elements(By.CSS_SELECTOR, "#query-tokens .tok")]
     expect = [(s["text"], s["weight"]) for s in pooled["segments"] if s["weight"] is not None]
     assert [t for t, _ in shown] == [t for t, _ in expect]
-    assert [w for _, w in shown] == pytest.approx([w for _, w in expect], abs=encoder_atol(1e-6))
+    atol = encoder_atol(1e-6, served_backend(api))
+    assert [w for _, w in shown] == pytest.approx([w for _, w in expect], abs=atol)
     heaviest = max(shown, key=lambda x: x[1])[0]
     shade = browser.execute_script(
         "return [...document.querySelectorAll('#query-tokens .tok')].find("
