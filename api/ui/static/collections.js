@@ -48,8 +48,8 @@ async function dropCollection(name, button) {
 const adaptSaid = {};  // name -> how its last adapt ended (kept across re-renders)
 
 async function adaptCollection(name, button) {
-  if (!window.confirm(`Adapt the encoder to "${name}"? It trains for about 7 minutes on this `
-    + "server, then re-indexes the collection; searches keep answering meanwhile.")) {
+  if (!window.confirm(`Adapt the encoder to "${name}"? The job takes about 9 minutes on this `
+    + "server (training, then re-indexing the collection); searches keep answering meanwhile.")) {
     return;
   }
   const status = button.parentElement.querySelector(".adapt-status");
