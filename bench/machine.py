@@ -16,24 +16,18 @@ import argparse
 import importlib.util
 import json
 import os
-import platform
 import subprocess
+import sys
 import time
 from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 ENV = "QKV_BENCH_RESULTS"
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
 
-
-def cpu_model() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
+from encoder.backend_pick import cpu_model  # noqa: E402 - one reading of /proc/cpuinfo
 
 
 def commit() -> str:
