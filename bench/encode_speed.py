@@ -35,9 +35,11 @@ ENV_KEYS = ("QKV_NO_BF16", "ONEDNN_MAX_CPU_ISA", "ATEN_CPU_CAPABILITY")
 
 def cpu_kind() -> str:
     """The CPU's widest vector instructions that matter here, from /proc/cpuinfo."""
-    try:
-        flags = set(Path("/proc/cpuinfo").read_text().split())
-    except OSError:
+    sys.path.insert(0, str(ROOT))
+    from encoder.cpu import cpu_flags
+
+    flags = cpu_flags()
+    if not flags:
         return "CPU flags unknown"
     if "avx512_bf16" in flags:
         return "AVX-512 BF16" + (" + VNNI" if "avx512_vnni" in flags else "")

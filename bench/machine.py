@@ -27,7 +27,8 @@ ENV = "QKV_BENCH_RESULTS"
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from encoder.backend_pick import cpu_model  # noqa: E402 - one reading of /proc/cpuinfo
+from encoder.cpu import cpu_flags as all_cpu_flags  # noqa: E402
+from encoder.cpu import cpu_model  # noqa: E402
 
 
 def commit() -> str:
@@ -46,12 +47,8 @@ def stamp() -> str:
 
 def cpu_flags() -> list[str]:
     """The vector-instruction flags that decide kernel choice (AVX2, AVX-512 parts, AMX)."""
-    try:
-        flags = Path("/proc/cpuinfo").read_text().split()
-    except OSError:
-        return []
     keep = ("avx2", "avx512f", "avx512_vnni", "avx512_bf16", "avx512_fp16", "amx_int8", "fma")
-    return sorted({f for f in flags if f in keep})
+    return sorted(all_cpu_flags() & set(keep))
 
 
 def results_dir(results: Path | None = None) -> Path:

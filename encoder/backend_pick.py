@@ -1,13 +1,14 @@
 """Pick the fastest encoder backend for the CPU at hand by timing them (issue 43).
 
 Which of the int8 ONNX Runtime graph (``onnx``) and torch (bf16 where the CPU has it, else
-fp32) is faster depends on the CPU: on AVX-512 VNNI machines int8 was 1.4-1.6 x torch; a
-CPU with AMX but slow int8 paths, or an AVX2-only one, may differ, and nobody should have to
-know. :func:`choose` times each backend that keeps quality (every vector within cosine
-:data:`MIN_COSINE` of the fp32 network's) on the same token lists, alternating rounds, and
-takes the fastest. The answer is cached in a JSON file keyed by the CPU (model and the
-flags that pick kernels), the thread count, the encoder's fingerprint and the library
-versions, so a service pays the timing (about 2 s) once per machine and encoder.
+fp32) is faster depends on the CPU: int8 was 1.6 x torch's bf16 on an AMD AVX-512 machine
+and 1.1 x on an Intel one with AMX (bench/encode_speed.py); an AVX2-only CPU may differ
+again, and nobody should have to know. :func:`choose` times each backend that keeps
+quality (every vector within cosine :data:`MIN_COSINE` of the fp32 network's) on the
+same token lists, alternating rounds, and takes the fastest. The answer is cached in a
+JSON file keyed by the CPU (model and the flags that pick kernels), the thread count, the
+encoder's fingerprint and the library versions, so a service pays the timing (about 2 s)
+once per machine and encoder.
 
 :func:`int8_kernels` says which family of int8 kernels ONNX Runtime's MLAS dispatches to
 on a CPU with the given flags (it reads CPUID itself; we cannot choose for it): AVX-512
@@ -23,7 +24,6 @@ import hashlib
 import json
 import logging
 import os
-import platform
 import time
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
@@ -31,6 +31,8 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+
+from encoder.cpu import cpu_flags, cpu_model
 
 log = logging.getLogger(__name__)
 MIN_COSINE = 0.999  # the quality bound every backend must keep against fp32
@@ -54,25 +56,6 @@ class Choice:
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
-
-
-def cpu_flags() -> set[str]:
-    try:
-        text = Path("/proc/cpuinfo").read_text()
-    except OSError:
-        return set()
-    line = next((x for x in text.splitlines() if x.startswith("flags")), "")
-    return set(line.split(":", 1)[-1].split())
-
-
-def cpu_model() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
 
 
 def int8_kernels(flags: Iterable[str]) -> str:

@@ -4,10 +4,11 @@ the CPU has native bf16 instructions)."""
 from __future__ import annotations
 
 import contextlib
-import functools
 import os
 
 import torch
+
+from encoder.cpu import cpu_flags
 
 
 def pick_device(name: str | None = None) -> torch.device:
@@ -18,15 +19,9 @@ def pick_device(name: str | None = None) -> torch.device:
     return torch.device("cuda" if torch.cuda.is_available() else "cpu")
 
 
-@functools.cache
 def cpu_has_bf16() -> bool:
     """True when the CPU runs bf16 matmuls natively (AVX-512 BF16 or AMX)."""
-    try:
-        with open("/proc/cpuinfo") as f:
-            flags = f.read()
-    except OSError:
-        return False
-    return "avx512_bf16" in flags or "amx_bf16" in flags
+    return bool({"avx512_bf16", "amx_bf16"} & cpu_flags())
 
 
 def autocast(device: torch.device, enabled: bool = True) -> contextlib.AbstractContextManager:
