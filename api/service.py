@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import logging
 import os
-import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -51,7 +50,8 @@ def pick_encoder_backend(encoder: Any, settings: Settings) -> Choice:
     """The encoder's backend: as set (``QKV_ENCODER_BACKEND``), torch on a GPU, else the
     fastest on this CPU by a self-timing cached under the encoders directory
     (:mod:`encoder.backend_pick`)."""
-    from encoder.backend_pick import choose, cpu_model
+    from encoder.backend_pick import choose
+    from encoder.cpu import cpu_model
 
     if settings.encoder_backend is not None or os.environ.get("QKV_ENCODER_BACKEND"):
         return Choice(encoder.backend, f"{encoder.backend}: set by QKV_ENCODER_BACKEND",
@@ -68,10 +68,6 @@ class Service:
         self.settings, self.metrics = settings, metrics
         self.limiter = Limiter()  # per API key (api.access)
         memory.cap_arenas()  # before the batcher and ONNX Runtime threads start (api.memory)
-        # Held while a derived encoder warms up on load. Not around every batch: serialising
-        # the batchers' forwards served 0.746 x one encoder's requests/s with three loaded,
-        # against 0.877 x without (bench/encoders_load.py, same machine, 2 cores).
-        self._compute = threading.Lock()
         # On the CPU the encoder's threads share the cores with the event loop (HTTP, JSON,
         # tokenizing). Driven by wrk (a C client that costs next to nothing), all the cores
         # served more than half of them: 310 against 234 requests/s on 2 cores here
@@ -103,6 +99,9 @@ class Service:
         self.adapter.recover()  # an adapt job a previous process left: finished or undone
 
     def _batcher(self, encoder: Any) -> DynamicBatcher:
+        # One batcher per encoder, their forwards free to overlap: a lock serialising them
+        # served 0.746 x one encoder's requests/s with three loaded, against 0.877 x without
+        # (bench/encoders_load.py, same machine, 2 cores).
         st = self.settings
         return DynamicBatcher(
             lambda ids: encoder.encode_ids(ids, batch_size=len(ids), normalize=False),
@@ -121,8 +120,7 @@ class Service:
         if info.name != name:
             raise ValueError(f"{path} holds encoder {info.name!r}, not {name!r}")
         card = read_card(path) or {}
-        with self._compute:
-            enc.encode(["warm-up"])  # makes its ONNX session here, so the trim below sees it
+        enc.encode(["warm-up"])  # makes its ONNX session here, so the trim below sees it
         served = Served(name, path, enc, info, self._batcher(enc),
                         int(path.joinpath("model.safetensors").stat().st_mtime), card)
         memory.trim()  # the checkpoint's float16 and dequantisation buffers (api.memory)

@@ -304,11 +304,12 @@ def index_with_ray(collection: str, inputs: list[Path], fields: Fields, fmt: str
         manifest_path.unlink(missing_ok=True)
         shutil.rmtree(done_dir, ignore_errors=True)
     t0 = time.perf_counter()
-    finished = manifest_path.is_file() and not pending(
-        load_or_plan(manifest_path, inputs, fields, fmt, per_range), done_dir)
+    known = load_or_plan(manifest_path, inputs, fields, fmt, per_range) \
+        if manifest_path.is_file() else None  # a rerun: read it now, nothing to count
+    finished = known is not None and not pending(known, done_dir)
 
     def plan() -> tuple[Manifest, tuple[int, int], EncoderInfo]:
-        manifest = load_or_plan(manifest_path, inputs, fields, fmt, per_range)
+        manifest = known or load_or_plan(manifest_path, inputs, fields, fmt, per_range)
         earlier = done_reports(done_dir).values()
         before = sum(d["written"] for d in earlier), sum(d["records"] for d in earlier)
         return manifest, before, encoder_info(load_encoder(model, "cpu", backend="torch"))

@@ -18,13 +18,13 @@ from typing import Any
 from encoder.device import cpu_has_bf16
 from encoder.onnx_graph import pick_backend
 
+BF16_ATOL = 5e-3
+
 
 def served_backend(client: Any, headers: dict[str, str] | None = None) -> str:
     """The backend a running service encodes on (``client``: an httpx client or a
     TestClient with its base URL set)."""
     return str(client.get("/v1/models", headers=headers or {}).json()["data"][0]["backend"])
-
-BF16_ATOL = 5e-3
 
 
 def encoder_atol(fp32: float, backend: str | None = None) -> float:

@@ -16,7 +16,7 @@ from pathlib import Path
 import httpx
 import numpy as np
 import pytest
-from numerics import encoder_atol
+from numerics import encoder_atol, served_backend
 from uvicorn_server import UvicornServer
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -76,8 +76,8 @@ def test_langchain_openai_embeddings(server: str, model: str, tiktoken_cache: No
     got = np.array(emb.embed_documents(texts), np.float32)
     assert got.shape == (1200, 256)
     want = reference(server, texts[:8] + texts[-8:])
-    backend = httpx.get(f"{server}/v1/models", headers={"Authorization": f"Bearer {KEY}"}
-                        ).json()["data"][0]["backend"]
+    with httpx.Client(base_url=server) as api:
+        backend = served_backend(api, {"Authorization": f"Bearer {KEY}"})
     np.testing.assert_allclose(np.vstack([got[:8], got[-8:]]), want,
                                atol=encoder_atol(1e-4, backend))
     q = np.array(emb.embed_query(TEXTS[0]), np.float32)
