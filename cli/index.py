@@ -82,6 +82,14 @@ def index(
     gpus_per_worker: float = typer.Option(0.0, "--gpus-per-worker", min=0.0,
                                           help="With --engine ray: GPUs per worker (torch on "
                                           "CUDA there)."),
+    load: str = typer.Option(
+        "upsert", "--load", help="upsert, or bulk-import (with --engine ray, a new collection "
+        "on a Milvus server): Parquet files under --bulk-dir, then Milvus bulk imports, each "
+        "recorded so a rerun never imports a file twice."),
+    bulk_dir: Path | None = typer.Option(
+        None, "--bulk-dir", help="With --load bulk-import: where the Parquet files go; the "
+        "Milvus server must read them at the same path (a standalone on local storage on "
+        "this machine, or a volume mounted at the same path)."),
 ) -> None:
     """Encode a corpus and upsert it into a collection. Resumable: run it again after a kill."""
     # Encoding overlaps the write of the previous batch: see wiring.runtime.
@@ -118,6 +126,14 @@ def index(
         raise typer.BadParameter(str(e), param_hint="--collection") from e
     if engine not in ("local", "ray"):
         raise typer.BadParameter("local or ray", param_hint="--engine")
+    if load not in ("upsert", "bulk-import"):
+        raise typer.BadParameter("upsert or bulk-import", param_hint="--load")
+    if load == "bulk-import" and (engine != "ray" or bulk_dir is None):
+        raise typer.BadParameter("bulk-import goes with --engine ray and --bulk-dir",
+                                 param_hint="--load")
+    if bulk_dir is not None and load != "bulk-import":
+        raise typer.BadParameter("--bulk-dir goes with --load bulk-import",
+                                 param_hint="--bulk-dir")
     if engine == "ray" and n_shards != 1:
         raise typer.BadParameter("Ray splits the job itself: no --shard with --engine ray",
                                  param_hint="--shard")
@@ -127,7 +143,8 @@ def index(
     try:
         if engine == "ray":
             summary = index_on_ray(collection, inputs, config, store, model, token, timeout,
-                                   restart, ray_workers, gpus_per_worker, address, device)
+                                   restart, ray_workers, gpus_per_worker, address, device,
+                                   bulk_dir)
         else:
             summary = index_files(collection, inputs, config, store, model, token, timeout,
                                   device, workers)
@@ -155,7 +172,7 @@ def index(
 
 def index_on_ray(collection: str, inputs: list[Path], config: Any, store: str, model: Path,
                  token: str, timeout: float, restart: bool, workers: int, gpus: float,
-                 address: str | None, device: str | None) -> Any:
+                 address: str | None, device: str | None, bulk_dir: Path | None = None) -> Any:
     """The job on Ray (wiring/ray_indexing.py), its files beside the local engine's."""
     try:
         import ray  # noqa: F401
@@ -169,7 +186,7 @@ def index_on_ray(collection: str, inputs: list[Path], config: Any, store: str, m
                           token, timeout, config.state_path.parent, stem,
                           config.rejects_path, restart, config.batch_size, workers, gpus,
                           address, config.hybrid, config.retries, config.backoff_s,
-                          config.progress_bar, device)
+                          config.progress_bar, device, bulk_dir)
 
 
 def tune_after(store: str, collection: str, model: Path, token: str, timeout: float) -> None:

@@ -189,8 +189,11 @@ class Progress:
 
 def run_ray(job: RayJob, manifest: Manifest, state_path: Path, workers: int,
             gpus_per_worker: float, address: str | None, hybrid: bool | None,
-            progress: Callable[[dict[str, Any]], None]) -> dict[str, Any]:
-    """Run the job's pending ranges on Ray; returns the final progress figures."""
+            progress: Callable[[dict[str, Any]], None],
+            write_row: Callable[[dict[str, Any]], Any] | None = None) -> dict[str, Any]:
+    """Run the job's pending ranges on Ray; returns the final progress figures.
+    ``write_row``: where the driver puts each encoded range instead of the store (the
+    Parquet files of a bulk import, ``wiring.ray_bulk``)."""
     import ray
 
     done_dir = Path(job.done_dir)
@@ -212,7 +215,7 @@ def run_ray(job: RayJob, manifest: Manifest, state_path: Path, workers: int,
                                                           progress, stop), daemon=True)
             ticker.start()
             try:
-                _pipeline(job, todo, workers, gpus_per_worker, driver_store)
+                _pipeline(job, todo, workers, gpus_per_worker, driver_store, write_row)
             finally:
                 stop.set()
                 ticker.join()
@@ -255,7 +258,8 @@ def _tick(tracker: Progress, done_dir: Path, state_path: Path,
 
 
 def _pipeline(job: RayJob, todo: list[Range], workers: int, gpus: float,
-              driver_store: VectorStore) -> None:
+              driver_store: VectorStore,
+              write_row: Callable[[dict[str, Any]], Any] | None = None) -> None:
     import ray
 
     context = ray.data.DataContext.get_current()
@@ -269,7 +273,10 @@ def _pipeline(job: RayJob, todo: list[Range], workers: int, gpus: float,
         EncodeRanges, fn_constructor_kwargs={"job": job}, batch_size=1, batch_format="numpy",
         concurrency=workers, num_cpus=0 if gpus else 1, num_gpus=gpus or None,
         max_restarts=-1, max_task_retries=-1)
-    if is_server(job.store):  # the write tasks upsert, in parallel
+    if write_row is not None:  # the driver writes each range (a bulk import's files)
+        for row in encoded.iter_rows():
+            write_row(row)
+    elif is_server(job.store):  # the write tasks upsert, in parallel
         # no CPU asked: the encoders hold every CPU, and the server does the writes' work
         encoded.write_datasink(_datasink_class()(job), concurrency=max(1, workers),
                                ray_remote_args={"num_cpus": 0, "max_retries": -1})
@@ -283,9 +290,11 @@ def index_with_ray(collection: str, inputs: list[Path], fields: Fields, fmt: str
                    stem: str, rejects_path: Path, restart: bool, per_range: int,
                    workers: int, gpus_per_worker: float, address: str | None,
                    hybrid: bool | None, retries: int, backoff_s: float, show: bool,
-                   device: str | None = None) -> Any:
+                   device: str | None = None, bulk_dir: Path | None = None) -> Any:
     """``qkv index --engine ray``: plan (or read) the job's manifest, run what is pending on
-    Ray, write the rejects file from the markers; returns an ``index.JobSummary``."""
+    Ray, write the rejects file from the markers; returns an ``index.JobSummary``. With
+    ``bulk_dir`` (a new collection on a Milvus server) the driver writes Parquet files there
+    and imports them (``wiring.ray_bulk``) instead of upserting."""
     import shutil
     from concurrent.futures import ThreadPoolExecutor
 
@@ -296,14 +305,19 @@ def index_with_ray(collection: str, inputs: list[Path], fields: Fields, fmt: str
     from index.corpus import detect_format
     from index.ranges import load_or_plan
     from wiring.components import encoder_info, load_encoder
+    from wiring.ray_bulk import BulkLoad
 
     manifest_path = state_dir / f"{stem}.manifest.json"
     done_dir = state_dir / f"{stem}.done"
     state_path = state_dir / f"{stem}.ray.json"
+    imports_path = state_dir / f"{stem}.imports.json"
     if restart:
         manifest_path.unlink(missing_ok=True)
+        imports_path.unlink(missing_ok=True)
         shutil.rmtree(done_dir, ignore_errors=True)
     t0 = time.perf_counter()
+    bulk = BulkLoad(bulk_dir, stem, store, token, timeout, collection, imports_path) \
+        if bulk_dir is not None else None
     known = load_or_plan(manifest_path, inputs, fields, fmt, per_range) \
         if manifest_path.is_file() else None  # a rerun: read it now, nothing to count
     finished = known is not None and not pending(known, done_dir)
@@ -336,10 +350,17 @@ def index_with_ray(collection: str, inputs: list[Path], fields: Fields, fmt: str
                                     eta=f"{figures['eta_s']:.0f}s", refresh=True)
 
                 final = run_ray(job, manifest, state_path, workers, gpus_per_worker,
-                                address, hybrid, show_progress)
+                                address, hybrid, show_progress,
+                                bulk.writer(job) if bulk else None)
         finally:
             if started_here:
                 ray.shutdown()
+    if bulk is not None:
+        try:
+            if final["complete"]:
+                bulk.run(done_dir, show)
+        finally:
+            bulk.close()
     reports = done_reports(done_dir)
     rejects = sorted((r for d in reports.values() for r in d["rejects"]),
                      key=lambda r: (r["file"], r["line"]))
@@ -351,3 +372,4 @@ def index_with_ray(collection: str, inputs: list[Path], fields: Fields, fmt: str
                       rejected=len(rejects), seconds=time.perf_counter() - t0,
                       total_written=final["written"], total_rejected=len(rejects),
                       complete=final["complete"])
+

@@ -1,0 +1,290 @@
+"""``qkv index --engine ray --load bulk-import``: a very large one-off load into a new
+collection on a Milvus server through Milvus' bulk import, not upserts.
+
+The encoder actors encode the job's ranges as for upserts (``wiring.ray_indexing``); the
+driver writes each encoded range as a Parquet file with the collection's columns under
+``--bulk-dir`` (a temporary file, then a rename) and marks the range done. Once every range
+is, the driver starts one Milvus import per file (at most :data:`IN_FLIGHT` at a time),
+polls them to the end and waits until the rows are visible.
+
+Imports do not de-duplicate primary keys, so nothing may be imported twice:
+
+- the inputs' repeated ids are resolved before any file is written (``index.ranges``: the
+  last occurrence stays), so no id is in two files;
+- only a collection this job created is imported into: a collection that exists before the
+  job's first run is refused (upsert into it instead);
+- each file's import is recorded in the job's imports file (``STEM.imports.json``) before
+  it is asked for ("starting") and its task id as soon as Milvus answers. A rerun asks
+  Milvus for the state of each recorded task; a file left "starting" (a kill between the
+  request and the record) is matched against the collection's import tasks by file name
+  and adopted if one exists. Only a file with no task, or whose task failed (a failed
+  import leaves no rows), is imported again.
+
+The server reads the files itself: ``--bulk-dir`` must be a directory it reads at the same
+path, e.g. the data directory of a standalone on local storage on this machine, or a volume
+mounted at the same path in its container. Servers on object storage (MinIO, S3) read from
+their bucket, which this does not upload to.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import os
+import sys
+import time
+import warnings
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from index import Item, StoreError, StoreUnavailableError, open_store
+from index.ranges import Range, done_reports, mark_done, write_json
+from index.store import check_item
+
+LOAD = "bulk-import"
+IN_FLIGHT = 2  # imports asked for at once: a standalone queues more, nothing gains
+POLL_S = 1.0
+VISIBLE_TIMEOUT_S = 300.0  # imported rows become searchable once indexed and loaded
+FAILED = ("Failed", "Failed and cleaned")
+_aliases = itertools.count()
+
+
+def parquet_path(bulk_dir: Path, stem: str, r: Range) -> Path:
+    return bulk_dir / stem / f"{r.key}.parquet"
+
+
+def write_parquet_range(job: Any, row: dict[str, Any], bulk_dir: Path, stem: str,
+                        bm25: bool) -> dict[str, Any]:
+    """One encoded range (a row the encoder actors made) as a Parquet file with the
+    collection's columns (``bm25``: also the analysed text that a hybrid collection's BM25
+    function reads); then its marker, with the file and its rows."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from index.milvus_schema import BM25_FIELD, bm25_text
+
+    meta = json.loads(row["meta"])
+    r = Range.from_dict(meta["range"])
+    vectors = np.frombuffer(row["vectors"], dtype=np.float32).reshape(-1, job.encoder.dim)
+    items = [Item(i, vectors[n], t, v, m) for n, (i, t, v, m) in
+             enumerate(zip(meta["ids"], meta["texts"], meta["values"], meta["metadata"],
+                           strict=True))]
+    for it in items:
+        check_item(it)  # as an upsert would: the import would fail on the whole file
+    path: Path | None = None
+    if items:
+        columns: dict[str, Any] = {
+            "id": [it.id for it in items],
+            "vector": pa.array(list(vectors), type=pa.list_(pa.float32())),
+            "text": [it.text for it in items], "value": [it.value or "" for it in items],
+            "metadata": [json.dumps(it.metadata, ensure_ascii=False) for it in items]}
+        if bm25:
+            columns[BM25_FIELD] = [bm25_text(it.text) for it in items]
+        path = parquet_path(bulk_dir, stem, r)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(path.name + ".tmp")
+        pq.write_table(pa.table(columns), tmp)
+        os.replace(tmp, path)
+    report = {"written": len(items), "rejects": meta["rejects"],
+              "superseded": meta["superseded"], "worker": meta["worker"],
+              "writer": f"driver:{os.getpid()}", "retries": 0, "encode_s": meta["encode_s"],
+              "file": str(path) if path else None}
+    mark_done(Path(job.done_dir), r, report)
+    return report
+
+
+def files_to_import(done_dir: Path) -> list[tuple[str, int]]:
+    """(Parquet file, rows) of every done range that wrote one, in file order."""
+    return sorted((d["file"], d["written"]) for d in done_reports(done_dir).values()
+                  if d.get("file"))
+
+
+def refuse_existing(state_path: Path, collections: list[str], collection: str) -> None:
+    """A bulk import goes only into a collection this job creates: refuse one that exists
+    where the job has no imports file yet (its first run)."""
+    if not state_path.exists() and collection in collections:
+        raise StoreError(
+            f"collection {collection!r} exists: --load bulk-import only fills a new "
+            "collection (imports do not de-duplicate ids); index into it without "
+            "--load (upserts), or give a new --collection")
+
+
+def start_state(state_path: Path, collection: str) -> None:
+    """The job's imports file, written before the collection is created, so a rerun knows
+    the collection is its own."""
+    if not state_path.exists():
+        write_json(state_path, {"collection": collection, "files": {}})
+
+
+class Importer:
+    """Milvus' bulk imports of a job's files, recorded in its imports file (module doc)."""
+
+    def __init__(self, uri: str, token: str, collection: str, state_path: Path,
+                 timeout: float = 30.0, retries: int = 2) -> None:
+        from pymilvus import connections
+
+        self.collection, self.state_path = collection, state_path
+        self.timeout, self.retries = timeout, retries
+        self.using = f"qkv-bulk-{os.getpid()}-{next(_aliases)}"
+        try:
+            with warnings.catch_warnings():
+                warnings.filterwarnings("ignore", message=".*ORM-style")
+                connections.connect(self.using, uri=uri, token=token, timeout=timeout)
+        except Exception as e:
+            raise StoreUnavailableError(f"cannot reach {uri} for bulk import: {e}") from e
+        self.state: dict[str, Any] = json.loads(state_path.read_text())
+
+    def close(self) -> None:
+        from pymilvus import connections
+
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message=".*ORM-style")
+            connections.disconnect(self.using)
+
+    def _utility(self, name: str, *args: Any, **kwargs: Any) -> Any:
+        from pymilvus import utility
+
+        with warnings.catch_warnings():  # the ORM API: the one pymilvus 3.0 imports with
+            warnings.filterwarnings("ignore", message=".*ORM-style")
+            try:
+                return getattr(utility, name)(*args, using=self.using, timeout=self.timeout,
+                                              **kwargs)
+            except Exception as e:
+                raise StoreUnavailableError(f"bulk import: {name} failed: {e}") from e
+
+    def _save(self) -> None:
+        write_json(self.state_path, self.state)
+
+    def _adopt(self, entries: dict[str, dict[str, Any]]) -> None:
+        """Files left "starting" by a killed run: their task, if Milvus has one."""
+        starting = [p for p, e in entries.items() if e["state"] == "starting"]
+        if not starting:
+            return
+        tasks = self._utility("list_bulk_insert_tasks", limit=0,
+                              collection_name=self.collection)
+        for path in starting:
+            mine = [t for t in tasks if path in str(t.files).split(",")
+                    and t.state_name not in FAILED]
+            if mine:
+                entries[path].update(task=mine[-1].task_id, state="started")
+            else:
+                entries[path].update(task=None, state="new")
+        self._save()
+
+    def run(self, files: list[tuple[str, int]],
+            progress: Callable[[dict[str, Any]], None] = lambda _: None) -> dict[str, Any]:
+        """Import every file not imported yet; returns the figures once all are done."""
+        entries: dict[str, dict[str, Any]] = self.state.setdefault("files", {})
+        for path, rows in files:
+            entries.setdefault(path, {"rows": rows, "task": None, "state": "new",
+                                      "failures": 0})
+        self._save()
+        self._adopt(entries)
+        t0 = time.monotonic()
+        while True:
+            for path, e in entries.items():
+                if e["state"] != "started":
+                    continue
+                s = self._utility("get_bulk_insert_state", e["task"])
+                if s.state_name == "Completed":
+                    e.update(state="done", imported=s.row_count)
+                elif s.state_name in FAILED:
+                    e["failures"] += 1
+                    reason = s.infos.get("failed_reason", "")
+                    if e["failures"] > self.retries:
+                        self._save()
+                        raise StoreError(f"bulk import of {path} failed: {reason}")
+                    e.update(state="new", task=None, reason=reason)
+            waiting = [p for p, e in entries.items() if e["state"] == "new"]
+            busy = sum(e["state"] == "started" for e in entries.values())
+            for path in waiting[: max(0, IN_FLIGHT - busy)]:
+                entries[path]["state"] = "starting"
+                self._save()  # before the request: a kill now is adopted on the rerun
+                task = self._utility("do_bulk_insert", self.collection, files=[path])
+                entries[path].update(task=task, state="started")
+                self._save()
+            figures = self.figures(entries, time.monotonic() - t0)
+            self.state["figures"] = figures  # for a dashboard, as the Ray job's state file
+            self._save()
+            progress(figures)
+            if figures["files_done"] == len(entries):
+                return figures
+            time.sleep(POLL_S)
+
+    @staticmethod
+    def figures(entries: dict[str, dict[str, Any]], seconds: float) -> dict[str, Any]:
+        done = [e for e in entries.values() if e["state"] == "done"]
+        return {"files": len(entries), "files_done": len(done),
+                "rows": sum(e["rows"] for e in entries.values()),
+                "rows_imported": sum(e.get("imported", e["rows"]) for e in done),
+                "seconds": round(seconds, 1)}
+
+
+def import_files(uri: str, token: str, collection: str, state_path: Path, done_dir: Path,
+                 count: Callable[[], int], show: Callable[[str], None]) -> dict[str, Any]:
+    """Import the job's files (:class:`Importer`), then wait until ``count()`` shows every
+    row; returns the figures."""
+    files = files_to_import(done_dir)
+    importer = Importer(uri, token, collection, state_path)
+    try:
+        figures = importer.run(files, lambda f: show(
+            f"bulk import: {f['files_done']}/{f['files']} files, "
+            f"{f['rows_imported']:,} rows"))
+    finally:
+        importer.close()
+    deadline = time.monotonic() + VISIBLE_TIMEOUT_S
+    while (visible := count()) < figures["rows"]:
+        if time.monotonic() > deadline:
+            raise StoreUnavailableError(
+                f"bulk import done but {visible:,} of {figures['rows']:,} rows are visible "
+                f"after {VISIBLE_TIMEOUT_S:.0f} s; run the same command again to wait")
+        time.sleep(POLL_S)
+    figures["visible"] = visible
+    write_json(state_path, {**importer.state, "figures": figures, "complete": True})
+    show(f"bulk import: {figures['files']} files, {visible:,} rows visible\n")
+    return figures
+
+class BulkLoad:
+    """The bulk-import side of :func:`index_with_ray` (``wiring.ray_bulk``): refuses an
+    existing collection at the job's first run, writes the files, imports them."""
+
+    def __init__(self, bulk_dir: Path, stem: str, store: str, token: str, timeout: float,
+                 collection: str, imports_path: Path) -> None:
+        if not store.startswith(("http://", "https://")):
+            raise ValueError("--load bulk-import needs a Milvus server (http://host:port): "
+                             "Milvus Lite and FAISS have no bulk import")
+        self.bulk_dir, self.stem, self.uri, self.token = bulk_dir.resolve(), stem, store, token
+        self.collection, self.imports_path = collection, imports_path
+        self.store = open_store(store, token=token, timeout=timeout)
+        try:
+            refuse_existing(imports_path, self.store.list_collections(), collection)
+            start_state(imports_path, collection)
+        except BaseException:
+            self.store.close()
+            raise
+
+    def writer(self, job: Any) -> Callable[[dict[str, Any]], Any]:
+        """What the driver does with each encoded range: its Parquet file."""
+        bm25: list[bool] = []
+
+        def write(row: dict[str, Any]) -> Any:
+            if not bm25:  # the collection exists by the first row (run_ray creates it)
+                bm25.append(self.store.describe(self.collection).hybrid)
+            return write_parquet_range(job, row, self.bulk_dir, self.stem, bm25[0])
+
+        return write
+
+    def run(self, done_dir: Path, show: bool) -> dict[str, Any]:
+        def say(line: str) -> None:
+            if show:
+                sys.stderr.write(f"\r{line}")
+                sys.stderr.flush()
+
+        return import_files(self.uri, self.token, self.collection, self.imports_path,
+                            done_dir, lambda: self.store.count(self.collection), say)
+
+    def close(self) -> None:
+        self.store.close()
