@@ -38,13 +38,11 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
-from index import Item, StoreError, StoreUnavailableError, open_store
+from index import StoreError, StoreUnavailableError, open_store
 from index.ranges import Range, done_reports, mark_done, write_json
 from index.store import check_item
+from wiring.ray_indexing import encoded_range
 
-LOAD = "bulk-import"
 IN_FLIGHT = 2  # imports asked for at once: a standalone queues more, nothing gains
 POLL_S = 1.0
 VISIBLE_TIMEOUT_S = 300.0  # imported rows become searchable once indexed and loaded
@@ -65,20 +63,14 @@ def write_parquet_range(job: Any, row: dict[str, Any], bulk_dir: Path, stem: str
     import pyarrow.parquet as pq
 
     from index.milvus_schema import BM25_FIELD, bm25_text
-
-    meta = json.loads(row["meta"])
-    r = Range.from_dict(meta["range"])
-    vectors = np.frombuffer(row["vectors"], dtype=np.float32).reshape(-1, job.encoder.dim)
-    items = [Item(i, vectors[n], t, v, m) for n, (i, t, v, m) in
-             enumerate(zip(meta["ids"], meta["texts"], meta["values"], meta["metadata"],
-                           strict=True))]
+    r, meta, items = encoded_range(job, row)
     for it in items:
         check_item(it)  # as an upsert would: the import would fail on the whole file
     path: Path | None = None
     if items:
         columns: dict[str, Any] = {
             "id": [it.id for it in items],
-            "vector": pa.array(list(vectors), type=pa.list_(pa.float32())),
+            "vector": pa.array([it.vector for it in items], type=pa.list_(pa.float32())),
             "text": [it.text for it in items], "value": [it.value or "" for it in items],
             "metadata": [json.dumps(it.metadata, ensure_ascii=False) for it in items]}
         if bm25:

@@ -6,7 +6,9 @@ per actor; ONNX on a CPU, torch on a GPU) reads and encodes one range per call; 
 - on a Milvus server, a :class:`StoreSink` (a Ray ``Datasink``) upserts each range from the
   write tasks, in parallel, retrying with backoff while the store is unavailable;
 - on Milvus Lite or FAISS, whose files one process owns, the driver writes what the actors
-  encoded.
+  encoded;
+- with ``--load bulk-import`` (a new collection on a Milvus server), the driver writes each
+  range as a Parquet file and then imports the files (``wiring.ray_bulk``).
 
 Either way a range's marker is written only after its upsert was acknowledged, so a kill of
 the driver, a worker or a node, and a rerun of the same command, lose nothing; ranges are
@@ -72,14 +74,20 @@ def retrying(job: RayJob, what: str, fn: Callable[[], T], counter: list[int]) ->
                              lambda: "What was written is recorded", count)
 
 
-def write_encoded(job: RayJob, store: VectorStore, row: dict[str, Any]) -> dict[str, Any]:
-    """Upsert one encoded range (a row the encoder actors made) and then mark it done."""
+def encoded_range(job: RayJob, row: dict[str, Any]
+                  ) -> tuple[Range, dict[str, Any], list[Item]]:
+    """One encoded range (a row the encoder actors made): the range, its meta, its items."""
     meta = json.loads(row["meta"])
-    r = Range.from_dict(meta["range"])
     vectors = np.frombuffer(row["vectors"], dtype=np.float32).reshape(-1, job.encoder.dim)
     items = [Item(i, vectors[n], t, v, m) for n, (i, t, v, m) in
              enumerate(zip(meta["ids"], meta["texts"], meta["values"], meta["metadata"],
                            strict=True))]
+    return Range.from_dict(meta["range"]), meta, items
+
+
+def write_encoded(job: RayJob, store: VectorStore, row: dict[str, Any]) -> dict[str, Any]:
+    """Upsert one encoded range and then mark it done."""
+    r, meta, items = encoded_range(job, row)
     retries = [0]
     written = retrying(job, "upsert", lambda: store.upsert(job.collection, items, job.encoder),
                        retries) if items else 0

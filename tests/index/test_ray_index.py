@@ -1,6 +1,7 @@
 """``qkv index --engine ray``: the plan and its markers (no Ray), then real runs on a local
 Ray: into Milvus Lite (the driver writes), into a Milvus 2.3.5 server (the workers write
-through the Datasink), and a SIGKILL of the driver and its local Ray mid-run, then a rerun.
+through the Datasink), a SIGKILL of the driver and its local Ray mid-run then a rerun, and a
+SIGKILL of an encoder worker, each on both stores; the 2.3.5 server stopped for 20 s.
 Each ends with exactly the input's distinct ids, the last occurrence of a repeated id
 winning, and every bad row reported once."""
 
@@ -128,11 +129,28 @@ def test_ray_into_a_milvus_server_the_workers_write(tmp_path: Path, tiny_model_d
     assert reports and all(r["writer"] != figures["driver"] for r in reports)  # Ray's tasks
 
 
+def store_for(where: str, tmp_path: Path, request: pytest.FixtureRequest, name: str
+              ) -> tuple[str, str]:
+    """(store, collection): a Milvus Lite file (the driver writes) or the session's 2.3.5
+    server (the workers write), a collection of its own there."""
+    if where == "lite":
+        return str(tmp_path / "q.db"), "docs"
+    return str(request.getfixturevalue("milvus_server_uri")), name
+
+
+def named(args: list[str], collection: str) -> list[str]:
+    args[args.index("docs")] = collection
+    return args
+
+
 @pytest.mark.slow
-def test_sigkill_of_the_driver_then_rerun(tmp_path: Path, tiny_model_dir: Path) -> None:
+@pytest.mark.parametrize("where", ["lite", "milvus-2.3.5"])
+def test_sigkill_of_the_driver_then_rerun(tmp_path: Path, tiny_model_dir: Path, where: str,
+                                          request: pytest.FixtureRequest) -> None:
     pytest.importorskip("ray")
-    src, state, db = write_corpus(tmp_path / "c.jsonl"), tmp_path / "jobs", tmp_path / "q.db"
-    args = ray_args(src, str(db), tiny_model_dir, state)
+    src, state = write_corpus(tmp_path / "c.jsonl"), tmp_path / "jobs"
+    db, collection = store_for(where, tmp_path, request, "killed_driver")
+    args = named(ray_args(src, db, tiny_model_dir, state), collection)
     args[args.index("100")] = "20"  # 91 ranges: time to kill it halfway
     proc = subprocess.Popen(args, env=ENV, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
                             start_new_session=True)  # its local Ray dies with it
@@ -143,18 +161,21 @@ def test_sigkill_of_the_driver_then_rerun(tmp_path: Path, tiny_model_dir: Path) 
     assert 10 <= markers(state) < 91
     done = subprocess.run(args, env=ENV, capture_output=True, text=True, timeout=600)
     assert done.returncode == 3, done.stderr[-3000:]
-    check_store(str(db), "docs")
+    check_store(db, collection)
     check_job(state)
 
 
 @pytest.mark.slow
-def test_sigkill_of_a_worker_ray_restarts_it(tmp_path: Path, tiny_model_dir: Path) -> None:
+@pytest.mark.parametrize("where", ["lite", "milvus-2.3.5"])
+def test_sigkill_of_a_worker_ray_restarts_it(tmp_path: Path, tiny_model_dir: Path, where: str,
+                                             request: pytest.FixtureRequest) -> None:
     """An encoder actor killed mid-run: Ray restarts it and retries its range; the job
     completes by itself with nothing lost or doubled."""
     psutil = pytest.importorskip("psutil")
     pytest.importorskip("ray")
-    src, state, db = write_corpus(tmp_path / "c.jsonl"), tmp_path / "jobs", tmp_path / "q.db"
-    args = ray_args(src, str(db), tiny_model_dir, state)
+    src, state = write_corpus(tmp_path / "c.jsonl"), tmp_path / "jobs"
+    db, collection = store_for(where, tmp_path, request, "killed_worker")
+    args = named(ray_args(src, db, tiny_model_dir, state), collection)
     args[args.index("100")] = "20"
     proc = subprocess.Popen(args, env=ENV, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             start_new_session=True, text=True)
@@ -182,7 +203,7 @@ def test_sigkill_of_a_worker_ray_restarts_it(tmp_path: Path, tiny_model_dir: Pat
     workers = {json.loads(p.read_text())["worker"]
                for p in next(state.glob("*.done")).glob("*.json")}
     assert len(workers) >= 2 and any(w.endswith(f":{killed}") for w in workers)
-    check_store(str(db), "docs")
+    check_store(db, collection)
 
 
 @pytest.mark.slow
