@@ -3,6 +3,7 @@
 Usage: python bench/ray_index.py --data ../shared/data [--n 20000] [--rounds 2]
        [--store lite|server] [--nodes]
        python bench/ray_index.py --data ../shared/data --big 1000000
+                                 [--load upsert|bulk-import|both]
 
 Writes N real docs (``bench/workload.py``) as JSONL under var/bench/ and, alternating the two
 engines round by round (the machine is shared), indexes them into a fresh store each time:
@@ -14,7 +15,9 @@ each) and reports each worker's share and that every distinct id arrived once. `
 instead runs ``--engine ray`` once over N short docs (real texts, repeated with new ids past
 those the data has) into a Milvus 2.3.5 server, sampling the peak RSS of the whole process
 tree (driver, Ray's processes, its workers) and the peak use of ``/dev/shm`` (Ray's object
-store). Records the figures (``bench/machine.py``).
+store). ``--load bulk-import`` makes that run write Parquet files and import them;
+``--load both`` runs it once each way, each on a new server, and gives the ratio of their
+documents/s. Records the figures (``bench/machine.py``).
 """
 
 from __future__ import annotations
@@ -124,8 +127,10 @@ def tree_rss(pid: int) -> int:
     return total
 
 
-def big(data: Path, n: int) -> dict[str, object]:
-    """``--engine ray`` once over ``n`` short docs into a Milvus 2.3.5 server, sampled."""
+def big(data: Path, n: int, loads: tuple[str, ...] = ("upsert",)) -> dict[str, object]:
+    """``--engine ray`` once over ``n`` short docs into a Milvus 2.3.5 server, sampled; once
+    for each of ``loads`` (upsert, bulk-import), each into its own new collection of the
+    same server, one after the other."""
     path = ROOT / f"var/bench/ray-big-{n}.jsonl"
     if not path.exists():
         texts = [t for _, t in real_texts(data, min(n, 200_000))]
@@ -133,29 +138,49 @@ def big(data: Path, n: int) -> dict[str, object]:
             for i in range(n):
                 f.write(json.dumps({"id": f"b{i:08d}", "text": texts[i % len(texts)]}) + "\n")
         os.replace(path.with_suffix(".tmp"), path)
-    with milvus_server(VAR / "milvus-big") as (uri, _):
-        state = VAR / "state-big"
-        shutil.rmtree(state, ignore_errors=True)
-        cmd = [sys.executable, "-c", "from cli.app import app; app()", "index", "--engine",
-               "ray", "--collection", "bench_big", "--input", str(path), "--store", uri,
-               "--model", str(MODEL), "--state-dir", str(state), "--no-progress", "--no-tune"]
-        shm0 = shutil.disk_usage("/dev/shm").used
-        peak_rss = peak_shm = 0
-        t0 = time.perf_counter()
-        proc = subprocess.Popen(cmd, env={**os.environ, "RAY_DISABLE_USAGE_STATS": "1"},
-                                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-        while proc.poll() is None:
-            peak_rss = max(peak_rss, tree_rss(proc.pid))
-            peak_shm = max(peak_shm, shutil.disk_usage("/dev/shm").used - shm0)
-            time.sleep(0.5)
-        seconds = time.perf_counter() - t0
-        if proc.returncode != 0:
-            raise SystemExit(f"failed ({proc.returncode}): {proc.stderr.read()[-3000:]}"
-                             if proc.stderr else "failed")
-        written = count(uri, "bench_big")
-    return {"docs": n, "store": "server 2.3.5", "written": written,
-            "docs_per_s": round(n / seconds, 1), "seconds": round(seconds, 1),
-            "peak_rss_mb_process_tree": round(peak_rss / 2**20),
+    figures: dict[str, object] = {"docs": n, "store": "server 2.3.5"}
+    for load in loads:  # each on a new server: one still indexing the last run's rows
+        # took a core from the next (on 2 cores, 410 against 450 documents/s)
+        shutil.rmtree(VAR / "milvus-big/milvus/data", ignore_errors=True)  # not its bin/
+        with milvus_server(VAR / "milvus-big") as (uri, _):
+            tag = "" if loads == ("upsert",) else f"{load.replace('-', '_')}_"
+            # the server on this machine reads the files where they are
+            got = big_run(path, uri, load, VAR / "bulk-files")
+            figures.update({f"{tag}{k}": v for k, v in got.items()})
+    if len(loads) == 2:
+        figures["bulk_import_x_upsert"] = round(
+            float(figures["bulk_import_docs_per_s"]) / float(figures["upsert_docs_per_s"]), 3)
+    return figures
+
+
+def big_run(path: Path, uri: str, load: str, bulk_dir: Path) -> dict[str, object]:
+    collection = f"bench_big_{load.replace('-', '_')}"
+    state = VAR / f"state-big-{load}"
+    shutil.rmtree(state, ignore_errors=True)
+    shutil.rmtree(bulk_dir / collection, ignore_errors=True)
+    extra = ["--load", load, "--bulk-dir", str(bulk_dir)] \
+        if load == "bulk-import" else []
+    cmd = [sys.executable, "-c", "from cli.app import app; app()", "index", "--engine",
+           "ray", "--collection", collection, "--input", str(path), "--store", uri,
+           "--model", str(MODEL), "--state-dir", str(state), "--no-progress", "--no-tune",
+           *extra]
+    shm0 = shutil.disk_usage("/dev/shm").used
+    peak_rss = peak_shm = 0
+    t0 = time.perf_counter()
+    proc = subprocess.Popen(cmd, env={**os.environ, "RAY_DISABLE_USAGE_STATS": "1"},
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    while proc.poll() is None:
+        peak_rss = max(peak_rss, tree_rss(proc.pid))
+        peak_shm = max(peak_shm, shutil.disk_usage("/dev/shm").used - shm0)
+        time.sleep(0.5)
+    seconds = time.perf_counter() - t0
+    if proc.returncode != 0:
+        raise SystemExit(f"failed ({proc.returncode}): {proc.stderr.read()[-3000:]}"
+                         if proc.stderr else "failed")
+    written = count(uri, collection)
+    n = sum(1 for _ in open(path, encoding="utf-8"))
+    return {"written": written, "docs_per_s": round(n / seconds, 1),
+            "seconds": round(seconds, 1), "peak_rss_mb_process_tree": round(peak_rss / 2**20),
             "peak_dev_shm_mb": round(peak_shm / 2**20)}
 
 
@@ -167,10 +192,13 @@ def main() -> None:
     ap.add_argument("--store", choices=("lite", "server"), default="lite")
     ap.add_argument("--nodes", action="store_true")
     ap.add_argument("--big", type=int, default=0, metavar="N")
+    ap.add_argument("--load", choices=("upsert", "bulk-import", "both"), default="upsert",
+                    help="with --big: how the rows reach the server (both: one run each)")
     add_results_arg(ap)
     args = ap.parse_args()
     if args.big:
-        figures = big(args.data, args.big)
+        loads = ("upsert", "bulk-import") if args.load == "both" else (args.load,)
+        figures = big(args.data, args.big, loads)
         section = "\n".join([f"## `qkv index --engine ray`, {args.big:,} docs ({stamp()})", "",
                              *(f"- {k}: {v}" for k, v in figures.items())])
         print(section)

@@ -90,6 +90,9 @@ def index(
         None, "--bulk-dir", help="With --load bulk-import: where the Parquet files go; the "
         "Milvus server must read them at the same path (a standalone on local storage on "
         "this machine, or a volume mounted at the same path)."),
+    bulk_rows: int = typer.Option(250_000, "--bulk-rows", min=1, help="With --load "
+                                  "bulk-import: rows per imported file (the ranges' files "
+                                  "are merged up to this; each import costs seconds)."),
 ) -> None:
     """Encode a corpus and upsert it into a collection. Resumable: run it again after a kill."""
     # Encoding overlaps the write of the previous batch: see wiring.runtime.
@@ -144,7 +147,7 @@ def index(
         if engine == "ray":
             summary = index_on_ray(collection, inputs, config, store, model, token, timeout,
                                    restart, ray_workers, gpus_per_worker, address, device,
-                                   bulk_dir)
+                                   bulk_dir, bulk_rows)
         else:
             summary = index_files(collection, inputs, config, store, model, token, timeout,
                                   device, workers)
@@ -172,7 +175,8 @@ def index(
 
 def index_on_ray(collection: str, inputs: list[Path], config: Any, store: str, model: Path,
                  token: str, timeout: float, restart: bool, workers: int, gpus: float,
-                 address: str | None, device: str | None, bulk_dir: Path | None = None) -> Any:
+                 address: str | None, device: str | None, bulk_dir: Path | None = None,
+                 bulk_rows: int = 250_000) -> Any:
     """The job on Ray (wiring/ray_indexing.py), its files beside the local engine's."""
     try:
         import ray  # noqa: F401
@@ -186,7 +190,7 @@ def index_on_ray(collection: str, inputs: list[Path], config: Any, store: str, m
                           token, timeout, config.state_path.parent, stem,
                           config.rejects_path, restart, config.batch_size, workers, gpus,
                           address, config.hybrid, config.retries, config.backoff_s,
-                          config.progress_bar, device, bulk_dir)
+                          config.progress_bar, device, bulk_dir, bulk_rows)
 
 
 def tune_after(store: str, collection: str, model: Path, token: str, timeout: float) -> None:

@@ -1,7 +1,7 @@
 """``qkv index --engine ray --load bulk-import`` into a real Milvus 2.3.5 server: Parquet
-files, one Milvus import each, exactly the input's distinct ids (the last occurrence of a
-repeated id), and never a file imported twice: not by a rerun, nor after a kill between
-asking for an import and recording its task."""
+files merged up to ``--bulk-rows``, one Milvus import each, exactly the input's distinct ids
+(the last occurrence of a repeated id), and never a file imported twice: not by a rerun,
+nor after a kill between asking for an import and recording its task."""
 
 from __future__ import annotations
 
@@ -38,15 +38,17 @@ def test_bulk_import_fills_a_new_collection_once(tmp_path: Path, tiny_model_dir:
 
     src, state, files = write_corpus(tmp_path / "c.jsonl"), tmp_path / "jobs", tmp_path / "pq"
     args = ray_args(src, milvus_server_uri, tiny_model_dir, state, "--load", "bulk-import",
-                    "--bulk-dir", str(files))
+                    "--bulk-dir", str(files), "--bulk-rows", "500")
     args[args.index("docs")] = "bulk_docs"
     done = subprocess.run(args, env=ENV, capture_output=True, text=True, timeout=600)
     assert done.returncode == 3, done.stderr[-3000:]  # complete, with the rejected rows
     check_job(state)
     check_store(milvus_server_uri, "bulk_docs")
     record = json.loads(next(state.glob("*.imports.json")).read_text())
-    parquet = sorted(str(p) for p in files.rglob("*.parquet"))
+    parquet = sorted(str(p) for p in files.rglob("*.parquet"))  # the merged files only
     assert record["complete"] and sorted(record["files"]) == parquet and len(parquet) > 1
+    assert all(Path(p).name.startswith("import-") for p in parquet)
+    assert all(e["rows"] <= 500 for e in record["files"].values())
     assert {e["state"] for e in record["files"].values()} == {"done"}
     assert sum(e["imported"] for e in record["files"].values()) == N_DISTINCT
     tasks = import_tasks(milvus_server_uri, "bulk_docs")
