@@ -77,9 +77,12 @@ def cache_key(fingerprint: str, threads: int, flags: Iterable[str] | None = None
     import onnxruntime
     import torch
 
+    from encoder.onnx_graph import GRAPH_VERSION
+
     f = sorted(set(flags if flags is not None else cpu_flags()) & set(KERNEL_FLAGS))
     parts = [model or cpu_model(), ",".join(f), str(threads), fingerprint,
-             f"torch {torch.__version__}", f"ort {onnxruntime.__version__}"]
+             f"torch {torch.__version__}", f"ort {onnxruntime.__version__}",
+             f"graph {GRAPH_VERSION}"]
     return hashlib.sha256("|".join(parts).encode()).hexdigest()[:16]
 
 
