@@ -67,6 +67,7 @@ def write_parquet_range(job: Any, row: dict[str, Any], bulk_dir: Path, stem: str
     import pyarrow.parquet as pq
 
     from index.milvus_schema import BM25_FIELD, bm25_text
+
     r, meta, items = encoded_range(job, row)
     for it in items:
         check_item(it)  # as an upsert would: the import would fail on the whole file
@@ -92,39 +93,49 @@ def write_parquet_range(job: Any, row: dict[str, Any], bulk_dir: Path, stem: str
     return report
 
 
-def files_to_import(done_dir: Path, out_dir: Path, group_rows: int = GROUP_ROWS
-                    ) -> list[tuple[str, int]]:
-    """(Parquet file, rows) to import: the done ranges' files, in key order, merged into
-    files of at most ``group_rows`` rows (``out_dir/import-NNNNN.parquet``; a range's own
-    file is removed once its merged file is in place). The groups depend only on the
-    ranges, all done by now, so a rerun makes the same ones; a merged file is written to a
-    temporary name and renamed, so one that exists is whole."""
-    import pyarrow.parquet as pq
-
+def merge_plan(done_dir: Path, out_dir: Path, group_rows: int) -> list[dict[str, Any]]:
+    """The done ranges' files, in key order, cut into groups of at most ``group_rows`` rows,
+    each to be merged into ``out_dir/import-NNNNN.parquet``."""
     ranges = sorted((d["file"], d["written"]) for d in done_reports(done_dir).values()
                     if d.get("file"))
-    groups: list[list[tuple[str, int]]] = []
+    plan: list[dict[str, Any]] = []
     for path, rows in ranges:
-        if not groups or sum(r for _, r in groups[-1]) + rows > group_rows:
-            groups.append([])
-        groups[-1].append((path, rows))
-    out: list[tuple[str, int]] = []
-    for g, members in enumerate(groups):
-        target = out_dir / f"import-{g:05d}.parquet"
+        if not plan or plan[-1]["rows"] + rows > group_rows:
+            plan.append({"file": str(out_dir / f"import-{len(plan):05d}.parquet"),
+                         "rows": 0, "parts": []})
+        plan[-1]["rows"] += rows
+        plan[-1]["parts"].append(path)
+    return plan
+
+
+def files_to_import(state_path: Path, done_dir: Path, out_dir: Path,
+                    group_rows: int = GROUP_ROWS) -> list[tuple[str, int]]:
+    """(Parquet file, rows) to import: the ranges' files merged as the job's imports file
+    plans (:func:`merge_plan`, planned once and kept there, so a rerun, even with another
+    ``group_rows``, merges and imports the same files). A merged file is written to a
+    temporary name and renamed, so one that exists is whole; the ranges' own files are
+    removed once it is in place."""
+    import pyarrow.parquet as pq
+
+    state = json.loads(state_path.read_text())
+    if state.get("merged") is None:
+        state["merged"] = merge_plan(done_dir, out_dir, group_rows)
+        write_json(state_path, state)
+    for group in state["merged"]:
+        target = Path(group["file"])
         if not target.exists():
             tmp = target.with_name(target.name + ".tmp")
             writer = None
-            for path, _ in members:
+            for path in group["parts"]:
                 table = pq.read_table(path)
                 writer = writer or pq.ParquetWriter(tmp, table.schema)
                 writer.write_table(table)
             if writer is not None:
                 writer.close()
             os.replace(tmp, target)
-        for path, _ in members:
+        for path in group["parts"]:
             Path(path).unlink(missing_ok=True)
-        out.append((str(target), sum(r for _, r in members)))
-    return out
+    return [(g["file"], g["rows"]) for g in state["merged"]]
 
 
 def refuse_existing(state_path: Path, collections: list[str], collection: str) -> None:
@@ -221,7 +232,10 @@ class Importer:
                     reason = s.infos.get("failed_reason", "")
                     if e["failures"] > self.retries:
                         self._save()
-                        raise StoreError(f"bulk import of {path} failed: {reason}")
+                        raise StoreError(
+                            f"bulk import of {path} failed {e['failures']} times: {reason}. "
+                            "Earlier files may be imported: drop the collection, then run "
+                            "the command again with --restart")
                     e.update(state="new", task=None, reason=reason)
             waiting = [p for p, e in entries.items() if e["state"] == "new"]
             busy = sum(e["state"] == "started" for e in entries.values())
@@ -253,7 +267,7 @@ def import_files(uri: str, token: str, collection: str, state_path: Path, done_d
                  group_rows: int = GROUP_ROWS) -> dict[str, Any]:
     """Import the job's files (:class:`Importer`), then wait until ``count()`` shows every
     row; returns the figures."""
-    files = files_to_import(done_dir, bulk_dir, group_rows)
+    files = files_to_import(state_path, done_dir, bulk_dir, group_rows)
     importer = Importer(uri, token, collection, state_path)
     try:
         figures = importer.run(files, lambda f: show(
@@ -272,6 +286,7 @@ def import_files(uri: str, token: str, collection: str, state_path: Path, done_d
     write_json(state_path, {**importer.state, "figures": figures, "complete": True})
     show(f"bulk import: {figures['files']} files, {visible:,} rows visible\n")
     return figures
+
 
 class BulkLoad:
     """The bulk-import side of :func:`index_with_ray` (``wiring.ray_bulk``): refuses an

@@ -61,11 +61,13 @@ def test_bulk_import_fills_a_new_collection_once(tmp_path: Path, tiny_model_dir:
     task = record["files"][first]["task"]
     record["files"][first].update(state="starting", task=None)
     next(state.glob("*.imports.json")).write_text(json.dumps(record))
+    args[args.index("500")] = "250000"  # the merge planned at first stands: same files
     again = subprocess.run(args, env=ENV, capture_output=True, text=True, timeout=600)
     assert again.returncode == 3 and "written 0," in again.stdout, again.stderr[-3000:]
     after = json.loads(next(state.glob("*.imports.json")).read_text())
     assert after["files"][first]["task"] == task and after["files"][first]["state"] == "done"
     assert len(import_tasks(milvus_server_uri, "bulk_docs")) == len(tasks)  # none new
+    assert sorted(after["files"]) == parquet
     check_store(milvus_server_uri, "bulk_docs")
 
 
