@@ -200,7 +200,7 @@ def test_dockerfile(tmp_path: Path) -> None:
     py[0] = sys.executable
     shutil.copy(ROOT / "pyproject.toml", tmp_path)
     out = subprocess.run(py, cwd=tmp_path, capture_output=True, text=True, check=True).stdout
-    assert "torch>=2.3" in out.splitlines() and "pymilvus>=3.0,<4" in out.splitlines()
+    assert "torch>=2.3" in out.splitlines() and "pymilvus>=3.0,<3.1" in out.splitlines()
 
 
 def test_api_serves_the_demo_translation_memory(config: dict[str, Any],
