@@ -39,10 +39,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from index import StoreError, StoreUnavailableError, open_store
+from index import Item, StoreError, StoreUnavailableError, open_store
 from index.ranges import Range, done_reports, mark_done, write_json
 from index.store import check_item
-from wiring.ray_indexing import encoded_range
 
 IN_FLIGHT = 2  # imports asked for at once (a standalone's one data node takes one at a time)
 # rows a file imported: an import costs about 2 s beyond its rows on a 2.3.5 standalone (98
@@ -58,9 +57,9 @@ def parquet_path(bulk_dir: Path, stem: str, r: Range) -> Path:
     return bulk_dir / stem / f"{r.key}.parquet"
 
 
-def write_parquet_range(job: Any, row: dict[str, Any], bulk_dir: Path, stem: str,
-                        bm25: bool) -> dict[str, Any]:
-    """One encoded range (a row the encoder actors made) as a Parquet file with the
+def write_parquet_range(job: Any, r: Range, meta: dict[str, Any], items: list[Item],
+                        bulk_dir: Path, stem: str, bm25: bool) -> dict[str, Any]:
+    """One encoded range (``wiring.ray_indexing.encoded_range``) as a Parquet file with the
     collection's columns (``bm25``: also the analysed text that a hybrid collection's BM25
     function reads); then its marker, with the file and its rows."""
     import pyarrow as pa
@@ -68,7 +67,6 @@ def write_parquet_range(job: Any, row: dict[str, Any], bulk_dir: Path, stem: str
 
     from index.milvus_schema import BM25_FIELD, bm25_text
 
-    r, meta, items = encoded_range(job, row)
     for it in items:
         check_item(it)  # as an upsert would: the import would fail on the whole file
     path: Path | None = None
@@ -310,14 +308,14 @@ class BulkLoad:
             self.store.close()
             raise
 
-    def writer(self, job: Any) -> Callable[[dict[str, Any]], Any]:
+    def writer(self, job: Any) -> Callable[[Range, dict[str, Any], list[Item]], Any]:
         """What the driver does with each encoded range: its Parquet file."""
         bm25: list[bool] = []
 
-        def write(row: dict[str, Any]) -> Any:
-            if not bm25:  # the collection exists by the first row (run_ray creates it)
+        def write(r: Range, meta: dict[str, Any], items: list[Item]) -> Any:
+            if not bm25:  # the collection exists by the first range (run_ray creates it)
                 bm25.append(self.store.describe(self.collection).hybrid)
-            return write_parquet_range(job, row, self.bulk_dir, self.stem, bm25[0])
+            return write_parquet_range(job, r, meta, items, self.bulk_dir, self.stem, bm25[0])
 
         return write
 

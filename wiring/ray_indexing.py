@@ -38,6 +38,7 @@ from index.store import hybrid_default
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
+RangeWriter = Callable[[Range, dict[str, Any], list[Item]], Any]
 
 
 def is_server(store: str) -> bool:
@@ -198,10 +199,10 @@ class Progress:
 def run_ray(job: RayJob, manifest: Manifest, state_path: Path, workers: int,
             gpus_per_worker: float, address: str | None, hybrid: bool | None,
             progress: Callable[[dict[str, Any]], None],
-            write_row: Callable[[dict[str, Any]], Any] | None = None) -> dict[str, Any]:
+            write_range: RangeWriter | None = None) -> dict[str, Any]:
     """Run the job's pending ranges on Ray; returns the final progress figures.
-    ``write_row``: where the driver puts each encoded range instead of the store (the
-    Parquet files of a bulk import, ``wiring.ray_bulk``)."""
+    ``write_range``: where the driver puts each encoded range (:func:`encoded_range`)
+    instead of the store (the Parquet files of a bulk import, ``wiring.ray_bulk``)."""
     import ray
 
     done_dir = Path(job.done_dir)
@@ -223,7 +224,7 @@ def run_ray(job: RayJob, manifest: Manifest, state_path: Path, workers: int,
                                                           progress, stop), daemon=True)
             ticker.start()
             try:
-                _pipeline(job, todo, workers, gpus_per_worker, driver_store, write_row)
+                _pipeline(job, todo, workers, gpus_per_worker, driver_store, write_range)
             finally:
                 stop.set()
                 ticker.join()
@@ -266,8 +267,7 @@ def _tick(tracker: Progress, done_dir: Path, state_path: Path,
 
 
 def _pipeline(job: RayJob, todo: list[Range], workers: int, gpus: float,
-              driver_store: VectorStore,
-              write_row: Callable[[dict[str, Any]], Any] | None = None) -> None:
+              driver_store: VectorStore, write_range: RangeWriter | None = None) -> None:
     import ray
 
     context = ray.data.DataContext.get_current()
@@ -281,9 +281,9 @@ def _pipeline(job: RayJob, todo: list[Range], workers: int, gpus: float,
         EncodeRanges, fn_constructor_kwargs={"job": job}, batch_size=1, batch_format="numpy",
         concurrency=workers, num_cpus=0 if gpus else 1, num_gpus=gpus or None,
         max_restarts=-1, max_task_retries=-1)
-    if write_row is not None:  # the driver writes each range (a bulk import's files)
+    if write_range is not None:  # the driver writes each range (a bulk import's files)
         for row in encoded.iter_rows():
-            write_row(row)
+            write_range(*encoded_range(job, row))
     elif is_server(job.store):  # the write tasks upsert, in parallel
         # no CPU asked: the encoders hold every CPU, and the server does the writes' work
         encoded.write_datasink(_datasink_class()(job), concurrency=max(1, workers),
