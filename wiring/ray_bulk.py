@@ -29,13 +29,15 @@ their bucket, which this does not upload to.
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import json
 import os
+import socket
 import sys
 import time
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -51,6 +53,15 @@ POLL_S = 1.0
 VISIBLE_TIMEOUT_S = 300.0  # imported rows become searchable once indexed and loaded
 FAILED = ("Failed", "Failed and cleaned")
 _aliases = itertools.count()
+
+
+@contextlib.contextmanager
+def _orm() -> Iterator[None]:
+    """pymilvus' ORM API (``connections``, ``utility``), the one that imports in pymilvus
+    3.0, without its deprecation warning on every call."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=".*ORM-style")
+        yield
 
 
 def parquet_path(bulk_dir: Path, stem: str, r: Range) -> Path:
@@ -85,8 +96,8 @@ def write_parquet_range(job: Any, r: Range, meta: dict[str, Any], items: list[It
         os.replace(tmp, path)
     report = {"written": len(items), "rejects": meta["rejects"],
               "superseded": meta["superseded"], "worker": meta["worker"],
-              "writer": f"driver:{os.getpid()}", "retries": 0, "encode_s": meta["encode_s"],
-              "file": str(path) if path else None}
+              "writer": f"{socket.gethostname()}:{os.getpid()}", "retries": 0,
+              "encode_s": meta["encode_s"], "file": str(path) if path else None}
     mark_done(Path(job.done_dir), r, report)
     return report
 
@@ -164,8 +175,7 @@ class Importer:
         self.timeout, self.retries = timeout, retries
         self.using = f"qkv-bulk-{os.getpid()}-{next(_aliases)}"
         try:
-            with warnings.catch_warnings():
-                warnings.filterwarnings("ignore", message=".*ORM-style")
+            with _orm():
                 connections.connect(self.using, uri=uri, token=token, timeout=timeout)
         except Exception as e:
             raise StoreUnavailableError(f"cannot reach {uri} for bulk import: {e}") from e
@@ -174,15 +184,13 @@ class Importer:
     def close(self) -> None:
         from pymilvus import connections
 
-        with warnings.catch_warnings():
-            warnings.filterwarnings("ignore", message=".*ORM-style")
+        with _orm():
             connections.disconnect(self.using)
 
     def _utility(self, name: str, *args: Any, **kwargs: Any) -> Any:
         from pymilvus import utility
 
-        with warnings.catch_warnings():  # the ORM API: the one pymilvus 3.0 imports with
-            warnings.filterwarnings("ignore", message=".*ORM-style")
+        with _orm():
             try:
                 return getattr(utility, name)(*args, using=self.using, timeout=self.timeout,
                                               **kwargs)
