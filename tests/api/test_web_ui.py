@@ -440,7 +440,9 @@ def test_a_read_only_key_sees_no_drop_and_no_forms(browser: Any, server: str) ->
     browser.find_element(By.CSS_SELECTOR, "#key-form button[type=submit]").click()
     wait(browser, lambda d: f"key {key.id}: read" in d.find_element(By.ID, "key-scope").text,
          "the key's scope")
-    wait(browser, lambda d: collection_rows(d), "the collections")
+    # the table drawn under this key (one drawn under an earlier key may still be showing)
+    wait(browser, lambda d: d.find_element(By.ID, "collections").get_attribute("data-scope")
+         == "read" and collection_rows(d), "the collections drawn for the read key")
     assert not browser.find_elements(By.CSS_SELECTOR, "button.drop")
     assert not browser.find_elements(By.CSS_SELECTOR, "button.adapt")
     assert not visible(browser, "#create-form") and not visible(browser, "#upload-form")

@@ -3,9 +3,14 @@
 "use strict";
 
 // ---------- Collections ----------
+// A load started earlier (e.g. under the key used before) that answers later draws nothing:
+// only the newest load draws, and the table names the scope it was drawn for (data-scope)
+let collectionsLoad = 0;
 async function loadCollections() {
+  const load = ++collectionsLoad;
   const collections = await fillCollectionSelects();
   const me = await whoami();
+  if (load !== collectionsLoad) return;
   const admin = me.scope === "admin";
   $("#create-form").closest("section").hidden = !admin;
   $("#upload-form").closest("section").hidden = !mayWrite(me);
@@ -30,7 +35,9 @@ async function loadCollections() {
       h("span", { class: "adapt-status", "aria-live": "polite" },
         adaptSaid[c.name] || (c.aliases || []).map((a) => adaptSaid[a] || "").join(""))]
       : "–")));
+  if (load !== collectionsLoad) return;
   $("#collections tbody").replaceChildren(...rows);
+  $("#collections").dataset.scope = me.scope;
   $("#collections-empty").hidden = collections.length > 0;
 }
 

@@ -101,14 +101,17 @@ function onSubmit(form, fn) {
 // ---------- the API key ----------
 // What the key in use may do (GET /v1/keys/me): a read-only key sees no Drop button, no
 // create or upload form
+// ME is the pending or settled answer for the key in use; a new key starts a new one, and an
+// answer for a key no longer in use does not touch the page
 let ME = null;
 async function whoami() {
-  if (!ME) {
-    ME = await api("GET", "/v1/keys/me").catch(() => ({ open: false, scope: "read" }));
-  }
-  const bound = ME.tenants ? ` · tenant ${ME.tenants.join(", ")}` : "";
-  $("#key-scope").textContent = ME.open || !ME.id ? "" : `key ${ME.id}: ${ME.scope}${bound}`;
-  return ME;
+  if (!ME) ME = api("GET", "/v1/keys/me").catch(() => ({ open: false, scope: "read" }));
+  const asked = ME;
+  const me = await asked;
+  if (asked !== ME) return me;
+  const bound = me.tenants ? ` · tenant ${me.tenants.join(", ")}` : "";
+  $("#key-scope").textContent = me.open || !me.id ? "" : `key ${me.id}: ${me.scope}${bound}`;
+  return me;
 }
 const mayWrite = (me) => me.scope === "write" || me.scope === "admin";
 function showKeyForm(show) {
