@@ -37,6 +37,30 @@ def test_the_faster_backend_is_picked_with_its_figures_and_cached(
         choose(enc, cache, threads=2)  # another thread count is another measurement
 
 
+def test_the_pick_times_the_api_small_batches_too(
+        tiny_encoder_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # A backend fast on batches of 64 but slow on small ones (torch on an AMX Xeon: about
+    # 900 against onnx's 1,000 at 64, 400 against 950 at 16) must lose: the API's batches
+    # are small. Here the slowness is made: a pause per small torch batch, per onnx batch of 64.
+    import time
+
+    enc = encoder.load(tiny_encoder_dir, device="cpu", backend="torch")
+    real = enc.encode_ids
+    seen: dict[str, set[int]] = {"onnx": set(), "torch": set()}
+
+    def encode_ids(ids: list[list[int]], batch_size: int = 64, **kw: object) -> np.ndarray:
+        if not kw:  # a timed run (the fp32 reference passes fp32=True)
+            seen[enc.backend].add(batch_size)
+            for _ in range(0, len(ids), batch_size):
+                time.sleep(0.01 if (enc.backend == "torch") == (batch_size < 64) else 0.0)
+        return real(ids, batch_size=batch_size, **kw)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(enc, "encode_ids", encode_ids)
+    choice = choose(enc, None, threads=1)
+    assert seen == {"onnx": {8, 64}, "torch": {8, 64}}
+    assert choice.backend == "onnx" and "batches of 64 and 8" in choice.why
+
+
 def test_a_backend_that_misses_the_quality_bound_is_left_out(
         tiny_encoder_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     enc = encoder.load(tiny_encoder_dir, device="cpu", backend="torch")
