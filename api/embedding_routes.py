@@ -61,7 +61,10 @@ def openai_texts(inputs: Any, limit: int) -> list[str]:
 async def embeddings(body: s.EmbeddingsRequest, request: Request) -> Response:
     """OpenAI's embeddings: floats or base64 (little-endian float32), with ``usage``."""
     svc = service(request)
-    model = await svc.run(svc.encoders.get, body.model)  # 404 for a model it lacks
+    # 404 for a model it lacks; a thread only to load one (the hop cost every request
+    # about a tenth of the event loop's time on 2 cores, bench/api_load.py's profile)
+    model = (svc.encoders.loaded_now(body.model)
+             or await svc.run(svc.encoders.get, body.model))
     dims = model.encoder.dims
     if body.dimensions is not None and body.dimensions not in dims:
         raise invalid(f"dimensions must be one of {', '.join(map(str, dims))} for "

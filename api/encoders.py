@@ -72,6 +72,17 @@ class Encoders:
         with self._lock:
             return [self.default.name, *self._loaded]
 
+    def loaded_now(self, name: str | None = None) -> Served | None:
+        """The encoder called ``name`` if it is in memory (the default always is), else
+        None: what a request may take on the event loop without a thread for a load."""
+        if name is None or name == self.default.name:
+            return self.default
+        with self._lock:
+            served = self._loaded.get(name)
+            if served is not None:
+                self._loaded.move_to_end(name)
+            return served
+
     def get(self, name: str | None = None) -> Served:
         """The encoder called ``name`` (the default when None), loaded if it is not; 404
         for a name the service does not have."""

@@ -86,10 +86,15 @@ def index(
         "upsert", "--load", help="upsert, or bulk-import (with --engine ray, a new collection "
         "on a Milvus server): Parquet files under --bulk-dir, then Milvus bulk imports, each "
         "recorded so a rerun never imports a file twice."),
-    bulk_dir: Path | None = typer.Option(
-        None, "--bulk-dir", help="With --load bulk-import: where the Parquet files go; the "
-        "Milvus server must read them at the same path (a standalone on local storage on "
-        "this machine, or a volume mounted at the same path)."),
+    bulk_dir: str | None = typer.Option(
+        None, "--bulk-dir", help="With --load bulk-import: where the Parquet files go. A "
+        "directory the Milvus server reads at the same path (a standalone on local storage "
+        "on this machine, or a volume mounted at the same path), or s3://BUCKET/PREFIX for a "
+        "server on MinIO/S3 (the bucket it keeps its data in; credentials from "
+        "AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY)."),
+    s3_endpoint: str | None = typer.Option(
+        None, "--s3-endpoint", envvar="QKV_S3_ENDPOINT", help="With --bulk-dir s3://...: the "
+        "S3 API's address, http(s)://host:port (MinIO: http://minio:9000); default AWS S3."),
     bulk_rows: int = typer.Option(250_000, "--bulk-rows", min=1, help="With --load "
                                   "bulk-import: rows per imported file (the ranges' files "
                                   "are merged up to this; each import costs seconds)."),
@@ -137,6 +142,13 @@ def index(
     if bulk_dir is not None and load != "bulk-import":
         raise typer.BadParameter("--bulk-dir goes with --load bulk-import",
                                  param_hint="--bulk-dir")
+    if bulk_dir is not None and bulk_dir.startswith("s3://"):
+        from wiring.bulk_remote import Bucket
+
+        try:
+            Bucket.parse(bulk_dir, s3_endpoint)
+        except ValueError as e:
+            raise typer.BadParameter(str(e), param_hint="--bulk-dir") from e
     if engine == "ray" and n_shards != 1:
         raise typer.BadParameter("Ray splits the job itself: no --shard with --engine ray",
                                  param_hint="--shard")
@@ -147,7 +159,7 @@ def index(
         if engine == "ray":
             summary = index_on_ray(collection, inputs, config, store, model, token, timeout,
                                    restart, ray_workers, gpus_per_worker, address, device,
-                                   bulk_dir, bulk_rows)
+                                   bulk_dir, bulk_rows, s3_endpoint)
         else:
             summary = index_files(collection, inputs, config, store, model, token, timeout,
                                   device, workers)
@@ -175,8 +187,8 @@ def index(
 
 def index_on_ray(collection: str, inputs: list[Path], config: Any, store: str, model: Path,
                  token: str, timeout: float, restart: bool, workers: int, gpus: float,
-                 address: str | None, device: str | None, bulk_dir: Path | None = None,
-                 bulk_rows: int = 250_000) -> Any:
+                 address: str | None, device: str | None, bulk_dir: str | None = None,
+                 bulk_rows: int = 250_000, s3_endpoint: str | None = None) -> Any:
     """The job on Ray (wiring/ray_indexing.py), its files beside the local engine's."""
     try:
         import ray  # noqa: F401
@@ -190,7 +202,7 @@ def index_on_ray(collection: str, inputs: list[Path], config: Any, store: str, m
                           token, timeout, config.state_path.parent, stem,
                           config.rejects_path, restart, config.batch_size, workers, gpus,
                           address, config.hybrid, config.retries, config.backoff_s,
-                          config.progress_bar, device, bulk_dir, bulk_rows)
+                          config.progress_bar, device, bulk_dir, bulk_rows, s3_endpoint)
 
 
 def tune_after(store: str, collection: str, model: Path, token: str, timeout: float) -> None:

@@ -52,11 +52,13 @@ def _embed_etcd_config(path: Path) -> tuple[Path, int]:
     return path, client
 
 
-def start_milvus(var_dir: Path, port: int, http_port: int
+def start_milvus(var_dir: Path, port: int, http_port: int, env: dict[str, str] | None = None
                  ) -> tuple[subprocess.Popen[bytes], Path]:
     """``milvus run standalone`` over ``var_dir/milvus`` on ``port`` (gRPC) and ``http_port``
     (``/healthz``, ``/metrics``), in its own session (Ctrl-C reaches ``qkv stack up`` only,
-    which stops the servers in order). Returns it and its log."""
+    which stops the servers in order). ``env``: Milvus settings as its environment
+    overrides them (e.g. ``COMMON_STORAGETYPE=minio``, ``MINIO_ADDRESS``, ``MINIO_PORT``:
+    its data in an S3 bucket instead of local storage). Returns it and its log."""
     try:
         import milvus
     except ImportError as e:
@@ -75,7 +77,8 @@ def start_milvus(var_dir: Path, port: int, http_port: int
     mcfg.write_config()  # configs/milvus.yaml
     milvus._initialize_data_files(str(base))  # unpacks bin/ once (md5-stamped)
     bin_dir = base / "bin"
-    env = {**os.environ, "DEPLOY_MODE": "STANDALONE", "METRICS_PORT": str(http_port),
+    env = {**os.environ, **(env or {}), "DEPLOY_MODE": "STANDALONE",
+           "METRICS_PORT": str(http_port),
            "MILVUS_RUN_DIR": str(base / "run"), "ETCD_CONFIG_PATH": str(etcd_config),
            "LD_LIBRARY_PATH": os.pathsep.join(
                p for p in (str(bin_dir), os.environ.get("LD_LIBRARY_PATH", "")) if p)}
@@ -94,8 +97,8 @@ class MilvusStandalone:
     benchmarks and tests run, and what ``stack.local.up`` runs with the API beside it."""
 
     def __init__(self, var_dir: Path, port: int = 0, start_timeout_s: float = 300.0,
-                 stop_timeout_s: float = 10.0) -> None:
-        self.var_dir, self.port = var_dir, port or free_port()
+                 stop_timeout_s: float = 10.0, env: dict[str, str] | None = None) -> None:
+        self.var_dir, self.port, self.env = var_dir, port or free_port(), env
         self.start_timeout_s, self.stop_timeout_s = start_timeout_s, stop_timeout_s
         self.proc: subprocess.Popen[bytes] | None = None
         self.log_path: Path | None = None
@@ -107,7 +110,7 @@ class MilvusStandalone:
     def start(self) -> str:
         """Start and wait until ready; returns the ``http://`` URI."""
         http_port = free_port()
-        self.proc, self.log_path = start_milvus(self.var_dir, self.port, http_port)
+        self.proc, self.log_path = start_milvus(self.var_dir, self.port, http_port, self.env)
         try:
             wait_until("Milvus", lambda: (http_ok(f"http://127.0.0.1:{http_port}/healthz", b"OK")
                                           and port_in_use(self.port)),

@@ -21,10 +21,11 @@ Imports do not de-duplicate primary keys, so nothing may be imported twice:
   and adopted if one exists. Only a file with no task, or whose task failed (a failed
   import leaves no rows), is imported again.
 
-The server reads the files itself: ``--bulk-dir`` must be a directory it reads at the same
-path, e.g. the data directory of a standalone on local storage on this machine, or a volume
-mounted at the same path in its container. Servers on object storage (MinIO, S3) read from
-their bucket, which this does not upload to.
+The server reads the files itself: a local ``--bulk-dir`` must be a directory it reads at
+the same path, e.g. the data directory of a standalone on local storage on this machine, or
+a volume mounted at the same path in its container. A server on object storage (MinIO, S3:
+the docker-compose stack, a cluster) reads from its bucket: ``--bulk-dir s3://BUCKET/PREFIX``
+uploads the merged files there first (``wiring.bulk_remote``).
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ import contextlib
 import itertools
 import json
 import os
+import shutil
 import socket
 import sys
 import time
@@ -44,6 +46,7 @@ from typing import Any
 from index import Item, StoreError, StoreUnavailableError, open_store
 from index.ranges import Range, done_reports, mark_done, write_json
 from index.store import check_item
+from wiring.bulk_remote import Bucket, is_remote
 
 IN_FLIGHT = 2  # imports asked for at once (a standalone's one data node takes one at a time)
 # rows a file imported: an import costs about 2 s beyond its rows on a 2.3.5 standalone (98
@@ -132,6 +135,8 @@ def files_to_import(state_path: Path, done_dir: Path, out_dir: Path,
         write_json(state_path, state)
     for group in state["merged"]:
         target = Path(group["file"])
+        if not target.exists() and not any(Path(p).exists() for p in group["parts"]):
+            continue  # uploaded and imported, then removed (wiring.bulk_remote)
         if not target.exists():
             tmp = target.with_name(target.name + ".tmp")
             writer = None
@@ -268,12 +273,20 @@ class Importer:
                 "seconds": round(seconds, 1)}
 
 
+Stage = Callable[[list[tuple[str, int]], set[str]], list[tuple[str, int]]]
+
+
 def import_files(uri: str, token: str, collection: str, state_path: Path, done_dir: Path,
                  bulk_dir: Path, count: Callable[[], int], show: Callable[[str], None],
-                 group_rows: int = GROUP_ROWS) -> dict[str, Any]:
+                 group_rows: int = GROUP_ROWS, stage: Stage | None = None) -> dict[str, Any]:
     """Import the job's files (:class:`Importer`), then wait until ``count()`` shows every
-    row; returns the figures."""
+    row; returns the figures. ``stage``: what puts the merged files where the server reads
+    them (an upload, :meth:`Bucket.upload`) and names them as it does, given the names
+    already imported."""
     files = files_to_import(state_path, done_dir, bulk_dir, group_rows)
+    if stage is not None:
+        entries = json.loads(state_path.read_text()).get("files", {})
+        files = stage(files, {p for p, e in entries.items() if e["state"] == "done"})
     importer = Importer(uri, token, collection, state_path)
     try:
         figures = importer.run(files, lambda f: show(
@@ -298,12 +311,20 @@ class BulkLoad:
     """The bulk-import side of :func:`index_with_ray` (``wiring.ray_bulk``): refuses an
     existing collection at the job's first run, writes the files, imports them."""
 
-    def __init__(self, bulk_dir: Path, stem: str, store: str, token: str, timeout: float,
-                 collection: str, imports_path: Path, group_rows: int = GROUP_ROWS) -> None:
+    def __init__(self, bulk_dir: str, stem: str, store: str, token: str, timeout: float,
+                 collection: str, imports_path: Path, group_rows: int = GROUP_ROWS,
+                 s3_endpoint: str | None = None) -> None:
         if not store.startswith(("http://", "https://")):
             raise ValueError("--load bulk-import needs a Milvus server (http://host:port): "
                              "Milvus Lite and FAISS have no bulk import")
-        self.bulk_dir, self.stem, self.uri, self.token = bulk_dir.resolve(), stem, store, token
+        self.bucket: Bucket | None = None
+        if is_remote(bulk_dir):  # staged beside the job's files, then uploaded
+            self.bucket = Bucket.parse(bulk_dir, s3_endpoint)
+            self.bucket.check()
+            local = imports_path.parent / f"{stem}.bulk"
+        else:
+            local = Path(bulk_dir)
+        self.bulk_dir, self.stem, self.uri, self.token = local.resolve(), stem, store, token
         self.collection, self.imports_path = collection, imports_path
         if group_rows < 1:
             raise ValueError(f"rows per imported file must be >= 1, got {group_rows}")
@@ -333,9 +354,15 @@ class BulkLoad:
                 sys.stderr.write(f"\r{line}")
                 sys.stderr.flush()
 
-        return import_files(self.uri, self.token, self.collection, self.imports_path,
-                            done_dir, self.bulk_dir / self.stem,
-                            lambda: self.store.count(self.collection), say, self.group_rows)
+        bucket = self.bucket
+        stage = (lambda files, done: bucket.upload(files, self.stem, done)) if bucket else None
+        figures = import_files(self.uri, self.token, self.collection, self.imports_path,
+                               done_dir, self.bulk_dir / self.stem,
+                               lambda: self.store.count(self.collection), say,
+                               self.group_rows, stage)
+        if bucket is not None:  # complete: the bucket holds the files, the local copies go
+            shutil.rmtree(self.bulk_dir, ignore_errors=True)
+        return figures
 
     def close(self) -> None:
         self.store.close()

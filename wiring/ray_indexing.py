@@ -298,8 +298,8 @@ def index_with_ray(collection: str, inputs: list[Path], fields: Fields, fmt: str
                    stem: str, rejects_path: Path, restart: bool, per_range: int,
                    workers: int, gpus_per_worker: float, address: str | None,
                    hybrid: bool | None, retries: int, backoff_s: float, show: bool,
-                   device: str | None = None, bulk_dir: Path | None = None,
-                   bulk_rows: int = 250_000) -> Any:
+                   device: str | None = None, bulk_dir: str | None = None,
+                   bulk_rows: int = 250_000, s3_endpoint: str | None = None) -> Any:
     """``qkv index --engine ray``: plan (or read) the job's manifest, run what is pending on
     Ray, write the rejects file from the markers; returns an ``index.JobSummary``. With
     ``bulk_dir`` (a new collection on a Milvus server) the driver writes Parquet files there
@@ -326,7 +326,7 @@ def index_with_ray(collection: str, inputs: list[Path], fields: Fields, fmt: str
         shutil.rmtree(done_dir, ignore_errors=True)
     t0 = time.perf_counter()
     bulk = BulkLoad(bulk_dir, stem, store, token, timeout, collection, imports_path,
-                    bulk_rows) if bulk_dir is not None else None
+                    bulk_rows, s3_endpoint) if bulk_dir is not None else None
     known = load_or_plan(manifest_path, inputs, fields, fmt, per_range) \
         if manifest_path.is_file() else None  # a rerun: read it now, nothing to count
     finished = known is not None and not pending(known, done_dir)

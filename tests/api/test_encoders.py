@@ -110,3 +110,21 @@ def test_loaded_encoders_stay_within_the_budget(
     assert loaded() == {"tiny", "tiny+d"}  # the least recently used went
     assert np.allclose(_embed(client, "a horse eats", "tiny+c"), c1, atol=1e-5)  # reloaded
     assert loaded() == {"tiny", "tiny+c"}
+
+
+def test_an_encoder_in_memory_serves_without_a_load_and_counts_as_used(
+        make_client: MakeClient, tiny_encoder_dir: Path, root: Path) -> None:
+    # /v1/embeddings takes an encoder already in memory on the event loop
+    # (Encoders.loaded_now); that use must still count for the budget's order
+    for name, scale in (("tiny+e", 1.1), ("tiny+f", 1.2), ("tiny+g", 1.3)):
+        derived(tiny_encoder_dir, root, name, scale)
+    client = make_client(encoders_loaded=3)  # the default and two more
+    registry = client.app.state.service.encoders  # type: ignore[attr-defined]
+    assert registry.loaded_now("tiny+e") is None  # not loaded: no load here either
+    _embed(client, "a horse eats", "tiny+e")
+    _embed(client, "a horse eats", "tiny+f")
+    assert registry.loaded_now("tiny+e").name == "tiny+e"  # and now the most recent
+    _embed(client, "a horse eats", "tiny+e")
+    _embed(client, "a horse eats", "tiny+g")  # the least recently used goes: tiny+f
+    assert set(registry.loaded()) >= {"tiny+e", "tiny+g"} and "tiny+f" not in registry.loaded()
+    assert registry.loaded_now(None) is registry.default
