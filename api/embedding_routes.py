@@ -63,8 +63,9 @@ async def embeddings(body: s.EmbeddingsRequest, request: Request) -> Response:
     svc = service(request)
     # 404 for a model it lacks; a thread only to load one (the hop cost every request
     # about a tenth of the event loop's time on 2 cores, bench/api_load.py's profile)
-    model = (svc.encoders.loaded_now(body.model)
-             or await svc.run(svc.encoders.get, body.model))
+    model = svc.encoders.loaded_now(body.model)
+    if model is None:
+        model = await svc.run(svc.encoders.get, body.model)
     dims = model.encoder.dims
     if body.dimensions is not None and body.dimensions not in dims:
         raise invalid(f"dimensions must be one of {', '.join(map(str, dims))} for "
