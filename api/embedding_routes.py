@@ -61,8 +61,9 @@ def openai_texts(inputs: Any, limit: int) -> list[str]:
 async def embeddings(body: s.EmbeddingsRequest, request: Request) -> Response:
     """OpenAI's embeddings: floats or base64 (little-endian float32), with ``usage``."""
     svc = service(request)
-    # 404 for a model it lacks; a thread only to load one (the hop cost every request
-    # about a tenth of the event loop's time on 2 cores, bench/api_load.py's profile)
+    # 404 for a model it lacks; a thread only to load one: the hop on every request cost
+    # 1.2 x in requests/s (649-672 against 540-560 on 2 cores, alternating runs of wrk's
+    # 32 connections on bench/api_load.py's sentences)
     model = svc.encoders.loaded_now(body.model)
     if model is None:
         model = await svc.run(svc.encoders.get, body.model)
