@@ -10,6 +10,10 @@ rather than queued behind an unbounded backlog. ``max_size=1`` turns batching of
 
 The encoder runs in the worker thread (torch releases the GIL), so the event loop keeps
 serving other requests meanwhile; results go back to each request's loop thread-safely.
+With ``workers`` > 1, that many threads take batches and encode them side by side: on a
+CPU with the onnx backend, each on one core (``TextEncoder.set_call_threads(1)``) rather
+than every batch on all of them, whose operators wait for each other's threads (see
+``api.service``).
 """
 
 from __future__ import annotations
@@ -58,8 +62,8 @@ class DynamicBatcher:
 
     def __init__(self, encode_ids: EncodeIds, dim: int, max_size: int = 64,
                  max_tokens: int = 8192, max_wait_s: float = 0.002, queue_max: int = 2048,
-                 metrics: Metrics | None = None) -> None:
-        if max_size < 1 or max_tokens < 1 or queue_max < 1 or max_wait_s < 0:
+                 metrics: Metrics | None = None, workers: int = 1) -> None:
+        if min(max_size, max_tokens, queue_max, workers) < 1 or max_wait_s < 0:
             raise ValueError("batcher limits must be positive")
         self.encode_ids, self.dim = encode_ids, dim
         self.max_size, self.max_tokens = max_size, max_tokens
@@ -68,8 +72,10 @@ class DynamicBatcher:
         self._queue: deque[_Text] = deque()
         self._cond = threading.Condition()
         self._stopped = False
-        self._thread = threading.Thread(target=self._run, name="qkv-encoder", daemon=True)
-        self._thread.start()
+        self._threads = [threading.Thread(target=self._run, name=f"qkv-encoder-{i}",
+                                          daemon=True) for i in range(workers)]
+        for t in self._threads:
+            t.start()
 
     @property
     def depth(self) -> int:
@@ -103,7 +109,8 @@ class DynamicBatcher:
         with self._cond:
             self._stopped = True
             self._cond.notify_all()
-        self._thread.join(timeout=30)
+        for thread in self._threads:
+            thread.join(timeout=30)
         for t in self._queue:
             self._fail(t.request, RuntimeError("the encoder was shut down"))
         self._queue.clear()
@@ -115,19 +122,22 @@ class DynamicBatcher:
     def _take(self) -> list[_Text] | None:
         """The next batch (FIFO, within the limits), waiting for company; None = stop."""
         with self._cond:
-            while not self._queue and not self._stopped:
-                self._cond.wait()
-            if self._stopped:
-                return None
-            deadline = self._queue[0].enqueued + self.max_wait_s
-            while len(self._queue) < self.max_size and not self._stopped:
-                longest = max(len(t.ids) for t in self._queue)
-                if longest * len(self._queue) >= self.max_tokens:
+            while True:
+                while not self._queue and not self._stopped:
+                    self._cond.wait()
+                if self._stopped:
+                    return None
+                deadline = self._queue[0].enqueued + self.max_wait_s
+                while self._queue and len(self._queue) < self.max_size and not self._stopped:
+                    longest = max(len(t.ids) for t in self._queue)
+                    if longest * len(self._queue) >= self.max_tokens:
+                        break
+                    left = deadline - time.perf_counter()
+                    if left <= 0:
+                        break
+                    self._cond.wait(left)
+                if self._queue:  # else another worker took them: wait again
                     break
-                left = deadline - time.perf_counter()
-                if left <= 0:
-                    break
-                self._cond.wait(left)
             batch: list[_Text] = []
             longest = 0
             while self._queue and len(batch) < self.max_size:

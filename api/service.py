@@ -102,12 +102,20 @@ class Service:
         # One batcher per encoder, their forwards free to overlap: a lock serialising them
         # served 0.746 x one encoder's requests/s with three loaded, against 0.877 x without
         # (bench/encoders_load.py, same machine, 2 cores).
+        # On a CPU with the onnx backend, one batch per core at a time (QKV_BATCH_WORKERS):
+        # one batch on both cores of 2 spends much of its time in operators waiting for the
+        # other core's share (the threads sleep between operators, see Settings.encoder_spin)
         st = self.settings
+        threads = st.encoder_threads or os.cpu_count() or 1
+        on_cores = encoder.backend == "onnx" and encoder.device.type == "cpu"
+        workers = st.batch_workers or (threads if on_cores else 1)
+        if on_cores and workers > 1:
+            encoder.set_call_threads(max(1, threads // workers))
         return DynamicBatcher(
             lambda ids: encoder.encode_ids(ids, batch_size=len(ids), normalize=False),
             encoder.dim, max_size=st.batch_max_size, max_tokens=st.batch_max_tokens,
             max_wait_s=st.batch_max_wait_ms / 1e3, queue_max=st.queue_max,
-            metrics=self.metrics)
+            metrics=self.metrics, workers=workers)
 
     def _load_encoder(self, name: str, path: Path) -> Served:
         """A derived encoder (:mod:`api.encoders`), on the default's device and threads."""

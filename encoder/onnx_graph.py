@@ -248,6 +248,7 @@ class OnnxForward:
         self.model_bytes: bytes | None = build_graph(model, int8).SerializeToString()
         self.spin = spin
         self.arena = True  # ONNX Runtime's memory arena (off: less memory, see set_arena)
+        self.threads: int | None = None  # threads a call runs on; None: torch's setting
         self._sessions: dict[tuple[int, bool], Any] = {}
         self._lock = threading.Lock()
 
@@ -274,7 +275,8 @@ class OnnxForward:
         """Token id lists (each at least one) → (B, d) vectors, (B, T) pooling weights."""
         import torch
 
-        vec, alpha = self.session(torch.get_num_threads()).run(["vec", "alpha"], pack(seqs))
+        threads = self.threads or torch.get_num_threads()
+        vec, alpha = self.session(threads).run(["vec", "alpha"], pack(seqs))
         return vec, alpha
 
 

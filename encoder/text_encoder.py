@@ -93,6 +93,7 @@ class TextEncoder(LoadedModel):
     _onnx: OnnxForward | None = None
     _spin: bool = True
     _arena: bool = True
+    _call_threads: int | None = None
     _bag_tables: tuple[tuple[int, int], np.ndarray, np.ndarray] | None = None  # token bag's
 
     def use_backend(self, name: str | None = None) -> None:
@@ -106,7 +107,15 @@ class TextEncoder(LoadedModel):
         self.backend = pick_backend(name, self.device.type, self.config)
         self._onnx = OnnxForward(self.model, spin=self._spin) if self.backend == "onnx" else None
         if self._onnx is not None:
-            self._onnx.arena = self._arena
+            self._onnx.arena, self._onnx.threads = self._arena, self._call_threads
+
+    def set_call_threads(self, threads: int | None) -> None:
+        """How many threads one call of the onnx backend runs on (None: torch's setting,
+        the default). 1 where several threads each encode their own batch at once (the
+        service's batcher, ``api.batcher``). Torch's path is not affected."""
+        self._call_threads = threads
+        if self._onnx is not None:
+            self._onnx.threads = threads
 
     def add_token_bag(self, ids: Sequence[Sequence[int]], out: np.ndarray) -> np.ndarray:
         """The network's vectors ``out`` of the token id lists ``ids`` with the checkpoint's

@@ -84,3 +84,33 @@ def test_queue_full_and_failures() -> None:
 
     asyncio.run(scenario())
     b.close()
+
+
+def test_two_workers_encode_batches_side_by_side() -> None:
+    """``workers=2``: two batches run at once (the service runs one per core on a CPU), each
+    text still comes back to its own request and row, and no batch is empty."""
+    import threading
+
+    running, peak, lock = [0], [0], threading.Lock()
+    inner = SlowEncoder()
+
+    def encode(ids: list[list[int]]) -> np.ndarray:
+        with lock:
+            running[0] += 1
+            peak[0] = max(peak[0], running[0])
+        try:
+            return inner(ids)
+        finally:
+            with lock:
+                running[0] -= 1
+
+    b = DynamicBatcher(encode, 4, max_size=4, max_wait_s=0.001, workers=2)
+    requests = [[[i, 7], [100 + i]] for i in range(24)]  # two texts each
+    results = asyncio.run(_many(b, requests))
+    b.close()
+    assert peak[0] == 2  # one batch alone would take 12 x 20 ms in a row
+    assert [r[:, 0].tolist() for r in results] == [[i, 100 + i] for i in range(24)]
+    assert [r[:, 1].tolist() for r in results] == [[2, 1]] * 24
+    assert all(inner.batches) and sum(len(x) for x in inner.batches) == 48
+    with pytest.raises(ValueError, match="positive"):
+        DynamicBatcher(encode, 4, workers=0)

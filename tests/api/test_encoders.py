@@ -128,3 +128,20 @@ def test_an_encoder_in_memory_serves_without_a_load_and_counts_as_used(
     _embed(client, "a horse eats", "tiny+g")  # the least recently used goes: tiny+f
     assert set(registry.loaded()) >= {"tiny+e", "tiny+g"} and "tiny+f" not in registry.loaded()
     assert registry.loaded_now(None) is registry.default
+
+
+def test_batches_run_one_per_core_with_the_onnx_backend(make_client: MakeClient) -> None:
+    # QKV_BATCH_WORKERS: two batches side by side, each call on one thread, the vectors
+    # the same as one worker's on all threads
+    texts = [f"a dog number {i} runs in the park" for i in range(24)]
+    vectors = {}
+    for workers in (1, 2):
+        client = make_client(encoder_backend="onnx", encoder_threads=2,
+                             batch_workers=workers)
+        svc = client.app.state.service  # type: ignore[attr-defined]
+        assert len(svc.batcher._threads) == workers
+        assert svc.encoder._onnx.threads == (1 if workers == 2 else None)
+        r = client.post("/v1/embeddings", json={"input": texts})
+        assert r.status_code == 200, r.text
+        vectors[workers] = np.array([d["embedding"] for d in r.json()["data"]])
+    np.testing.assert_allclose(vectors[2], vectors[1], atol=2e-3)
