@@ -62,13 +62,14 @@ class DynamicBatcher:
 
     def __init__(self, encode_ids: EncodeIds, dim: int, max_size: int = 64,
                  max_tokens: int = 8192, max_wait_s: float = 0.002, queue_max: int = 2048,
-                 metrics: Metrics | None = None, workers: int = 1) -> None:
+                 metrics: Metrics | None = None, workers: int = 1,
+                 slots: threading.Semaphore | None = None) -> None:
         if min(max_size, max_tokens, queue_max, workers) < 1 or max_wait_s < 0:
             raise ValueError("batcher limits must be positive")
         self.encode_ids, self.dim = encode_ids, dim
         self.max_size, self.max_tokens = max_size, max_tokens
         self.max_wait_s, self.queue_max = max_wait_s, queue_max
-        self.metrics = metrics
+        self.metrics, self.slots = metrics, slots
         self._queue: deque[_Text] = deque()
         self._cond = threading.Condition()
         self._stopped = False
@@ -119,10 +120,13 @@ class DynamicBatcher:
         if self.metrics:
             self.metrics.queue_depth.set(len(self._queue))
 
-    def _take(self) -> list[_Text] | None:
-        """The next batch (FIFO, within the limits), waiting for company; None = stop."""
+    def _take(self, block: bool = True) -> list[_Text] | None:
+        """The next batch (FIFO, within the limits), waiting for company; None = stop.
+        Not ``block``: an empty batch at once when there is nothing to take."""
         with self._cond:
             while True:
+                if not block and not self._queue:
+                    return None if self._stopped else []
                 while not self._queue and not self._stopped:
                     self._cond.wait()
                 if self._stopped:
@@ -149,28 +153,55 @@ class DynamicBatcher:
             self._set_depth()
             return batch
 
+    def _next(self) -> list[_Text] | None:
+        """The next batch; with ``slots`` (shared with other encoders' batchers), taken only
+        once this worker holds a slot, so texts that queued meanwhile join it (the caller
+        releases the slot after encoding)."""
+        if self.slots is None:
+            return self._take()
+        while True:
+            with self._cond:
+                while not self._queue and not self._stopped:
+                    self._cond.wait()
+                if self._stopped:
+                    return None
+            self.slots.acquire()
+            batch = self._take(block=False)
+            if batch:
+                return batch
+            self.slots.release()  # a sibling worker took them
+            if batch is None:
+                return None
+
     def _run(self) -> None:
-        while (batch := self._take()) is not None:
-            t0 = time.perf_counter()
+        while (batch := self._next()) is not None:
             try:
-                vectors = self.encode_ids([t.ids for t in batch])
-            except Exception as e:  # the requests in this batch fail, the worker goes on
-                log.exception("encoder batch of %d failed", len(batch))
-                for t in batch:
-                    self._fail(t.request, e)
-                continue
-            if self.metrics:
-                self.metrics.batch_seconds.observe(time.perf_counter() - t0)
-                self.metrics.batch_texts.observe(len(batch))
-                self.metrics.batch_tokens.observe(len(batch) * max(len(t.ids) for t in batch))
-            for t, row in zip(batch, vectors, strict=True):
-                r = t.request
-                if r.out is None:
-                    r.out = np.empty((r.n, self.dim), np.float32)
-                r.out[t.row] = row
-                r.remaining -= 1
-                if r.remaining == 0:
-                    r.loop.call_soon_threadsafe(_resolve, r.future, r.out)
+                self._encode(batch)
+            finally:
+                if self.slots is not None:
+                    self.slots.release()
+
+    def _encode(self, batch: list[_Text]) -> None:
+        t0 = time.perf_counter()
+        try:
+            vectors = self.encode_ids([t.ids for t in batch])
+        except Exception as e:  # the requests in this batch fail, the worker goes on
+            log.exception("encoder batch of %d failed", len(batch))
+            for t in batch:
+                self._fail(t.request, e)
+            return
+        if self.metrics:
+            self.metrics.batch_seconds.observe(time.perf_counter() - t0)
+            self.metrics.batch_texts.observe(len(batch))
+            self.metrics.batch_tokens.observe(len(batch) * max(len(t.ids) for t in batch))
+        for t, row in zip(batch, vectors, strict=True):
+            r = t.request
+            if r.out is None:
+                r.out = np.empty((r.n, self.dim), np.float32)
+            r.out[t.row] = row
+            r.remaining -= 1
+            if r.remaining == 0:
+                r.loop.call_soon_threadsafe(_resolve, r.future, r.out)
 
     @staticmethod
     def _fail(request: _Request, e: BaseException) -> None:

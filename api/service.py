@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import logging
 import os
+import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -86,7 +87,11 @@ class Service:
         self.model_created = int(settings.model.joinpath("model.safetensors").stat().st_mtime)
         self.dense_weight = model_dense_weight(settings.model)  # hybrid's default w
         self.mapping = model_mapping(settings.model)  # collection signals -> w
+        # batches of every encoder at once, at most (_batcher)
+        self.encode_slots = threading.BoundedSemaphore(
+            settings.batch_workers or settings.encoder_threads or os.cpu_count() or 1)
         self.batcher = self._batcher(self.encoder)
+        self.encoder.encode(["warm-up"])  # the session the batcher runs, made now
         default = Served(self.info.name, settings.model, self.encoder, self.info, self.batcher,
                          self.model_created, {"base": None})
         self.encoders = Encoders(default, encoders_dir(settings), self._load_encoder,
@@ -105,17 +110,24 @@ class Service:
         # On a CPU with the onnx backend, one batch per core at a time (QKV_BATCH_WORKERS):
         # one batch on both cores of 2 spends much of its time in operators waiting for the
         # other core's share (the threads sleep between operators, see Settings.encoder_spin)
+        # With several encoders loaded, their batches share the same slots: no more run at
+        # once than one encoder's workers, each batch taken once its worker holds a slot
+        # (six single-threaded batches of three encoders at once on 2 cores served 0.612 x
+        # one encoder's requests/s, bench/encoders_load.py)
         st = self.settings
         threads = st.encoder_threads or os.cpu_count() or 1
         on_cores = encoder.backend == "onnx" and encoder.device.type == "cpu"
         workers = st.batch_workers or (threads if on_cores else 1)
-        if on_cores and workers > 1:
+
+        per_core = on_cores and workers > 1
+        if per_core:
             encoder.set_call_threads(max(1, threads // workers))
         return DynamicBatcher(
             lambda ids: encoder.encode_ids(ids, batch_size=len(ids), normalize=False),
             encoder.dim, max_size=st.batch_max_size, max_tokens=st.batch_max_tokens,
             max_wait_s=st.batch_max_wait_ms / 1e3, queue_max=st.queue_max,
-            metrics=self.metrics, workers=workers)
+            metrics=self.metrics, workers=workers,
+            slots=self.encode_slots if per_core else None)
 
     def _load_encoder(self, name: str, path: Path) -> Served:
         """A derived encoder (:mod:`api.encoders`), on the default's device and threads."""
@@ -128,8 +140,9 @@ class Service:
         if info.name != name:
             raise ValueError(f"{path} holds encoder {info.name!r}, not {name!r}")
         card = read_card(path) or {}
+        batcher = self._batcher(enc)  # first: it sets the threads the session is made for
         enc.encode(["warm-up"])  # makes its ONNX session here, so the trim below sees it
-        served = Served(name, path, enc, info, self._batcher(enc),
+        served = Served(name, path, enc, info, batcher,
                         int(path.joinpath("model.safetensors").stat().st_mtime), card)
         memory.trim()  # the checkpoint's float16 and dequantisation buffers (api.memory)
         return served

@@ -271,6 +271,13 @@ class OnnxForward:
                 self.model_bytes = None
             return self._sessions[key]
 
+    def keep_only(self, threads: int) -> None:
+        """Drop the sessions made for other thread counts (each holds the whole network):
+        a service that settled on one count after timing another keeps one session."""
+        with self._lock:
+            for key in [k for k in self._sessions if k[0] != threads]:
+                del self._sessions[key]
+
     def __call__(self, seqs: Sequence[Sequence[int]]) -> tuple[np.ndarray, np.ndarray]:
         """Token id lists (each at least one) → (B, d) vectors, (B, T) pooling weights."""
         import torch

@@ -116,6 +116,8 @@ class TextEncoder(LoadedModel):
         self._call_threads = threads
         if self._onnx is not None:
             self._onnx.threads = threads
+            if threads is not None:
+                self._onnx.keep_only(threads)
 
     def add_token_bag(self, ids: Sequence[Sequence[int]], out: np.ndarray) -> np.ndarray:
         """The network's vectors ``out`` of the token id lists ``ids`` with the checkpoint's

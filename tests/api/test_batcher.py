@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from typing import Any
 
 import numpy as np
 import pytest
@@ -114,3 +115,42 @@ def test_two_workers_encode_batches_side_by_side() -> None:
     assert all(inner.batches) and sum(len(x) for x in inner.batches) == 48
     with pytest.raises(ValueError, match="positive"):
         DynamicBatcher(encode, 4, workers=0)
+
+
+def test_batchers_sharing_slots_run_no_more_batches_than_slots() -> None:
+    """Two encoders' batchers (two workers each) sharing one slot: one batch at a time in
+    all, no empty batch (a worker that finds its queue emptied gives the slot back), every
+    text back to its request."""
+    import threading
+
+    running, peak, lock = [0], [0], threading.Lock()
+    slots = threading.Semaphore(1)
+    encoders = [SlowEncoder(), SlowEncoder()]
+
+    def counted(inner: SlowEncoder) -> Any:
+        def encode(ids: list[list[int]]) -> np.ndarray:
+            with lock:
+                running[0] += 1
+                peak[0] = max(peak[0], running[0])
+            try:
+                return inner(ids)
+            finally:
+                with lock:
+                    running[0] -= 1
+        return encode
+
+    batchers = [DynamicBatcher(counted(e), 4, max_wait_s=0.0, workers=2, slots=slots)
+                for e in encoders]
+
+    async def both() -> list[list[np.ndarray]]:
+        return list(await asyncio.gather(*(_many(b, [[[i + 1000 * k]] for i in range(20)])
+                                           for k, b in enumerate(batchers))))
+
+    results = asyncio.run(both())
+    for b in batchers:
+        b.close()
+    assert peak[0] == 1
+    for k, (enc, res) in enumerate(zip(encoders, results, strict=True)):
+        assert [r[0, 0] for r in res] == [i + 1000 * k for i in range(20)]
+        assert sum(len(x) for x in enc.batches) == 20 and all(enc.batches)
+    assert sum(len(e.batches) for e in encoders) <= 8  # 40 texts: batches, not one by one
