@@ -26,10 +26,13 @@ log = logging.getLogger(__name__)
 
 
 class Adapter:
-    def __init__(self, store: VectorStore, encoders: Encoders, calibrate: Callable[..., Any]
-                 ) -> None:
-        """``calibrate(store, target, embed)`` self-calibrates a collection's hybrid."""
+    def __init__(self, store: VectorStore, encoders: Encoders, calibrate: Callable[..., Any],
+                 workers: int = 1) -> None:
+        """``calibrate(store, target, embed)`` self-calibrates a collection's hybrid.
+        ``workers``: threads re-embedding at once, where the service's encoders run each
+        call on one thread (one batch per core, ``api.service``)."""
         self.store, self.encoders, self.calibrate = store, encoders, calibrate
+        self.workers = workers
         self.root: Path | None = encoders.root
         self.shadows: dict[str, Shadow] = {}
         self.last_swap = float("-inf")  # time.monotonic() of the last swap
@@ -108,8 +111,13 @@ class Adapter:
         served = self.encoders.get(encoder)
 
         def embed(texts: Sequence[str]) -> np.ndarray:
-            again = self.encoders.get(encoder)  # reloaded if the registry unloaded it
-            return np.asarray(again.encoder.encode(list(texts), batch_size=64), np.float32)
+            enc = self.encoders.get(encoder).encoder  # reloaded if the registry unloaded it
+            chunks = _chunks(list(texts), self.workers)
+            if len(chunks) == 1:
+                return np.asarray(enc.encode(chunks[0], batch_size=64), np.float32)
+            with ThreadPoolExecutor(len(chunks), thread_name_prefix="qkv-adapt-embed") as pool:
+                parts = list(pool.map(lambda c: enc.encode(c, batch_size=64), chunks))
+            return np.concatenate(parts).astype(np.float32, copy=False)
         return embed, served.info, list(served.encoder.dims)
 
     def _swapping(self) -> None:
@@ -136,3 +144,10 @@ class Adapter:
         sh = self.shadows.get(info.name)
         if sh is not None:
             self.store.delete(sh.target, ids)
+
+
+def _chunks(texts: list[str], workers: int, least: int = 64) -> list[list[str]]:
+    """``texts`` cut into at most ``workers`` runs in order, none under ``least`` texts."""
+    n = max(1, min(workers, len(texts) // least))
+    size = -(-len(texts) // n) if texts else 0
+    return [texts[i:i + size] for i in range(0, len(texts), size)] if texts else [texts]

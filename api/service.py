@@ -88,8 +88,8 @@ class Service:
         self.dense_weight = model_dense_weight(settings.model)  # hybrid's default w
         self.mapping = model_mapping(settings.model)  # collection signals -> w
         # batches of every encoder at once, at most (_batcher)
-        self.encode_slots = threading.BoundedSemaphore(
-            settings.batch_workers or settings.encoder_threads or os.cpu_count() or 1)
+        self.slot_count = settings.batch_workers or settings.encoder_threads or os.cpu_count() or 1
+        self.encode_slots = threading.BoundedSemaphore(self.slot_count)
         self.batcher = self._batcher(self.encoder)
         self.encoder.encode(["warm-up"])  # the session the batcher runs, made now
         default = Served(self.info.name, settings.model, self.encoder, self.info, self.batcher,
@@ -100,7 +100,8 @@ class Service:
         self.disk = DiskGuard(data_dir(settings.store), settings.disk_flood_mb, metrics)
         self.seeding: dict[str, Seeding] = {}  # demo collections (api.app fills them)
         self.tuner = Tuner(self.store, self.embed_for, self.mapping, self.dense_weight, settings)
-        self.adapter = Adapter(self.store, self.encoders, self._calibrate)
+        self.adapter = Adapter(self.store, self.encoders, self._calibrate,  # its re-embedding
+                               workers=self.slot_count if self.batcher.slots else 1)  # per core
         self.adapter.recover()  # an adapt job a previous process left: finished or undone
 
     def _batcher(self, encoder: Any) -> DynamicBatcher:

@@ -154,3 +154,13 @@ def test_batchers_sharing_slots_run_no_more_batches_than_slots() -> None:
         assert [r[0, 0] for r in res] == [i + 1000 * k for i in range(20)]
         assert sum(len(x) for x in enc.batches) == 20 and all(enc.batches)
     assert sum(len(e.batches) for e in encoders) <= 8  # 40 texts: batches, not one by one
+
+
+def test_adapt_re_embedding_is_cut_into_runs_in_order() -> None:
+    from api.adapter import _chunks
+
+    texts = [str(i) for i in range(300)]
+    for workers, runs in ((1, 1), (2, 2), (8, 4)):  # none under 64 texts
+        cut = _chunks(texts, workers)
+        assert len(cut) == runs and sum(cut, []) == texts
+    assert _chunks(texts[:100], 2) == [texts[:100]] and _chunks([], 2) == [[]]
