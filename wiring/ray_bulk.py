@@ -130,7 +130,10 @@ def files_to_import(state_path: Path, done_dir: Path, out_dir: Path,
     import pyarrow.parquet as pq
 
     state = json.loads(state_path.read_text())
-    if state.get("merged") is None:
+    if state.get("merged") is None:  # a new plan: merged files of an earlier one are stale
+        for stale in out_dir.glob("import-*.parquet*"):  # (a --restart keeps the directory)
+            stale.unlink()
+        out_dir.mkdir(parents=True, exist_ok=True)
         state["merged"] = merge_plan(done_dir, out_dir, group_rows)
         write_json(state_path, state)
     for group in state["merged"]:
