@@ -7,8 +7,10 @@ the driver's disk.
 own disk as for a local ``--bulk-dir`` (under the job's state directory, ``STEM.bulk/``),
 then uploads each merged file to ``PREFIX/STEM/import-NNNNN.parquet`` in BUCKET and asks
 Milvus to import that key. An object is whole or absent (an S3 put is atomic), so a kill
-mid-upload leaves nothing half-written; a rerun uploads what is not there at its size and
-imports each key at most once (``wiring.ray_bulk``). Once the job is complete, the local
+mid-upload leaves nothing half-written. Each upload is recorded in the job's imports file
+once the put returned; a rerun uploads what is not recorded (an object an earlier plan
+left under the same key, after ``--restart``, is overwritten) and imports each key at
+most once (``wiring.ray_bulk``). Once the job is complete, the local
 copies are removed; the objects stay (delete ``PREFIX/STEM/`` when you like).
 
 The endpoint is ``--s3-endpoint`` or ``QKV_S3_ENDPOINT`` (``http://minio:9000``;
@@ -20,6 +22,7 @@ environment, never a flag. Uses the ``minio`` client (in the ``ray`` extra).
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -83,30 +86,25 @@ class Bucket:
                 f"no bucket {self.bucket!r} at {self.endpoint}: give the bucket the Milvus "
                 "server keeps its data in (its minio.bucketName), which it imports from")
 
-    def upload(self, files: list[tuple[str, int]], stem: str, imported: set[str]
-               ) -> list[tuple[str, int]]:
-        """Each merged file's key, uploaded unless an object of its size is there already
-        or its import is done (``imported``: keys)."""
+    def upload(self, files: list[tuple[str, int]], stem: str, skip: set[str],
+               uploaded: Callable[[str], None]) -> list[tuple[str, int]]:
+        """Each merged file's key, uploaded (overwriting an object an earlier run left
+        there) unless it is in ``skip`` (this plan uploaded it, or its import is done);
+        ``uploaded(key)`` records each once the put returned."""
         client = self.client()
         out: list[tuple[str, int]] = []
         for local, rows in files:
             key = self.key(stem, local)
             out.append((key, rows))
-            if key in imported:
+            if key in skip:
                 continue
-            path = Path(local)
-            if not path.exists():
+            if not Path(local).exists():
                 raise StoreError(f"{local} is gone and {key} is not imported: drop the "
                                  "collection, then run the command again with --restart")
             try:
-                if client.stat_object(self.bucket, key).size == path.stat().st_size:
-                    continue
-            except Exception as e:  # S3Error NoSuchKey: not uploaded yet
-                if getattr(e, "code", None) not in ("NoSuchKey", "NoSuchObject"):
-                    raise StoreUnavailableError(f"cannot read {key} in {self.bucket}: {e}") from e
-            try:
-                client.fput_object(self.bucket, key, str(path))
+                client.fput_object(self.bucket, key, local)
             except Exception as e:
                 raise StoreUnavailableError(f"upload of {local} to {self.bucket}/{key} "
                                             f"failed: {e}; run the command again") from e
+            uploaded(key)
         return out

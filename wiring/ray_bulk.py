@@ -357,8 +357,20 @@ class BulkLoad:
                 sys.stderr.write(f"\r{line}")
                 sys.stderr.flush()
 
-        bucket = self.bucket
-        stage = (lambda files, done: bucket.upload(files, self.stem, done)) if bucket else None
+        bucket, path = self.bucket, self.imports_path
+
+        def upload(files: list[tuple[str, int]], done: set[str]) -> list[tuple[str, int]]:
+            assert bucket is not None
+            state = json.loads(path.read_text())
+            sent: list[str] = state.setdefault("uploaded", [])
+
+            def record(key: str) -> None:
+                sent.append(key)
+                write_json(path, state)
+
+            return bucket.upload(files, self.stem, done | set(sent), record)
+
+        stage = upload if bucket else None
         figures = import_files(self.uri, self.token, self.collection, self.imports_path,
                                done_dir, self.bulk_dir / self.stem,
                                lambda: self.store.count(self.collection), say,

@@ -79,6 +79,7 @@ def test_bulk_import_from_the_servers_bucket(tmp_path: Path, tiny_model_dir: Pat
     uploaded = objects(endpoint, "qkv-bulk/")
     stem = next(state.glob("*.imports.json")).name.removesuffix(".imports.json")
     assert sorted(record["files"]) == sorted(uploaded) and len(uploaded) > 1
+    assert sorted(record["uploaded"]) == sorted(uploaded)  # each recorded once it was put
     assert all(k.startswith(f"qkv-bulk/{stem}/import-") for k in uploaded)
     assert sum(e["imported"] for e in record["files"].values()) == N_DISTINCT
     tasks = import_tasks(uri, "docs")
