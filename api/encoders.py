@@ -86,13 +86,11 @@ class Encoders:
     def get(self, name: str | None = None) -> Served:
         """The encoder called ``name`` (the default when None), loaded if it is not; 404
         for a name the service does not have."""
-        if name is None or name == self.default.name:
-            return self.default
+        served = self.loaded_now(name)
+        if served is not None:
+            return served
+        assert name is not None  # loaded_now answered for the default
         with self._lock:
-            served = self._loaded.get(name)
-            if served is not None:
-                self._loaded.move_to_end(name)
-                return served
             gate = self._loading.setdefault(name, threading.Lock())
         with gate:  # one load per name; other names load meanwhile
             with self._lock:

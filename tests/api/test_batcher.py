@@ -33,6 +33,27 @@ class SlowEncoder:
         return out
 
 
+class Concurrency:
+    """Wraps encoders to count how many of their calls run at once (``peak``)."""
+
+    def __init__(self) -> None:
+        import threading
+
+        self.running, self.peak, self.lock = 0, 0, threading.Lock()
+
+    def wrap(self, inner: SlowEncoder) -> Any:
+        def encode(ids: list[list[int]]) -> np.ndarray:
+            with self.lock:
+                self.running += 1
+                self.peak = max(self.peak, self.running)
+            try:
+                return inner(ids)
+            finally:
+                with self.lock:
+                    self.running -= 1
+        return encode
+
+
 async def _many(b: DynamicBatcher, requests: list[list[list[int]]]) -> list[np.ndarray]:
     return list(await asyncio.gather(*(b.embed(r) for r in requests)))
 
@@ -90,26 +111,13 @@ def test_queue_full_and_failures() -> None:
 def test_two_workers_encode_batches_side_by_side() -> None:
     """``workers=2``: two batches run at once (the service runs one per core on a CPU), each
     text still comes back to its own request and row, and no batch is empty."""
-    import threading
-
-    running, peak, lock = [0], [0], threading.Lock()
-    inner = SlowEncoder()
-
-    def encode(ids: list[list[int]]) -> np.ndarray:
-        with lock:
-            running[0] += 1
-            peak[0] = max(peak[0], running[0])
-        try:
-            return inner(ids)
-        finally:
-            with lock:
-                running[0] -= 1
-
+    inner, count = SlowEncoder(), Concurrency()
+    encode = count.wrap(inner)
     b = DynamicBatcher(encode, 4, max_size=4, max_wait_s=0.001, workers=2)
     requests = [[[i, 7], [100 + i]] for i in range(24)]  # two texts each
     results = asyncio.run(_many(b, requests))
     b.close()
-    assert peak[0] == 2  # one batch alone would take 12 x 20 ms in a row
+    assert count.peak == 2  # one batch alone would take 12 x 20 ms in a row
     assert [r[:, 0].tolist() for r in results] == [[i, 100 + i] for i in range(24)]
     assert [r[:, 1].tolist() for r in results] == [[2, 1]] * 24
     assert all(inner.batches) and sum(len(x) for x in inner.batches) == 48
@@ -123,23 +131,9 @@ def test_batchers_sharing_slots_run_no_more_batches_than_slots() -> None:
     text back to its request."""
     import threading
 
-    running, peak, lock = [0], [0], threading.Lock()
-    slots = threading.Semaphore(1)
+    slots, count = threading.Semaphore(1), Concurrency()
     encoders = [SlowEncoder(), SlowEncoder()]
-
-    def counted(inner: SlowEncoder) -> Any:
-        def encode(ids: list[list[int]]) -> np.ndarray:
-            with lock:
-                running[0] += 1
-                peak[0] = max(peak[0], running[0])
-            try:
-                return inner(ids)
-            finally:
-                with lock:
-                    running[0] -= 1
-        return encode
-
-    batchers = [DynamicBatcher(counted(e), 4, max_wait_s=0.0, workers=2, slots=slots)
+    batchers = [DynamicBatcher(count.wrap(e), 4, max_wait_s=0.0, workers=2, slots=slots)
                 for e in encoders]
 
     async def both() -> list[list[np.ndarray]]:
@@ -149,7 +143,7 @@ def test_batchers_sharing_slots_run_no_more_batches_than_slots() -> None:
     results = asyncio.run(both())
     for b in batchers:
         b.close()
-    assert peak[0] == 1
+    assert count.peak == 1
     for k, (enc, res) in enumerate(zip(encoders, results, strict=True)):
         assert [r[0, 0] for r in res] == [i + 1000 * k for i in range(20)]
         assert sum(len(x) for x in enc.batches) == 20 and all(enc.batches)
