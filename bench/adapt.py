@@ -71,6 +71,9 @@ def main() -> None:
     ap.add_argument("--lexical-share", type=float, default=None,
                     help="The BM25-imitation pairs' share of the adaptation's batches "
                     "(default encoder.domain.LEXICAL_SHARE).")
+    ap.add_argument("--imitate", choices=("bm25", "hybrid"), default=None,
+                    help="What the lexical pairs imitate: BM25's ranking or hybrid search's "
+                    "(BM25 fused with the base encoder; default encoder.domain.IMITATE).")
     add_results_arg(ap)
     args = ap.parse_args()
     db = VAR / "adapt-bench" / "qkv.db"
@@ -81,6 +84,8 @@ def main() -> None:
     env = {"QKV_STORE_TIMEOUT_S": "60", "QKV_AUTO_TUNE": "false"}
     if args.lexical_share is not None:
         env["QKV_ADAPT_LEXICAL_SHARE"] = str(args.lexical_share)
+    if args.imitate is not None:
+        env["QKV_ADAPT_IMITATE"] = args.imitate
     server = Server(str(db), args.model, env)
     try:
         with httpx.Client(base_url=server.base, timeout=3600) as client:

@@ -10,6 +10,8 @@ from pathlib import Path
 
 from encoder.pairs import MAX_WORDS, PairSource, span_pairs, title_body_pairs
 
+TEACHER_QUERIES = 16_000  # hybrid imitation's pseudo-queries at most (a run uses fewer)
+
 
 def read_corpus(path: str | Path) -> list[tuple[str, str]]:
     """(title, text) of each document of a user's corpus: JSONL with ``text`` (and an
@@ -34,18 +36,34 @@ def read_corpus(path: str | Path) -> list[tuple[str, str]]:
     return docs
 
 
-def corpus_sources(path: str | Path, seed: int = 0, n_queries: int | None = None
-                   ) -> list[PairSource]:
+def corpus_sources(path: str | Path, seed: int = 0, n_queries: int | None = None,
+                   teacher: str | Path | None = None) -> list[PairSource]:
     """Pairs for adapting the encoder to a user's documents, without labels (issue 15,
     item 5): BM25 imitation over the corpus (the lexical half) and, as the semantic half,
-    title → text and two spans of one document."""
+    title → text and two spans of one document. With ``teacher`` (a checkpoint: the
+    encoder being adapted), the lexical half imitates hybrid search (BM25 fused with the
+    teacher, at the teacher's hybrid weight) instead of BM25 alone, over at most
+    :data:`TEACHER_QUERIES` pseudo-queries (each is encoded)."""
     from encoder.lexical import bm25_triples, chunks
 
     docs = read_corpus(path)
     rng = random.Random(seed)
     texts = [f"{t}. {b}" if t else b for t, b in docs]
     passages = chunks(texts, MAX_WORDS)
-    triples = bm25_triples(passages, n_queries or max(2_000, 4 * len(passages)), seed=seed)
+    n = n_queries or max(2_000, 4 * len(passages))
+    if teacher is None:
+        triples = bm25_triples(passages, n, seed=seed)
+    else:
+        import numpy as np
+
+        import encoder
+        from index.fusion import model_dense_weight
+
+        enc = encoder.load(teacher)
+        triples = bm25_triples(
+            passages, min(n, TEACHER_QUERIES), seed=seed,
+            encode=lambda t: np.asarray(enc.encode(t, batch_size=64), dtype=np.float32),
+            dense_weight=model_dense_weight(teacher))
     sources = [PairSource("lex-corpus", [(q, p) for q, p, _ in triples], 0.5, True,
                           [neg for _, _, neg in triples]),
                PairSource("corpus-spans", span_pairs(texts, rng, 2), 0.3, True)]

@@ -55,6 +55,10 @@ DEFAULT_BUDGET_S = 540.0  # a 10,000-document job in under 10 minutes on 2 cores
 # the BM25-imitation pairs' share of the training batches (the rest: spans of one document,
 # title -> text); ``QKV_ADAPT_LEXICAL_SHARE`` overrides it for bench/adapt.py's comparisons
 LEXICAL_SHARE = 0.5
+# what the lexical pairs imitate: "bm25" (BM25's ranking of pseudo-queries cut from the
+# documents) or "hybrid" (BM25 fused with the base encoder, as the collection's hybrid
+# search ranks them); ``QKV_ADAPT_IMITATE`` overrides it for bench/adapt.py's comparisons
+IMITATE = "bm25"
 MIN_GAIN = 0.005  # the adapted encoder's probe MRR must beat the base's by this much
 HYBRID_TOLERANCE = 0.0  # how much worse the adapted encoder's hybrid may check
 
@@ -236,6 +240,8 @@ def adapt(base: Path, texts: Sequence[str], titles: Sequence[str], out: Path, na
                       warmup_steps=20, max_doc_tokens=128, hard_negatives=True, mine_at=1.0,
                       lexical_share=float(os.environ.get("QKV_ADAPT_LEXICAL_SHARE",
                                                          LEXICAL_SHARE)),
+                      corpus_teacher=str(base) if os.environ.get(
+                          "QKV_ADAPT_IMITATE", IMITATE) == "hybrid" else None,
                       checkpoint_every=100, seed=seed,
                       budget_s=report.train_budget_s)
     last = [0.0]

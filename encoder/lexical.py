@@ -13,7 +13,7 @@ from __future__ import annotations
 import logging
 import random
 import re
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
 import numpy as np
 
@@ -61,10 +61,14 @@ def pseudo_query(passage: str, rng: random.Random, stop: frozenset[str]) -> str:
 
 def bm25_triples(
     passages: list[str], n_queries: int, seed: int = 0, k: int = 30, neg_from: int = 3,
+    encode: Callable[[list[str]], np.ndarray] | None = None, dense_weight: float = 0.5,
 ) -> list[Triple]:
     """``n_queries`` (pseudo-query, BM25's top passage, a passage from BM25's ranks
     [``neg_from``, ``k``)) over ``passages``. Queries whose top hit scores nothing are
-    dropped."""
+    dropped. With ``encode`` (unit vectors of texts: the encoder being adapted), the
+    ranking is hybrid instead, BM25's and the encoder's top ``k`` fused as the service
+    fuses them (convex, ``dense_weight``): the encoder then learns what the collection's
+    hybrid search knows rather than BM25 alone, errors included."""
     import bm25s
     import Stemmer
 
@@ -82,11 +86,41 @@ def bm25_triples(
     q_tokens = bm25s.tokenize(queries, stopwords="en", stemmer=stemmer, show_progress=False)
     top, scores = retriever.retrieve(q_tokens, k=min(k, len(passages)), show_progress=False,
                                      n_threads=-1)
+    rows = [[int(j) for j in row] for row in np.asarray(top)]
+    firsts = [float(sc[0]) for sc in np.asarray(scores)]
+    if encode is not None:
+        rows = _hybrid_rows(queries, passages, rows, np.asarray(scores), encode, k,
+                            dense_weight)
     out = []
-    for q, row, sc in zip(queries, np.asarray(top), np.asarray(scores), strict=True):
-        if sc[0] <= 0 or len(row) <= neg_from:
+    for q, row, first in zip(queries, rows, firsts, strict=True):
+        if first <= 0 or len(row) <= neg_from:
             continue
-        neg = int(row[rng.randrange(neg_from, len(row))])
-        out.append((q, passages[int(row[0])], passages[neg]))
-    log.info("BM25 imitation: %d triples from %d passages", len(out), len(passages))
+        neg = row[rng.randrange(neg_from, len(row))]
+        out.append((q, passages[row[0]], passages[neg]))
+    log.info("%s imitation: %d triples from %d passages",
+             "hybrid" if encode is not None else "BM25", len(out), len(passages))
+    return out
+
+
+def _hybrid_rows(queries: list[str], passages: list[str], rows: list[list[int]],
+                 scores: np.ndarray, encode: Callable[[list[str]], np.ndarray], k: int,
+                 dense_weight: float, chunk: int = 1024) -> list[list[int]]:
+    """Each query's top ``k`` passages by hybrid search: BM25's ``rows`` (with their
+    ``scores``) and the encoder's own top ``k`` over all ``passages``, fused convexly."""
+    from index.fusion import fuse
+    from index.store import Hit
+
+    p_vecs = np.asarray(encode(passages), dtype=np.float32)
+    out = []
+    for s in range(0, len(queries), chunk):
+        q_vecs = np.asarray(encode(queries[s:s + chunk]), dtype=np.float32)
+        sims = q_vecs @ p_vecs.T
+        best = np.argpartition(-sims, min(k, sims.shape[1] - 1), axis=1)[:, :k]
+        for r in range(len(q_vecs)):
+            cand = best[r][np.argsort(-sims[r, best[r]], kind="stable")]
+            dense = [Hit(str(j), float(sims[r, j]), "", None, {}) for j in cand]
+            lex = [Hit(str(j), float(sc), "", None, {})
+                   for j, sc in zip(rows[s + r], scores[s + r], strict=True) if sc > 0]
+            out.append([int(h.id) for h in fuse(dense, lex, k, "convex", dense_weight,
+                                                 depth=k)])
     return out

@@ -71,6 +71,7 @@ class TrainConfig:
     lexical_share: float | None = None  # the BM25-imitation sources' share of the batches
     init_from: str | None = None  # go on from this checkpoint (its architecture, tokenizer)
     corpus: str | None = None  # adapt to a user's documents (no labels) instead of data_dir
+    corpus_teacher: str | None = None  # with corpus: imitate hybrid search with this encoder
     checkpoint_every: int = 200
     seed: int = 0
     device: str | None = None
@@ -127,7 +128,8 @@ def load_bundle(cfg: TrainConfig) -> Bundle:
     from the data directory (BM25 mining included: minutes). With ``lexical_share``, the
     BM25-imitation sources' weights are scaled to sum to it, the others to the rest."""
     if cfg.corpus:
-        bundle = Bundle.from_sources(corpus_sources(cfg.corpus, cfg.seed))
+        bundle = Bundle.from_sources(corpus_sources(cfg.corpus, cfg.seed,
+                                                    teacher=cfg.corpus_teacher))
     elif (Path(cfg.data_dir) / META).is_file():
         bundle = Bundle.load(cfg.data_dir)
     else:

@@ -68,6 +68,37 @@ def test_bm25_triples_follow_bm25() -> None:
         assert words & set(pos.lower().split()) or not words
 
 
+def test_hybrid_triples_follow_the_fused_ranking() -> None:
+    passages = [f"report on {w} prices and {w} exports this year" for w in
+                ("copper", "wheat", "coffee", "sugar", "cotton", "tin", "zinc", "cocoa")]
+    passages += [f"general market news item number {i} with no commodity" for i in range(30)]
+    favourite = passages[-1]
+
+    calls: list[int] = []
+
+    def encode(texts: list[str]) -> np.ndarray:  # passages first, then every query
+        calls.append(len(texts))  # nearest the favourite
+        if len(calls) % 2:  # two runs encode, each passages first
+            v = [[1.0, 0.0] if t == favourite else [0.0, 1.0] for t in texts]
+        else:
+            v = [[0.9, 0.1]] * len(texts)
+        v = np.asarray(v, dtype=np.float32)
+        return v / np.linalg.norm(v, axis=1, keepdims=True)
+
+    plain = bm25_triples(passages, 200, seed=1, k=10, neg_from=3)
+    dense = bm25_triples(passages, 200, seed=1, k=10, neg_from=3, encode=encode,
+                         dense_weight=1.0)
+    lexical = bm25_triples(passages, 200, seed=1, k=10, neg_from=3, encode=encode,
+                           dense_weight=0.0)
+    assert len(dense) == len(plain) > 100  # the same pseudo-queries
+    assert all(pos == favourite for _, pos, _ in dense)  # the encoder's ranking alone
+    same = [(a[1], b[1]) for a, b in zip(plain, lexical, strict=True)
+            if a[1].startswith("report") and a[1].split()[2] in a[0].split()]
+    # BM25's alone where it has one best passage (a commodity named in the query)
+    assert len(same) > 20 and all(a == b for a, b in same)
+    assert all(neg != favourite for _, _, neg in dense)
+
+
 def test_bundle_round_trip_and_token_table(tmp_path: Path) -> None:
     src = [PairSource("a", [("q one", "doc one"), ("q two", "doc one")], 0.5),
            PairSource("b", [("q one", "doc two")], 0.5, True, ["doc one"])]
