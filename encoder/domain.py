@@ -251,8 +251,11 @@ def adapt(base: Path, texts: Sequence[str], titles: Sequence[str], out: Path, na
             last[0] = time.time()
             progress("training", 0.1 + 0.7 * done / max(1, steps))
 
-    run = train(cfg, on_step=step_done)
-    report.steps = cfg.steps
+    if os.environ.get("QKV_ADAPT_NETWORK", "1") == "1":
+        run = train(cfg, on_step=step_done)
+        report.steps = cfg.steps
+    else:  # the token bag alone (bench/adapt.py --bag-only)
+        run = base
     meta, state, tokenizer = read_checkpoint(run, "an encoder")
     network = TransformerEncoder(EncoderConfig.from_dict(
         {**meta["architecture"], "name": name}))
