@@ -74,6 +74,8 @@ def main() -> None:
     ap.add_argument("--imitate", choices=("bm25", "hybrid"), default=None,
                     help="What the lexical pairs imitate: BM25's ranking or hybrid search's "
                     "(BM25 fused with the base encoder; default encoder.domain.IMITATE).")
+    ap.add_argument("--lr", type=float, default=None,
+                    help="The network's peak learning rate (default encoder.domain.LR).")
     ap.add_argument("--bag-only", action="store_true",
                     help="Adapt the token bag's table alone, the network as it is.")
     add_results_arg(ap)
@@ -86,6 +88,8 @@ def main() -> None:
     env = {"QKV_STORE_TIMEOUT_S": "60", "QKV_AUTO_TUNE": "false"}
     if args.lexical_share is not None:
         env["QKV_ADAPT_LEXICAL_SHARE"] = str(args.lexical_share)
+    if args.lr is not None:
+        env["QKV_ADAPT_LR"] = str(args.lr)
     if args.bag_only:
         env["QKV_ADAPT_NETWORK"] = "0"
     if args.imitate is not None:

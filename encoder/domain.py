@@ -55,6 +55,7 @@ DEFAULT_BUDGET_S = 540.0  # a 10,000-document job in under 10 minutes on 2 cores
 # the BM25-imitation pairs' share of the training batches (the rest: spans of one document,
 # title -> text); ``QKV_ADAPT_LEXICAL_SHARE`` overrides it for bench/adapt.py's comparisons
 LEXICAL_SHARE = 0.5
+LR = 2e-4  # the network's peak learning rate (``QKV_ADAPT_LR`` for bench/adapt.py)
 # what the lexical pairs imitate: "bm25" (BM25's ranking of pseudo-queries cut from the
 # documents) or "hybrid" (BM25 fused with the base encoder, as the collection's hybrid
 # search ranks them); ``QKV_ADAPT_IMITATE`` overrides it for bench/adapt.py's comparisons
@@ -236,7 +237,8 @@ def adapt(base: Path, texts: Sequence[str], titles: Sequence[str], out: Path, na
     report.train_budget_s = round(max(MIN_TRAIN_S, budget_s - (t_train - t0) - reserve), 1)
     report.per_doc_ms = round(per_doc * 1e3, 2)
     cfg = TrainConfig(data_dir="", out_dir=str(work / "run"), init_from=str(base),
-                      corpus=str(corpus), steps=2000, batch_size=32, lr=2e-4,
+                      corpus=str(corpus), steps=2000, batch_size=32,
+                      lr=float(os.environ.get("QKV_ADAPT_LR", LR)),
                       warmup_steps=20, max_doc_tokens=128, hard_negatives=True, mine_at=1.0,
                       lexical_share=float(os.environ.get("QKV_ADAPT_LEXICAL_SHARE",
                                                          LEXICAL_SHARE)),
