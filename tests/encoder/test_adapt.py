@@ -28,6 +28,20 @@ def test_corpus_sources_are_unlabelled_pairs(tmp_path: Path) -> None:
     assert lex.negatives is not None and len(lex.negatives) == len(lex.pairs) > 100
 
 
+def test_corpus_sources_can_imitate_hybrid_search(tiny_encoder_dir: Path,
+                                                  tmp_path: Path) -> None:
+    corpus = write_corpus(tmp_path)
+    plain = {s.name: s for s in corpus_sources(corpus, n_queries=200)}
+    hybrid = {s.name: s for s in corpus_sources(corpus, n_queries=200,
+                                                teacher=tiny_encoder_dir)}
+    assert set(hybrid) == set(plain)
+    lex, base = hybrid["lex-corpus"], plain["lex-corpus"]
+    assert len(lex.pairs) == len(base.pairs) > 100  # the same pseudo-queries
+    assert [q for q, _ in lex.pairs] == [q for q, _ in base.pairs]
+    assert lex.negatives is not None
+    assert all(n != p for (_, p), n in zip(lex.pairs, lex.negatives, strict=True))
+
+
 def test_adapting_goes_on_from_the_checkpoint(tiny_encoder_dir: Path, tmp_path: Path) -> None:
     cfg = TrainConfig(data_dir="", out_dir=str(tmp_path / "run"), steps=4, batch_size=8,
                       warmup_steps=1, device="cpu", hard_negatives=True, mine_at=1.0,
