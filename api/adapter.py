@@ -148,6 +148,8 @@ class Adapter:
 
 def _chunks(texts: list[str], workers: int, least: int = 64) -> list[list[str]]:
     """``texts`` cut into at most ``workers`` runs in order, none under ``least`` texts."""
+    if not texts:
+        return [texts]
     n = max(1, min(workers, len(texts) // least))
-    size = -(-len(texts) // n) if texts else 0
-    return [texts[i:i + size] for i in range(0, len(texts), size)] if texts else [texts]
+    size = -(-len(texts) // n)
+    return [texts[i:i + size] for i in range(0, len(texts), size)]

@@ -54,16 +54,12 @@ def corpus_sources(path: str | Path, seed: int = 0, n_queries: int | None = None
     if teacher is None:
         triples = bm25_triples(passages, n, seed=seed)
     else:
-        import numpy as np
-
-        import encoder
+        from encoder.domain import encoder_fn
         from index.fusion import model_dense_weight
 
-        enc = encoder.load(teacher)
-        triples = bm25_triples(
-            passages, min(n, TEACHER_QUERIES), seed=seed,
-            encode=lambda t: np.asarray(enc.encode(t, batch_size=64), dtype=np.float32),
-            dense_weight=model_dense_weight(teacher))
+        triples = bm25_triples(passages, min(n, TEACHER_QUERIES), seed=seed,
+                               encode=encoder_fn(Path(teacher)),
+                               dense_weight=model_dense_weight(teacher))
     sources = [PairSource("lex-corpus", [(q, p) for q, p, _ in triples], 0.5, True,
                           [neg for _, _, neg in triples]),
                PairSource("corpus-spans", span_pairs(texts, rng, 2), 0.3, True)]
