@@ -1,4 +1,4 @@
-"""``qkv train-encoder`` and ``qkv eval-encoder``."""
+"""``qkv train-encoder``, ``eval-encoder``, ``build-pairs``, ``token-bag`` and ``tune-graded``."""
 
 from __future__ import annotations
 
@@ -254,8 +254,67 @@ def _train_bag(network: Any, tokenizer: Any, pairs: Path | None, corpus: Path | 
     return new, {**record, "weight": network.config.lexical_weight, "trained": report}
 
 
+GRADED = {"sts-b": "stsb_graded", "sick": "sick_graded"}
+
+
+def tune_graded(
+    model: Path = typer.Option(Path("models/encoder-default"), "--model"),
+    data: Path = typer.Option(..., "--data", help="The shared data directory (its STS-B and "
+                              "SICK train files; the retrieval pairs kept)."),
+    out: Path = typer.Option(..., "--out", help="The tuned checkpoint's directory."),
+    sources: str = typer.Option("sts-b,sick", help="Graded train sets (comma-separated)."),
+    steps: int = typer.Option(400, min=1),
+    batch_size: int = typer.Option(64, min=2),
+    lr: float = typer.Option(2e-5, min=0.0),
+    keep: float = typer.Option(1.0, min=0.0, help="Weight of distilling the base's retrieval "
+                               "ranking (0: none)."),
+    keep_pairs: int = typer.Option(30_000, min=0, help="Retrieval pairs drawn for it."),
+    hold_out: list[Path] = typer.Option([], "--hold-out", help="Dev collections whose "
+                                        "queries and judged documents stay out (repeatable)."),
+    seed: int = typer.Option(0),
+) -> None:
+    """Go on training an encoder on graded similarity (STS-B and SICK train, CoSENT), its
+    retrieval ranking distilled from the base so it moves little (encoder/graded.py).
+    Score the result on the dev sets (bench/encoder_dev.py) before shipping it."""
+    import random
+
+    import encoder
+    from encoder import graded
+    from encoder.checkpoint import save_checkpoint
+    from encoder.pairs import build_sources
+
+    names = [s.strip() for s in sources.split(",") if s.strip()]
+    if not names or set(names) - set(GRADED):
+        raise typer.BadParameter(f"choose among {', '.join(GRADED)}", param_hint="--sources")
+    try:
+        options = graded.GradedTuning(steps=steps, batch_size=batch_size, lr=lr, keep=keep,
+                                      seed=seed)
+        sets = [getattr(graded, GRADED[n])(data) for n in names]
+    except (OSError, ValueError) as e:
+        raise typer.BadParameter(str(e)) from e
+    kept: list[tuple[str, str]] = []
+    if keep and keep_pairs:  # drawn across the retrieval sources by their batch shares
+        found = build_sources(data, seed, lexical=False, technical=True, hold_out=hold_out)
+        rng = random.Random(seed)
+        total = sum(s.weight for s in found)
+        for s in found:
+            kept += rng.sample(s.pairs, min(len(s.pairs), int(keep_pairs * s.weight / total)))
+        rng.shuffle(kept)
+    enc = encoder.load(model, device="cpu", backend="torch")
+    network, report = graded.tune(enc, sets, kept, options)
+    report["sources"] = names
+    meta = {k: v for k, v in enc.meta.items() if k not in ("architecture", "fingerprint",
+                                                           "metrics")}
+    meta["graded"] = {**report, "from": str(model)}
+    save_checkpoint(out, network, enc.tokenizer, meta)
+    typer.echo(f"{out}: tuned on {report['pairs']:,} graded pairs, {len(kept):,} retrieval pairs "
+               f"kept, in {report['train_seconds']:.0f}s (CoSENT {report['cosent_first']:.3f}"
+               f" → {report['cosent_last']:.3f})")
+
+
 def register(app: typer.Typer) -> None:
     app.command("train-encoder")(train_encoder)
     app.command("build-pairs")(build_pairs)
     app.command("eval-encoder")(eval_encoder)
     app.command("token-bag")(token_bag)
+    app.command("tune-graded")(tune_graded)
