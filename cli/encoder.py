@@ -269,6 +269,10 @@ def tune_graded(
     keep: float = typer.Option(1.0, min=0.0, help="Weight of distilling the base's retrieval "
                                "ranking (0: none)."),
     keep_pairs: int = typer.Option(30_000, min=0, help="Retrieval pairs drawn for it."),
+    per_set: bool = typer.Option(False, help="Each batch from one graded set (default: "
+                                 "from all; mixed measured better on dev)."),
+    precision: str = typer.Option("fp16+q8", help="Stored precision: fp32, fp16 or fp16+q8 "
+                                  "(as shipped)."),
     hold_out: list[Path] = typer.Option([], "--hold-out", help="Dev collections whose "
                                         "queries and judged documents stay out (repeatable)."),
     seed: int = typer.Option(0),
@@ -280,15 +284,18 @@ def tune_graded(
 
     import encoder
     from encoder import graded
-    from encoder.checkpoint import save_checkpoint
+    from encoder.checkpoint import PRECISIONS, save_checkpoint
     from encoder.pairs import build_sources
 
+    if precision not in PRECISIONS:
+        raise typer.BadParameter(f"choose among {', '.join(PRECISIONS)}",
+                                 param_hint="--precision")
     names = [s.strip() for s in sources.split(",") if s.strip()]
     if not names or set(names) - set(GRADED):
         raise typer.BadParameter(f"choose among {', '.join(GRADED)}", param_hint="--sources")
     try:
         options = graded.GradedTuning(steps=steps, batch_size=batch_size, lr=lr, keep=keep,
-                                      seed=seed)
+                                      per_set=per_set, seed=seed)
         sets = [getattr(graded, GRADED[n])(data) for n in names]
     except (OSError, ValueError) as e:
         raise typer.BadParameter(str(e)) from e
@@ -303,10 +310,10 @@ def tune_graded(
     enc = encoder.load(model, device="cpu", backend="torch")
     network, report = graded.tune(enc, sets, kept, options)
     report["sources"] = names
-    meta = {k: v for k, v in enc.meta.items() if k not in ("architecture", "fingerprint",
-                                                           "metrics")}
+    meta = {k: v for k, v in enc.meta.items()  # the base's figures are not the result's
+            if k not in ("architecture", "fingerprint", "fingerprint_fp32", "metrics")}
     meta["graded"] = {**report, "from": str(model)}
-    save_checkpoint(out, network, enc.tokenizer, meta)
+    save_checkpoint(out, network, enc.tokenizer, meta, precision)
     typer.echo(f"{out}: tuned on {report['pairs']:,} graded pairs, {len(kept):,} retrieval pairs "
                f"kept, in {report['train_seconds']:.0f}s (CoSENT {report['cosent_first']:.3f}"
                f" → {report['cosent_last']:.3f})")

@@ -84,3 +84,12 @@ def test_tuning_follows_the_gold_order_and_the_cli_writes_it(
     assert set(meta["graded"]["sources"]) == {"sts-b", "sick"}
     assert (tiny_encoder_dir / "model.safetensors").read_bytes() == before
     assert encoder.load(tmp_path / "tuned").fingerprint != base.fingerprint
+
+
+def test_cli_refuses_unknown_sets_and_precisions(tiny_encoder_dir: Path, data_dir: Path,
+                                                  tmp_path: Path) -> None:
+    for flag, value in (("--sources", "sts-b,nope"), ("--precision", "int4")):
+        r = CliRunner().invoke(app, ["tune-graded", "--model", str(tiny_encoder_dir), "--data",
+                                     str(data_dir), "--out", str(tmp_path / "x"), flag, value])
+        assert r.exit_code == 2 and "choose among" in r.output, r.output
+        assert not (tmp_path / "x").exists()
