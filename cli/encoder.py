@@ -266,7 +266,7 @@ def tune_graded(
     steps: int = typer.Option(400, min=1),
     batch_size: int = typer.Option(64, min=2),
     lr: float = typer.Option(2e-5, min=0.0),
-    keep: float = typer.Option(1.0, min=0.0, help="Weight of distilling the base's retrieval "
+    keep: float = typer.Option(10.0, min=0.0, help="Weight of distilling the base's retrieval "
                                "ranking (0: none)."),
     keep_pairs: int = typer.Option(30_000, min=0, help="Retrieval pairs drawn for it."),
     per_set: bool = typer.Option(False, help="Each batch from one graded set (default: "
