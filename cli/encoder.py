@@ -270,7 +270,7 @@ def tune_graded(
                                "ranking (0: none)."),
     keep_pairs: int = typer.Option(30_000, min=0, help="Retrieval pairs drawn for it."),
     per_set: bool = typer.Option(False, help="Each batch from one graded set (default: "
-                                 "from all; mixed measured better on dev)."),
+                                 "from all; mixed measured a little better on dev)."),
     precision: str = typer.Option("fp16+q8", help="Stored precision: fp32, fp16 or fp16+q8 "
                                   "(as shipped)."),
     hold_out: list[Path] = typer.Option([], "--hold-out", help="Dev collections whose "
@@ -299,15 +299,22 @@ def tune_graded(
         sets = [getattr(graded, GRADED[n])(data) for n in names]
     except (OSError, ValueError) as e:
         raise typer.BadParameter(str(e)) from e
+    try:
+        enc = encoder.load(model, device="cpu", backend="torch")
+    except (OSError, ValueError) as e:
+        raise typer.BadParameter(str(e), param_hint="--model") from e
     kept: list[tuple[str, str]] = []
     if keep and keep_pairs:  # drawn across the retrieval sources by their batch shares
-        found = build_sources(data, seed, lexical=False, technical=True, hold_out=hold_out)
+        try:
+            found = build_sources(data, seed, lexical=False, technical=True,
+                                  hold_out=hold_out)
+        except OSError as e:
+            raise typer.BadParameter(str(e), param_hint="--data") from e
         rng = random.Random(seed)
         total = sum(s.weight for s in found)
         for s in found:
             kept += rng.sample(s.pairs, min(len(s.pairs), int(keep_pairs * s.weight / total)))
         rng.shuffle(kept)
-    enc = encoder.load(model, device="cpu", backend="torch")
     network, report = graded.tune(enc, sets, kept, options)
     report["sources"] = names
     meta = {k: v for k, v in enc.meta.items()  # the base's figures are not the result's

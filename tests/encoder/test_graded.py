@@ -88,8 +88,10 @@ def test_tuning_follows_the_gold_order_and_the_cli_writes_it(
 
 def test_cli_refuses_unknown_sets_and_precisions(tiny_encoder_dir: Path, data_dir: Path,
                                                   tmp_path: Path) -> None:
-    for flag, value in (("--sources", "sts-b,nope"), ("--precision", "int4")):
+    for flag, value, says in (("--sources", "sts-b,nope", "choose among"),
+                              ("--precision", "int4", "choose among"),
+                              ("--model", str(tmp_path / "none"), "'--model'")):
         r = CliRunner().invoke(app, ["tune-graded", "--model", str(tiny_encoder_dir), "--data",
                                      str(data_dir), "--out", str(tmp_path / "x"), flag, value])
-        assert r.exit_code == 2 and "choose among" in r.output, r.output
+        assert r.exit_code == 2 and says in r.output, r.output
         assert not (tmp_path / "x").exists()
