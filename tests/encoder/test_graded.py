@@ -90,7 +90,7 @@ def test_cli_refuses_unknown_sets_and_precisions(tiny_encoder_dir: Path, data_di
                                                   tmp_path: Path) -> None:
     for flag, value, says in (("--sources", "sts-b,nope", "choose among"),
                               ("--precision", "int4", "choose among"),
-                              ("--model", str(tmp_path / "none"), "'--model'")):
+                              ("--model", str(tmp_path / "none"), "Invalid value for --model")):
         r = CliRunner().invoke(app, ["tune-graded", "--model", str(tiny_encoder_dir), "--data",
                                      str(data_dir), "--out", str(tmp_path / "x"), flag, value])
         assert r.exit_code == 2 and says in r.output, r.output
