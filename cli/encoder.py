@@ -284,6 +284,7 @@ def tune_graded(
 
     import encoder
     from encoder import graded
+    from encoder import pairs as pairs_module
     from encoder.checkpoint import PRECISIONS, save_checkpoint
     from encoder.pairs import build_sources
 
@@ -296,7 +297,7 @@ def tune_graded(
     try:
         options = graded.GradedTuning(steps=steps, batch_size=batch_size, lr=lr, keep=keep,
                                       per_set=per_set, seed=seed)
-        sets = [getattr(graded, GRADED[n])(data) for n in names]
+        sets = [getattr(pairs_module, GRADED[n])(data) for n in names]
     except (OSError, ValueError) as e:
         raise typer.BadParameter(str(e)) from e
     try:

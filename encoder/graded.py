@@ -22,12 +22,10 @@ and not shipped: SICK trial 0.670 → 0.705, but FOLDOC and Cranfield −2 % (mo
 from __future__ import annotations
 
 import copy
-import csv
 import dataclasses
 import logging
 import time
 from collections.abc import Sequence
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -35,10 +33,11 @@ import torch
 import torch.nn.functional as F
 
 from encoder.device import autocast, pick_device
+from encoder.pairs import Graded
+from encoder.text_encoder import _pad
 from encoder.token_bag import term_weights
 
 log = logging.getLogger(__name__)
-Graded = tuple[str, str, float]  # two texts and their gold similarity in [0, 1]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -68,26 +67,6 @@ class GradedTuning:
             raise ValueError("lr and scale must be > 0 and keep >= 0")
 
 
-def stsb_graded(data: Path) -> list[Graded]:
-    """STS-B train pairs with their score / 5 (the dev file is never read here)."""
-    out = []
-    with open(data / "sts/stsbenchmark/sts-train.csv", encoding="utf-8") as f:
-        for row in csv.reader(f, delimiter="\t", quoting=csv.QUOTE_NONE):
-            if len(row) >= 7:
-                out.append((row[5], row[6], float(row[4]) / 5))
-    return out
-
-
-def sick_graded(data: Path) -> list[Graded]:
-    """SICK train pairs with their relatedness (1–5) mapped to [0, 1] (trial never read)."""
-    out = []
-    with open(data / "sts/sick2014/SICK_train.txt", encoding="utf-8") as f:
-        for row in csv.DictReader(f, delimiter="\t"):
-            out.append((row["sentence_A"], row["sentence_B"],
-                        (float(row["relatedness_score"]) - 1) / 4))
-    return out
-
-
 def cosent(cos: torch.Tensor, gold: torch.Tensor, scale: float) -> torch.Tensor:
     """CoSENT over a batch: ``cos`` (B,) the pairs' cosines, ``gold`` (B,) their scores."""
     diff = scale * (cos[None, :] - cos[:, None])  # [i, j] = λ(cos_j − cos_i)
@@ -111,13 +90,8 @@ class Served(torch.nn.Module):
             self.idf = model.get_buffer("lexical_idf").float().cpu().numpy()
 
     def forward(self, ids: Sequence[Sequence[int]], device: torch.device) -> torch.Tensor:
-        pad = self.model.config.pad_id
-        width = max(map(len, ids))
-        batch = torch.full((len(ids), width), pad, dtype=torch.long)
-        for i, x in enumerate(ids):
-            batch[i, : len(x)] = torch.tensor(x, dtype=torch.long)
         with autocast(device):
-            v, _ = self.model(batch.to(device))
+            v, _ = self.model(_pad(ids, self.model.config.pad_id).to(device))
         v = v.float()
         if not self.weight:
             return v

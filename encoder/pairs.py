@@ -24,6 +24,7 @@ from index.beir import doc_text
 log = logging.getLogger(__name__)
 
 Pair = tuple[str, str]
+Graded = tuple[str, str, float]  # two texts and their gold similarity in [0, 1]
 MAX_WORDS = 160  # a text's words kept for training: more than the 192 tokens it reads
 
 
@@ -54,24 +55,33 @@ def multi30k_paraphrases(data: Path, rng: random.Random) -> list[Pair]:
     return pairs
 
 
+def stsb_graded(data: Path) -> list[Graded]:
+    """STS-B train pairs with their score / 5 (the dev file is never read here)."""
+    with open(data / "sts/stsbenchmark/sts-train.csv", encoding="utf-8") as f:
+        return [(row[5], row[6], float(row[4]) / 5)
+                for row in csv.reader(f, delimiter="\t", quoting=csv.QUOTE_NONE) if len(row) >= 7]
+
+
 def sts_pairs(data: Path, min_score: float = 4.0) -> list[Pair]:
     """STS-B train pairs scored ≥ ``min_score`` (of 5)."""
-    pairs = []
-    with open(data / "sts/stsbenchmark/sts-train.csv", encoding="utf-8") as f:
-        for row in csv.reader(f, delimiter="\t", quoting=csv.QUOTE_NONE):
-            if len(row) >= 7 and float(row[4]) >= min_score:
-                pairs.append((row[5], row[6]))
-    return pairs
+    return [(a, b) for a, b, s in stsb_graded(data) if s >= min_score / 5]
+
+
+def _sick_train(data: Path) -> list[dict[str, str]]:
+    with open(data / "sts/sick2014/SICK_train.txt", encoding="utf-8") as f:
+        return list(csv.DictReader(f, delimiter="\t"))
 
 
 def sick_entailment_pairs(data: Path) -> list[Pair]:
     """SICK train pairs labelled ENTAILMENT."""
-    pairs = []
-    with open(data / "sts/sick2014/SICK_train.txt", encoding="utf-8") as f:
-        for row in csv.DictReader(f, delimiter="\t"):
-            if row["entailment_judgment"] == "ENTAILMENT":
-                pairs.append((row["sentence_A"], row["sentence_B"]))
-    return pairs
+    return [(r["sentence_A"], r["sentence_B"]) for r in _sick_train(data)
+            if r["entailment_judgment"] == "ENTAILMENT"]
+
+
+def sick_graded(data: Path) -> list[Graded]:
+    """SICK train pairs with their relatedness (1–5) mapped to [0, 1] (trial never read)."""
+    return [(r["sentence_A"], r["sentence_B"], (float(r["relatedness_score"]) - 1) / 4)
+            for r in _sick_train(data)]
 
 
 def msrp_positives(data: Path) -> list[Pair]:

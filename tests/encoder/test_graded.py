@@ -10,7 +10,8 @@ from typer.testing import CliRunner
 
 import encoder
 from cli.app import app
-from encoder.graded import GradedTuning, Served, cosent, sick_graded, stsb_graded, tune
+from encoder.graded import GradedTuning, Served, cosent, tune
+from encoder.pairs import sick_graded, stsb_graded
 
 TEXTS = ["copper prices rose as miners struck", "a dog runs in the park",
          "the wheat harvest failed in the north", "coffee and sugar traders met"]
