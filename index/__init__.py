@@ -52,17 +52,19 @@ def open_store(uri: str, token: str = "", timeout: float = 10.0, bulk: bool = Fa
     """A store from a URI: ``faiss://DIR`` (or ``faiss+hnsw://DIR``) is a :class:`FaissStore`;
     ``http(s)://host:port`` a Milvus server; anything else a Milvus Lite file. ``bulk``: for
     a bulk job (Milvus Lite seals every :data:`index.sealing.BULK_SEAL_ROWS` rows instead
-    of every :data:`index.sealing.SEAL_ROWS`: fewer, larger segments to merge later)."""
+    of every :data:`index.sealing.SEAL_ROWS`, fewer and larger segments to merge later, and
+    not after a pause in the writes: :mod:`index.sealing`)."""
     from index.faiss_store import FaissStore
 
     if uri.startswith("faiss://"):
         return FaissStore(uri.removeprefix("faiss://"), index_type="flat")
     if uri.startswith("faiss+hnsw://"):
         return FaissStore(uri.removeprefix("faiss+hnsw://"), index_type="hnsw")
-    from index.sealing import BULK_SEAL_ROWS, SEAL_ROWS
+    from index.sealing import BULK_SEAL_ROWS, SEAL_QUIET_S, SEAL_ROWS
 
     return MilvusStore(uri, token=token, timeout=timeout,
-                       seal_rows=BULK_SEAL_ROWS if bulk else SEAL_ROWS)
+                       seal_rows=BULK_SEAL_ROWS if bulk else SEAL_ROWS,
+                       seal_quiet_s=None if bulk else SEAL_QUIET_S)
 
 
 __all__ = [

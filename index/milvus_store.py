@@ -47,7 +47,7 @@ from index.milvus_schema import (
     item_fields,
 )
 from index.milvus_search import bm25_search, dense_search
-from index.sealing import SEAL_ROWS, Sealer
+from index.sealing import SEAL_QUIET_S, SEAL_ROWS, Sealer
 from index.store import (
     CollectionInfo,
     CollectionNotFoundError,
@@ -93,7 +93,7 @@ class MilvusStore:
         index_type: str = "HNSW",
         hnsw_m: int = 16,
         ef_construction: int = 200,
-        ef: int = 128, seal_rows: int = SEAL_ROWS,
+        ef: int = 128, seal_rows: int = SEAL_ROWS, seal_quiet_s: float | None = SEAL_QUIET_S,
     ) -> None:
         if index_type not in INDEX_TYPES:
             raise ValueError(f"index_type must be one of {INDEX_TYPES}, got {index_type!r}")
@@ -108,7 +108,7 @@ class MilvusStore:
         self._loaded: set[str] = set()
         self._analysed: dict[str, bool] = {}  # hybrid collection -> has BM25_FIELD
         self._bm25: bool | None = None  # (close() flushes under the write lock, below)
-        self._sealer = Sealer(self.flush, rows=seal_rows)  # Lite only
+        self._sealer = Sealer(self.flush, rows=seal_rows, quiet_s=seal_quiet_s)  # Lite only
         # One write at a time (upserts, deletes, flushes, and counts, which miss rows while a
         # flush moves them): Lite lost acknowledged rows of concurrent writers on kill -9
         self._flushing, self._connecting = threading.RLock(), threading.RLock()  # re-entrant
