@@ -4,8 +4,9 @@ Usage: python bench/encode_speed.py --data ../shared/data [--n 2000] [--model DI
 
 Takes 2,000 English sentences of 10–60 words (evenly spaced Reuters-21578 sentences from
 the data directory), encodes them with each model (ours: batch 64, length-bucketed, on
-each backend: ``onnx``, the int8 ONNX Runtime graph that ``encoder.load`` picks on a CPU,
-and ``torch``, bf16 where the CPU has it; MiniLM: sentence-transformers, batch 32, default
+each backend: ``onnx``, the int8 ONNX Runtime graph that ``encoder.load`` picks on a CPU
+(calibrated activation ranges; ``onnx-token`` the same graph with per-token ranges), and
+``torch``, bf16 where the CPU has it; MiniLM: sentence-transformers, batch 32, default
 settings), and prints sentences/s, the ratios, peak RSS and the cosine of our int8 vectors
 to our torch ones; records them (``bench/machine.py``). The machine is shared and its
 speed drifts by minutes (the same code measured 856 and 1,343 sentences/s ten minutes
@@ -78,7 +79,9 @@ def run_ours(texts: list[str], model: str, backend: str) -> dict:
 
     import encoder
 
-    enc = encoder.load(model, backend=backend)
+    if backend == "onnx-token":  # the int8 graph with per-token activation ranges
+        os.environ["QKV_ONNX_ACTIVATIONS"] = "token"
+    enc = encoder.load(model, backend=backend.removesuffix("-token"))
     enc.encode(texts[:64])  # warm-up
     vectors: list[np.ndarray] = []
     seconds = timed(lambda: vectors.append(enc.encode(texts, batch_size=64)))
@@ -126,11 +129,11 @@ def main() -> None:
     tmp = ROOT / "var/bench_sentences.json"
     tmp.parent.mkdir(exist_ok=True)
     tmp.write_text(json.dumps(texts))
-    models = ["onnx", "torch", "minilm"]
+    models = ["onnx", "onnx-token", "torch", "minilm"]
     rounds: list[dict[str, dict]] = []
     for r in range(max(1, args.rounds)):
         rounds.append({})
-        for which in models[r % 3:] + models[: r % 3]:
+        for which in models[r % len(models):] + models[: r % len(models)]:
             out = subprocess.run([sys.executable, __file__, "--child", which, "--texts",
                                   str(tmp), "--model", args.model],
                                  capture_output=True, text=True, check=True)
@@ -145,8 +148,9 @@ def main() -> None:
 
     from encoder.device import cpu_has_bf16
 
-    cos = (np.load(ROOT / "var/bench_vectors_onnx.npy")
-           * np.load(ROOT / "var/bench_vectors_torch.npy")).sum(axis=1)
+    cos, cos_token = ((np.load(ROOT / f"var/bench_vectors_{b}.npy")
+                       * np.load(ROOT / "var/bench_vectors_torch.npy")).sum(axis=1)
+                      for b in ("onnx", "onnx-token"))
     words = sum(len(t.split()) for t in texts) / len(texts)
     env = " ".join(f"{k}={os.environ[k]}" for k in ENV_KEYS if k in os.environ)
     command = ((env + " " if env else "") + f"python bench/encode_speed.py --data {args.data}"
@@ -163,7 +167,10 @@ def main() -> None:
         "|---|---|---|---|",
     ]
     precision = "bf16" if cpu_has_bf16() and not os.environ.get("QKV_NO_BF16") else "fp32"
-    names = {"onnx": "qkv encoder-default, onnx int8 (batch 64; the default on a CPU)",
+    names = {"onnx": "qkv encoder-default, onnx int8, calibrated activation ranges (batch 64; "
+                     "the default on a CPU)",
+             "onnx-token": "qkv encoder-default, onnx int8, per-token activation ranges "
+                           "(QKV_ONNX_ACTIVATIONS=token)",
              "torch": f"qkv encoder-default, torch {precision} (batch 64)",
              "minilm": "all-MiniLM-L6-v2 (sentence-transformers, batch 32)"}
     for which, name in names.items():
@@ -173,7 +180,11 @@ def main() -> None:
     lines += [
         "",
         f"onnx / torch: **{res['onnx']['per_s'] / res['torch']['per_s']:.2f}×**; cosine of "
-        f"the onnx vectors to the torch ones: min {cos.min():.4f}, mean {cos.mean():.5f}. "
+        f"the onnx vectors to the torch ones: min {cos.min():.4f}, mean {cos.mean():.5f} "
+        f"(per-token ranges: min {cos_token.min():.4f}). Calibrated / per-token ranges: "
+        f"**{res['onnx']['per_s'] / res['onnx-token']['per_s']:.2f}×**, round by round "
+        + ", ".join(f"{x['onnx']['per_s'] / x['onnx-token']['per_s']:.2f}" for x in rounds)
+        + ". "
         "onnx × MiniLM round by round: " + ", ".join(f"{x:.1f}" for x in per_round)
         + f" (median {sorted(per_round)[len(per_round) // 2]:.1f}). Command: `{command}`",
         "",
@@ -184,6 +195,11 @@ def main() -> None:
         "onnx_sentences_per_s": round(per_s["onnx"]),
         "onnx_x_minilm": round(per_s["onnx"] / per_s["minilm"], 1),
         "onnx_x_torch": round(per_s["onnx"] / per_s["torch"], 2),
+        "onnx_token_sentences_per_s": round(per_s["onnx-token"]),
+        "onnx_x_onnx_token": round(per_s["onnx"] / per_s["onnx-token"], 3),
+        "onnx_x_onnx_token_rounds": [round(x["onnx"]["per_s"] / x["onnx-token"]["per_s"], 3)
+                                     for x in rounds],
+        "cosine_onnx_token_torch_min": round(float(cos_token.min()), 4),
         "torch_sentences_per_s": round(per_s["torch"]),
         "torch_x_minilm": round(per_s["torch"] / per_s["minilm"], 1),
         "minilm_sentences_per_s": round(per_s["minilm"]),

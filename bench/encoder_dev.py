@@ -202,7 +202,8 @@ def main() -> None:
     table = "\n".join(lines)
     print(table)
     if args.write:
-        env = "QKV_NO_BF16=1 " if os.environ.get("QKV_NO_BF16") else ""
+        env = "".join(f"{k}={os.environ[k]} " for k in ("QKV_NO_BF16", "QKV_ONNX_ACTIVATIONS")
+                      if os.environ.get(k))
         cmd = env + "python bench/encoder_dev.py --data DATA " + " ".join(
             (["--public"] if args.public else []) + [f"--dims {args.dims}"]
             + ([f"--backends {args.backends}"] if args.backends else [])

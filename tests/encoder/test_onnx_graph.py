@@ -6,7 +6,16 @@ import numpy as np
 import pytest
 
 import encoder
-from encoder.onnx_graph import BACKENDS, OnnxForward, build_graph, pack, pick_backend
+from encoder.onnx_graph import (
+    ACTIVATIONS_ENV,
+    BACKENDS,
+    OnnxForward,
+    activations_mode,
+    build_graph,
+    calibrate,
+    pack,
+    pick_backend,
+)
 
 ROOT = Path(__file__).resolve().parents[2]
 MODEL = ROOT / "models/encoder-default"
@@ -24,6 +33,8 @@ def test_int8_vectors_stay_close_to_the_fp32_network(
     assert len(cos) >= 300
     # per-output weight scales: min 0.9995, mean 0.99988 on the network alone (one scale a
     # tensor: 0.99971); with the shipped token bag added to both sides min 0.9997, mean 0.99993
+    # with per-token activation ranges (the calibrated ones: test below)
+    assert fast._onnx is not None and fast._onnx.activations == "static"
     assert float(cos.min()) >= 0.999 and float(cos.mean()) >= 0.9998, (cos.min(), cos.mean())
 
 
@@ -74,7 +85,8 @@ def test_order_weights_and_batches(fast: encoder.TextEncoder) -> None:
              "announcement of higher rates and weaker earnings across the sector.", "fish swim"]
     x, explained = fast.encode(texts, return_weights=True)
     alone = np.stack([fast.encode([t])[0] for t in texts])
-    # activations are quantised per token: a text's vector does not depend on its batch
+    # activation ranges are calibrated once (or per token): a text's vector does not depend
+    # on its batch
     np.testing.assert_allclose(x, alone, atol=1e-6)
     for t, e in zip(texts, explained, strict=True):
         assert len(e.weights) == len(fast.tokenize([t])[0][0])
@@ -159,3 +171,35 @@ def test_the_serialised_graph_is_dropped_once_a_session_holds_it(
     two = forward.session(2).run(["vec"], batch)[0]  # built again from the weights
     assert forward.model_bytes is None and len(forward._sessions) == 2
     np.testing.assert_allclose(two, one, rtol=1e-5, atol=1e-6)
+
+
+def test_calibrated_ranges_and_per_token_ranges(
+        monkeypatch: pytest.MonkeyPatch, fast: encoder.TextEncoder,
+        fp32_reference: tuple[list[str], np.ndarray, str]) -> None:
+    """The default graph quantises each linear layer's input in one calibrated range:
+    two operators a product instead of nine; ``token`` keeps the per-token ranges. Both
+    stay within cosine 0.999 of the fp32 network on the reference texts."""
+    texts, want, _ = fp32_reference
+    ids = fast.tokenize(texts[:64])[0]
+    ranges = calibrate(fast.model, ids)
+    layers = fast.config.n_layers
+    assert len(ranges) == 4 * layers and all(0 < r < 100 for r in ranges.values())
+    wider = calibrate(fast.model, ids + fast.tokenize(texts[64:])[0])
+    assert all(wider[k] >= v for k, v in ranges.items())  # the largest seen: more only adds
+
+    def ops(graph: object) -> list[str]:
+        return [n.op_type for n in graph.graph.node]  # type: ignore[attr-defined]
+
+    static, token = ops(build_graph(fast.model, True, ranges)), ops(build_graph(fast.model))
+    assert static.count("ReduceMax") == 0 and token.count("ReduceMax") == 4 * layers
+    assert len(token) - len(static) == 4 * layers * 7
+    monkeypatch.setenv(ACTIVATIONS_ENV, "token")
+    per_token = encoder.load(MODEL, device="cpu", backend="onnx")
+    assert per_token._onnx is not None and per_token._onnx.activations == "token"
+    cos_token = (per_token.encode(texts) * want).sum(axis=1)
+    cos_static = (fast.encode(texts) * want).sum(axis=1)
+    assert min(cos_token.min(), cos_static.min()) >= 0.999
+    assert not np.allclose(cos_token, cos_static)  # two graphs, not one
+    monkeypatch.setenv(ACTIVATIONS_ENV, "dynamic")
+    with pytest.raises(ValueError, match="static or token"):
+        activations_mode()
