@@ -318,7 +318,7 @@ class OnnxForward:
         static = int8 and bool(calibration) and activations_mode() == "static"
         self._ranges = calibrate(model, calibration or []) if static else None
         self.activations = "static" if static else "token" if int8 else "fp32"
-        self.model_bytes: bytes | None = self._graph()
+        self.model_bytes: bytes | None = self.graph_bytes()
         self.spin = spin
         self.arena = True  # ONNX Runtime's memory arena (off: less memory, see set_arena)
         self.threads: int | None = None  # threads a call runs on; None: torch's setting
@@ -338,13 +338,14 @@ class OnnxForward:
                 opts.enable_cpu_mem_arena = self.arena
                 opts.add_session_config_entry("session.intra_op.allow_spinning",
                                               "1" if self.spin else "0")
-                graph = self.model_bytes or self._graph()
+                graph = self.model_bytes or self.graph_bytes()
                 self._sessions[key] = ort.InferenceSession(
                     graph, opts, providers=["CPUExecutionProvider"])
                 self.model_bytes = None
             return self._sessions[key]
 
-    def _graph(self) -> bytes:
+    def graph_bytes(self) -> bytes:
+        """The serialised graph this forward runs (built anew from the weights)."""
         return bytes(build_graph(self._model, self._int8, self._ranges).SerializeToString())
 
     def keep_only(self, threads: int) -> None:
