@@ -30,18 +30,18 @@ differently). Nothing is written to disk: the graph is built in memory at load.
 **Activation ranges, calibrated.** By default (``$QKV_ONNX_ACTIVATIONS`` unset or
 ``static``) each linear layer's input has one fixed range instead: the largest max |x| its
 tokens reached on 64 passages of the Python documentation (``encoder/calibration.txt.gz``,
-PSF licence) run through the per-token graph when the graph is built (:func:`calibrate`);
-a value beyond it saturates. A text's vector still does not depend on its batch-mates.
-Each product then needs one QuantizeLinear before it and its bias after, where the
-per-token range took seven more (five of them over the whole activation). The ranges are narrow
-(the largest a token reached was 1.5-3 x the median token's, in every layer), so little
-resolution is lost. Measured on 2 cores (AMD EPYC), graph alone, 2,000 Reuters sentences
-calibrated on Python documentation: 1.21-1.23 x the per-token graph's speed at bulk
-batches of 256 and 1.14-1.21 x at batches of 1-8 on one thread; cosine to the fp32 network
-min 0.99945 and mean 0.99977 (per-token: 0.99981 / 0.99992), on random token ids min
-0.99941. A wider range (1.25 x the calibrated one) was worse everywhere (min 0.9978):
-the steps it widens cost more than the rare clipping it avoids. ``token`` keeps the
-per-token ranges.
+PSF licence) run through the per-token graph when the graph is built (:func:`calibrate`,
+about 0.4 s of the load on 2 cores); a value beyond it saturates. A text's vector still
+does not depend on its batch-mates. Each product then needs one QuantizeLinear before it
+and its bias after, where the per-token range took seven operators more. The ranges are
+narrow: on 1,000 Reuters sentences the largest max |x| a token reached was 1.5-3 x the
+median token's in every layer, so one range loses little resolution. ``bench/encode_speed.py``
+(AMD EPYC, 2 cores, five alternating rounds): 2,553 sentences/s against 2,157 per token
+(1.18 x), cosine to the torch vectors min 0.9997 (per token 0.9999); ``bench/encoder_dev.py
+--backends onnx`` with each: dev mean 1.249 against 1.248 x BM25, the nine dev collections
+0.903 both, STS-B dev 0.816 both. With each range widened by 1.25 x (a scratch run, not
+kept) the cosine fell (min 0.998): the wider steps cost more than the rare clipping they
+avoid. ``token`` keeps the per-token ranges.
 
 **GELU** in the int8 graph is ONNX Runtime's ``FastGelu`` (the tanh approximation, its
 bias fused) where the network was trained with the exact (erf) one, which the fp32 graph

@@ -16,7 +16,7 @@ from encoder.checkpoint import LoadedModel, read_checkpoint
 from encoder.config import EncoderConfig
 from encoder.device import autocast
 from encoder.model import TransformerEncoder
-from encoder.onnx_graph import OnnxForward, calibration_texts, pick_backend
+from encoder.onnx_graph import OnnxForward, activations_mode, calibration_texts, pick_backend
 from encoder.tokenizer import clean_text
 
 log = logging.getLogger(__name__)
@@ -105,8 +105,10 @@ class TextEncoder(LoadedModel):
         asked for, which is then a ``ValueError``. :meth:`token_vectors` always runs on
         torch."""
         self.backend = pick_backend(name, self.device.type, self.config)
-        self._onnx = OnnxForward(self.model, spin=self._spin, calibration=self.tokenize(
-            calibration_texts())[0]) if self.backend == "onnx" else None
+        calibration = self.tokenize(calibration_texts())[0] if (
+            self.backend == "onnx" and activations_mode() == "static") else None
+        self._onnx = OnnxForward(self.model, spin=self._spin, calibration=calibration
+                                 ) if self.backend == "onnx" else None
         if self._onnx is not None:
             self._onnx.arena, self._onnx.threads = self._arena, self._call_threads
 
