@@ -26,7 +26,7 @@ import threading
 import time
 from collections.abc import Callable, Iterable
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -36,6 +36,7 @@ from index import EncoderInfo, Fields, Item, VectorStore, open_store
 from index.bulk import retry_unavailable
 from index.ranges import Manifest, Range, done_reports, mark_done, pending, read_range, write_json
 from index.store import hybrid_default
+from wiring.ray_progress import Progress, tick
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -163,40 +164,6 @@ def _datasink_class() -> type:
     return StoreSink
 
 
-@dataclass
-class Progress:
-    """The job as the markers tell it: for the terminal and the job's state file."""
-
-    total_records: int
-    started: float = field(default_factory=time.monotonic)
-    seen: dict[str, dict[str, Any]] = field(default_factory=dict)
-    base: tuple[int, int] = (0, 0)  # records and written by earlier runs: not this run's rate
-
-    def start(self, done_dir: Path) -> None:
-        self.seen = done_reports(done_dir)
-        self.base = (sum(d["records"] for d in self.seen.values()),
-                     sum(d["written"] for d in self.seen.values()))
-        self.started = time.monotonic()
-
-    def update(self, done_dir: Path) -> dict[str, Any]:
-        self.seen = done_reports(done_dir, self.seen)
-        records = sum(d["records"] for d in self.seen.values())
-        written = sum(d["written"] for d in self.seen.values())
-        elapsed = max(time.monotonic() - self.started, 1e-9)
-        workers: dict[str, int] = {}
-        for d in self.seen.values():
-            workers[d["worker"]] = workers.get(d["worker"], 0) + d["records"]
-        rate = (records - self.base[0]) / elapsed
-        left = self.total_records - records
-        return {"records_done": records, "records_total": self.total_records,
-                "written": written, "rejected": sum(len(d["rejects"]) for d in self.seen.values()),
-                "retries": sum(d["retries"] for d in self.seen.values()),
-                "docs_per_s": round((written - self.base[1]) / elapsed, 1),
-                "eta_s": round(left / rate, 1) if rate > 0 and left > 0 else 0.0,
-                "workers": {w: round(n / max(records, 1), 3) for w, n in sorted(workers.items())},
-                "ranges_done": len(self.seen), "updated": time.time()}
-
-
 def run_ray(job: RayJob, manifest: Manifest, state_path: Path, workers: int,
             gpus_per_worker: float, address: str | None, hybrid: bool | None,
             progress: Callable[[dict[str, Any]], None],
@@ -240,7 +207,7 @@ def run_ray(job: RayJob, manifest: Manifest, state_path: Path, workers: int,
                 start_ray(address)
             workers = workers or max(1, int(ray.cluster_resources().get("CPU", 1)))
             stop = threading.Event()
-            ticker = threading.Thread(target=_tick, args=(tracker, done_dir, state_path,
+            ticker = threading.Thread(target=tick, args=(tracker, done_dir, state_path,
                                                           progress, stop), daemon=True)
             ticker.start()
             try:
@@ -287,14 +254,6 @@ def start_ray(address: str | None, tries: int = 3) -> None:
             log.warning("Ray did not start (%s); trying again in 5 s", e)
             ray.shutdown()
             time.sleep(5)
-
-
-def _tick(tracker: Progress, done_dir: Path, state_path: Path,
-          progress: Callable[[dict[str, Any]], None], stop: threading.Event) -> None:
-    while not stop.wait(1.0):
-        figures = tracker.update(done_dir)
-        write_json(state_path, {**figures, "complete": False})
-        progress(figures)
 
 
 def _pipeline(job: RayJob, todo: list[Range], workers: int, gpus: float,
