@@ -178,8 +178,9 @@ def run_ray(job: RayJob, manifest: Manifest, state_path: Path, workers: int,
     the encoder actors (seconds: a worker process, then the checkpoint); where the driver
     writes, it waits for them at the first encoded range; a Milvus server is waited for
     first, as its write tasks need the collection. It is closed (sealing what waits) while
-    Ray shuts down. A 50,000-document job into Lite took 31.9-32.5 s with both overlaps
-    against 33.5 s before (AMD EPYC, 2 cores, whole commands timed once or twice)."""
+    Ray shuts down. In a timeline of a 50,000-document job into Lite (AMD EPYC, 2 cores)
+    these took 1.9 s and 1.3 s, now behind Ray's; whole, the job took 31.9-32.5 s against
+    31.7-33.5 s before, within the machine's noise."""
     import ray
 
     done_dir = Path(job.done_dir)
