@@ -308,14 +308,14 @@ class OnnxForward:
     service keeping several encoders (issue 38) does not keep each graph twice.
 
     ``calibration``: token id lists to calibrate the int8 graph's activation ranges on
-    (:func:`calibrate`; ``TextEncoder`` gives :func:`calibration_texts`); without them, or
-    with ``$QKV_ONNX_ACTIVATIONS=token``, the ranges are per token. ``activations`` says
-    which the graph has."""
+    (:func:`calibrate`; ``TextEncoder`` gives :func:`calibration_texts` unless
+    ``$QKV_ONNX_ACTIVATIONS`` is ``token``); without them the ranges are per token.
+    ``activations`` says which the graph has."""
 
     def __init__(self, model: TransformerEncoder, int8: bool = True, spin: bool = True,
                  calibration: Sequence[Sequence[int]] | None = None) -> None:
         self._model, self._int8 = model, int8
-        static = int8 and bool(calibration) and activations_mode() == "static"
+        static = int8 and bool(calibration)
         self._ranges = calibrate(model, calibration or []) if static else None
         self.activations = "static" if static else "token" if int8 else "fp32"
         self.model_bytes: bytes | None = self.graph_bytes()
@@ -346,7 +346,8 @@ class OnnxForward:
 
     def graph_bytes(self) -> bytes:
         """The serialised graph this forward runs (built anew from the weights)."""
-        return bytes(build_graph(self._model, self._int8, self._ranges).SerializeToString())
+        serialised: bytes = build_graph(self._model, self._int8, self._ranges).SerializeToString()
+        return serialised
 
     def keep_only(self, threads: int) -> None:
         """Drop the sessions made for other thread counts (each holds the whole network):
