@@ -36,6 +36,9 @@ def train_encoder(
         "2,000 on the CPU)."),
     lexical_share: float | None = typer.Option(
         None, min=0.0, max=1.0, help="Share of batches from the BM25-imitation sources."),
+    drop_sources: str = typer.Option(
+        "", "--drop-sources", help="Train without these sources of the bundle "
+        "(comma-separated names, as config.json's training.sources lists them): ablations."),
     matryoshka: str = typer.Option("32,64,128", help="Prefix sizes trained besides the full "
                                    "vector (comma-separated; empty for none)."),
     checkpoint_every: int = typer.Option(200, min=1),
@@ -72,6 +75,7 @@ def train_encoder(
         warmup_steps=warmup_steps, temperature=temperature, max_query_tokens=max_query_tokens,
         max_doc_tokens=max_doc_tokens, hard_negatives=hard_negatives, mine_at=mine_at,
         mine_every=mine_every, mine_pairs=mine_pairs, lexical_share=lexical_share,
+        drop_sources=[n.strip() for n in drop_sources.split(",") if n.strip()],
         matryoshka=[int(m) for m in matryoshka.split(",") if m.strip()],
         checkpoint_every=checkpoint_every, seed=seed, device=device, stop_after=stop_after,
         arch=arch, budget_s=budget_s,

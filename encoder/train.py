@@ -69,6 +69,7 @@ class TrainConfig:
     # None: 50,000 on a GPU, 2,000 on the CPU (where encoding them is the slow part)
     matryoshka: list[int] = field(default_factory=lambda: [32, 64, 128])
     lexical_share: float | None = None  # the BM25-imitation sources' share of the batches
+    drop_sources: list[str] = field(default_factory=list)  # train without these (ablations)
     init_from: str | None = None  # go on from this checkpoint (its architecture, tokenizer)
     corpus: str | None = None  # adapt to a user's documents (no labels) instead of data_dir
     corpus_teacher: str | None = None  # with corpus: imitate hybrid search with this encoder
@@ -134,6 +135,14 @@ def load_bundle(cfg: TrainConfig) -> Bundle:
         bundle = Bundle.load(cfg.data_dir)
     else:
         bundle = Bundle.from_sources(build_sources(cfg.data_dir, cfg.seed))
+    if cfg.drop_sources:
+        names = {s.name for s in bundle.sources}
+        if unknown := sorted(set(cfg.drop_sources) - names):
+            raise ValueError(f"no such source to drop: {', '.join(unknown)} "
+                             f"(the sources: {', '.join(sorted(names))})")
+        bundle.sources = [s for s in bundle.sources if s.name not in cfg.drop_sources]
+        if not bundle.sources:
+            raise ValueError("every source dropped: nothing to train on")
     share = cfg.lexical_share
     lex = [s for s in bundle.sources if s.name.startswith("lex-")]
     rest = [s for s in bundle.sources if not s.name.startswith("lex-")]

@@ -115,3 +115,20 @@ def test_a_time_budget_holds_when_steps_slow_down_after_the_first(
     assert seen[-1][0] == seen[-1][1] == cfg.steps  # the run ended where the cut said
     meta = json.loads((out / "config.json").read_text())
     assert meta["training"]["steps"] == len(seen)
+
+
+def test_dropped_sources_leave_the_bundle_and_unknown_names_are_refused(
+        data_dir: Path, tmp_path: Path) -> None:
+    from encoder.train import load_bundle
+
+    every = load_bundle(_cfg(data_dir, tmp_path / "a", lexical_share=0.3))
+    names = [s.name for s in every.sources]
+    drop = [names[0], next(n for n in names if n.startswith("lex-"))]
+    kept = load_bundle(_cfg(data_dir, tmp_path / "b", lexical_share=0.3, drop_sources=drop))
+    assert [s.name for s in kept.sources] == [n for n in names if n not in drop]
+    lex = sum(s.weight for s in kept.sources if s.name.startswith("lex-"))
+    assert lex == pytest.approx(0.3 * sum(s.weight for s in kept.sources))  # share kept
+    with pytest.raises(ValueError, match="no such source to drop: nope"):
+        load_bundle(_cfg(data_dir, tmp_path / "c", drop_sources=["nope"]))
+    with pytest.raises(ValueError, match="every source dropped"):
+        load_bundle(_cfg(data_dir, tmp_path / "d", drop_sources=names))
