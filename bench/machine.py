@@ -30,14 +30,20 @@ if str(ROOT) not in sys.path:
 from encoder.cpu import cpu_flags as all_cpu_flags  # noqa: E402
 from encoder.cpu import cpu_model  # noqa: E402
 
+OUTPUTS = ("bench/results/", "bench/history/", "bench/RESULTS.md", "docs/benchmarks")
+
 
 def commit() -> str:
     def git(*args: str) -> str:
         return subprocess.run(["git", *args], cwd=ROOT, capture_output=True, text=True,
-                              check=False).stdout.strip()
+                              check=False).stdout
 
-    head = git("rev-parse", "--short", "HEAD") or "unknown"
-    return head + (" + uncommitted changes" if git("status", "--porcelain", "-uno") else "")
+    head = git("rev-parse", "--short", "HEAD").strip() or "unknown"
+    # the results and the pages made from them are outputs: a run's first record must not
+    # mark the run's later rows as made from other code
+    changed = [line[3:] for line in git("status", "--porcelain", "-uno").splitlines()
+               if not line[3:].startswith(OUTPUTS)]
+    return head + (" + uncommitted changes" if changed else "")
 
 
 def stamp() -> str:

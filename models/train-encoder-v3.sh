@@ -22,7 +22,9 @@ SETS="scitldr wikiqa foldoc manpages tldr-pages bible twitter parasci wikisplit"
 mkdir -p "$WORK"
 $PY bench/devcollections.py --data "$DATA" --out "$DEVCOLL" --only "${SETS// /,},jargon"
 if [ ! -f "$WORK/bundle/tokenizer.json" ]; then
-  hold=(); for s in $SETS; do hold+=(--hold-out "$DEVCOLL/$s"); done
+  # jargon too: 233 of its queries are FOLDOC terms (the shipped v3 was trained without
+  # holding it out, so its jargon figure is not an unseen one)
+  hold=(); for s in $SETS jargon; do hold+=(--hold-out "$DEVCOLL/$s"); done
   $PY -m cli build-pairs --data "$DATA" --out "$WORK/bundle" --technical "${hold[@]}" \
     --dev-sets var/dev
 fi

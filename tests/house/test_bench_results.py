@@ -113,3 +113,24 @@ def test_results_must_name_a_directory(tmp_path: Path) -> None:
     machine = by_path("machine")
     with pytest.raises(SystemExit, match="directory"):
         machine.record("demo", "x", {"a": 1}, results=tmp_path / "RESULTS.md")
+
+
+def test_a_run_is_labelled_by_its_code_not_by_the_results_it_wrote(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A run records a row per model: the first row's results (and pages) must not mark the
+    later rows as made from uncommitted code (the report would split the run in two)."""
+    machine = by_path("machine")
+    repo = tmp_path / "repo"
+    (repo / "bench/results").mkdir(parents=True)
+    (repo / "code.py").write_text("x = 1\n")
+    (repo / "bench/results/demo.jsonl").write_text("")
+    for args in (["init", "-q"], ["add", "."], ["-c", "user.name=t", "-c", "user.email=t@t",
+                                                "commit", "-qm", "init"]):
+        subprocess.run(["git", *args], cwd=repo, check=True, capture_output=True)
+    monkeypatch.setattr(machine, "ROOT", repo)
+    head = machine.commit()
+    assert head and "uncommitted" not in head
+    (repo / "bench/results/demo.jsonl").write_text("{}\n")  # an output: still clean
+    assert machine.commit() == head
+    (repo / "code.py").write_text("x = 2\n")  # the code: marked
+    assert machine.commit() == head + " + uncommitted changes"
