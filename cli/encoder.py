@@ -61,12 +61,19 @@ def train_encoder(
     eval_sts: Path | None = typer.Option(None, help="STS-B-format file to evaluate on."),
 ) -> None:
     """Train the encoder contrastively (InfoNCE, in-batch + hard negatives). Resumable."""
+    from encoder.dataset import check_drop, source_names
     from encoder.train import TrainConfig, train
 
     if (data is None) == (corpus is None):
         raise typer.BadParameter("give --data (training from the data) or --corpus (adapting)")
     if corpus is not None and init is None:
         raise typer.BadParameter("--corpus adapts a trained encoder: give --init too")
+    drop = [n.strip() for n in drop_sources.split(",") if n.strip()]
+    if drop and data is not None and (names := source_names(data)) is not None:
+        try:  # a bundle's names are known before anything loads (else train() checks)
+            check_drop(drop, names)
+        except ValueError as e:
+            raise typer.BadParameter(str(e), param_hint="--drop-sources") from None
     arch = {"vocab_size": vocab_size, "d_model": d_model, "n_layers": n_layers, "n_heads": n_heads,
                 "d_ff": d_ff, "max_tokens": max_tokens, "pooling": pooling, "name": name}
     cfg = TrainConfig(
@@ -75,7 +82,7 @@ def train_encoder(
         warmup_steps=warmup_steps, temperature=temperature, max_query_tokens=max_query_tokens,
         max_doc_tokens=max_doc_tokens, hard_negatives=hard_negatives, mine_at=mine_at,
         mine_every=mine_every, mine_pairs=mine_pairs, lexical_share=lexical_share,
-        drop_sources=[n.strip() for n in drop_sources.split(",") if n.strip()],
+        drop_sources=drop,
         matryoshka=[int(m) for m in matryoshka.split(",") if m.strip()],
         checkpoint_every=checkpoint_every, seed=seed, device=device, stop_after=stop_after,
         arch=arch, budget_s=budget_s,

@@ -15,6 +15,7 @@ import json
 import logging
 import lzma
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -92,6 +93,28 @@ class Bundle:
         sources = [Source(m["name"], m["weight"], m["retrieval"], arrays[f"{i}.q"],
                           arrays[f"{i}.d"], arrays[f"{i}.neg"]) for i, m in enumerate(meta)]
         return cls(texts, sources)
+
+    def without(self, names: Sequence[str]) -> Bundle:
+        """The bundle without the sources named (an ablation); the texts stay as they are.
+        Raises ValueError for a name it lacks, or when nothing would be left."""
+        check_drop(names, [s.name for s in self.sources])
+        return Bundle(self.texts, [s for s in self.sources if s.name not in set(names)])
+
+
+def source_names(folder: str | Path) -> list[str] | None:
+    """The sources of a ``qkv build-pairs`` folder (from its small ``sources.json``), or
+    None when ``folder`` is not one."""
+    meta = Path(folder) / META
+    return [m["name"] for m in json.loads(meta.read_text())] if meta.is_file() else None
+
+
+def check_drop(drop: Sequence[str], names: Sequence[str]) -> None:
+    """ValueError unless every name of ``drop`` is a source and one source is left."""
+    if unknown := sorted(set(drop) - set(names)):
+        raise ValueError(f"no such source to drop: {', '.join(unknown)} "
+                         f"(the sources: {', '.join(sorted(names))})")
+    if not set(names) - set(drop):
+        raise ValueError("every source dropped: nothing to train on")
 
 
 def _cut(text: str, max_words: int) -> str:

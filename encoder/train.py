@@ -136,12 +136,7 @@ def load_bundle(cfg: TrainConfig) -> Bundle:
     else:
         bundle = Bundle.from_sources(build_sources(cfg.data_dir, cfg.seed))
     if cfg.drop_sources:
-        if unknown := sorted(set(cfg.drop_sources) - (names := {s.name for s in bundle.sources})):
-            raise ValueError(f"no such source to drop: {', '.join(unknown)} "
-                             f"(the sources: {', '.join(sorted(names))})")
-        if not (kept := [s for s in bundle.sources if s.name not in cfg.drop_sources]):
-            raise ValueError("every source dropped: nothing to train on")
-        bundle.sources = kept
+        bundle = bundle.without(cfg.drop_sources)
     share = cfg.lexical_share
     lex = [s for s in bundle.sources if s.name.startswith("lex-")]
     rest = [s for s in bundle.sources if not s.name.startswith("lex-")]

@@ -65,3 +65,19 @@ def test_eval_encoder_modes_search_through_milvus_lite(
     bad = CliRunner().invoke(app, ["eval-encoder", "--model", str(tiny_encoder_dir), "--beir",
                                    str(data_dir / "beir/scifact"), "--mode", "sparse"])
     assert bad.exit_code != 0 and "dense, bm25, hybrid" in bad.output
+
+
+def test_train_encoder_refuses_a_source_the_bundle_lacks_before_loading_it(
+        tmp_path: Path) -> None:
+    bundle = tmp_path / "bundle"  # only sources.json: the refusal must come before the load
+    bundle.mkdir()
+    (bundle / "sources.json").write_text(json.dumps(
+        [{"name": "sts-b", "weight": 1.0, "retrieval": False, "pairs": 3},
+         {"name": "lex-reuters", "weight": 1.0, "retrieval": True, "pairs": 3}]))
+    for drop, says in (("sts-b,nope", "no such source to drop: nope"),
+                       ("sts-b,lex-reuters", "every source dropped")):
+        result = CliRunner().invoke(app, ["train-encoder", "--data", str(bundle), "--out",
+                                          str(tmp_path / "run"), "--drop-sources", drop])
+        assert result.exit_code == 2, result.output
+        assert says in " ".join(result.output.replace("│", " ").split())  # rich may wrap
+    assert not (tmp_path / "run").exists()
