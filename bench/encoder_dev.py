@@ -23,6 +23,7 @@ from __future__ import annotations
 import argparse
 import csv
 import os
+import shlex
 import sys
 import time
 from pathlib import Path
@@ -205,7 +206,7 @@ def main() -> None:
         env = "".join(f"{k}={os.environ[k]} " for k in ("QKV_NO_BF16", "QKV_ONNX_ACTIVATIONS")
                       if os.environ.get(k))
         cmd = env + "python bench/encoder_dev.py --data DATA " + " ".join(
-            (["--public"] if args.public else []) + [f"--dims {args.dims}"]
+            (["--public"] if args.public else []) + [f"--dims {shlex.quote(args.dims)}"]
             + ([f"--backends {args.backends}"] if args.backends else [])
             + ([f"--idf-texts {args.idf_texts}"] if args.idf_texts else [])
             + ([f"--collections {args.collections}"] if extra else [])
