@@ -46,6 +46,7 @@ from encoder.tokenizer import bundle_tokenizer, load_tokenizer
 
 log = logging.getLogger(__name__)
 BUDGET_PROBE = 5  # steps timed before a time budget (TrainConfig.budget_s) sets the rest
+TOKEN_CACHE = "token-cache"  # beside the run's folder: runs side by side tokenise the bundle once
 
 
 @dataclass
@@ -291,7 +292,9 @@ def train(cfg: TrainConfig, on_step: Callable[[int, int], None] | None = None) -
     arch = EncoderConfig(**{**arch.to_dict(), "vocab_size": tok.get_vocab_size()})
     cfg.max_query_tokens = min(cfg.max_query_tokens, arch.max_tokens)
     cfg.max_doc_tokens = min(cfg.max_doc_tokens, arch.max_tokens)
-    table = TokenTable(tok, bundle.texts, max(cfg.max_query_tokens, cfg.max_doc_tokens))
+    table = TokenTable.cached(tok, bundle.texts, max(cfg.max_query_tokens, cfg.max_doc_tokens),
+                              None if cfg.corpus or not (Path(cfg.data_dir) / META).is_file()
+                              else out.parent / TOKEN_CACHE)
     sources = bundle.sources
     model = TransformerEncoder(arch)
     if init:

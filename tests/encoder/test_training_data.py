@@ -121,6 +121,30 @@ def test_bundle_round_trip_and_token_table(tmp_path: Path) -> None:
         assert row[:len(w)] == w and all(v == 0 for v in row[len(w):])
 
 
+def test_token_table_cache_is_read_back_only_for_the_same_inputs(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    tok = train_tokenizer(["q one q two doc one doc two"] * 20, vocab_size=300)
+    texts = ["a much longer text than the others here", "short", "q two"]
+    made = TokenTable.cached(tok, texts, 5, tmp_path)
+    assert len(list(tmp_path.glob("tokens-*.npz"))) == 1
+    assert not list(tmp_path.glob("*.tmp*"))
+    monkeypatch.setattr(TokenTable, "__init__", lambda *a, **k: pytest.fail("tokenised again"))
+    read = TokenTable.cached(tok, texts, 5, tmp_path)
+    assert (read.ids == made.ids).all() and (read.offsets == made.offsets).all()
+    monkeypatch.undo()
+    for other in ((tok, texts, 4), (tok, [*texts[:2], "q one"], 5)):  # new key, new file
+        TokenTable.cached(*other, tmp_path)
+    assert len(list(tmp_path.glob("tokens-*.npz"))) == 3
+    (tmp_path / "ro").mkdir()
+
+    def refuse(*a: object, **k: object) -> None:
+        raise PermissionError("read-only")
+
+    monkeypatch.setattr(np, "savez", refuse)  # a folder it cannot write (root ignores modes)
+    plain = TokenTable.cached(tok, texts, 5, tmp_path / "ro")
+    assert (plain.ids == made.ids).all() and not list((tmp_path / "ro").iterdir())
+
+
 def test_duplicates_are_left_out_of_the_loss() -> None:
     torch.manual_seed(0)
     q = F.normalize(torch.randn(3, 8), dim=-1)
