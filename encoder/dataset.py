@@ -184,3 +184,12 @@ class TokenTable:
 
     def lengths(self, rows: np.ndarray) -> np.ndarray:
         return self.offsets[rows + 1] - self.offsets[rows]
+
+
+def tokenise_bundle(folder: str | Path, cache: str | Path, max_tokens: int) -> TokenTable:
+    """A ``qkv build-pairs`` folder's texts tokenised with its tokenizer into ``cache``
+    (:meth:`TokenTable.cached`), before training runs that start side by side read it."""
+    from encoder.tokenizer import load_tokenizer
+
+    return TokenTable.cached(load_tokenizer(Path(folder) / "tokenizer.json"),
+                             Bundle.load(folder).texts, max_tokens, cache)

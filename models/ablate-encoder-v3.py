@@ -61,10 +61,8 @@ train(TrainConfig(data_dir=bundle, out_dir=out, steps=int(steps), batch_size=102
 WARM = """
 import logging, sys
 logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
-from encoder.dataset import Bundle, TokenTable
-from encoder.tokenizer import load_tokenizer
-TokenTable.cached(load_tokenizer(sys.argv[1] + "/tokenizer.json"), Bundle.load(sys.argv[1]).texts,
-                  192, sys.argv[2] + "/token-cache")
+from encoder.dataset import tokenise_bundle
+tokenise_bundle(sys.argv[1], sys.argv[2] + "/token-cache", 192)
 """
 KEPT = ("steps", "steps_per_second", "mining_share", "loader_wait_share",
         "gpu_busy_percent_mean", "final_loss_ema", "final_acc_ema", "drop_sources",
