@@ -12,16 +12,19 @@ from it with numpy.
 from __future__ import annotations
 
 import hashlib
+import inspect
 import json
 import logging
 import lzma
 import os
 import time
+import unicodedata
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
+import tokenizers
 import torch
 from tokenizers import Tokenizer
 
@@ -153,10 +156,12 @@ class TokenTable:
         a lent GPU each of several runs side by side spent 37-58 s tokenising the bundle."""
         if folder is None:
             return cls(tok, texts, max_tokens)
-        key = hashlib.sha1(f"{tok.to_str()}\0{max_tokens}\0{len(texts)}".encode())
+        # what the ids depend on: the cleaning code, the tokenizer (and its library), the texts
+        key = hashlib.sha1("\0".join([
+            inspect.getsource(clean_text), tokenizers.__version__, unicodedata.unidata_version,
+            tok.to_str(), str(max_tokens), str(len(texts))]).encode())
         for t in texts:
             key.update(t.encode("utf-8", "surrogatepass") + b"\0")
-        Path(folder).mkdir(parents=True, exist_ok=True)
         path = Path(folder) / f"tokens-{key.hexdigest()[:16]}.npz"
         if path.is_file():
             with np.load(path) as f:
@@ -167,6 +172,7 @@ class TokenTable:
         table = cls(tok, texts, max_tokens)
         tmp = path.with_suffix(f".{os.getpid()}.tmp.npz")  # several runs may write at once
         try:
+            path.parent.mkdir(parents=True, exist_ok=True)
             np.savez(tmp, ids=table.ids, offsets=table.offsets)
             tmp.replace(path)
         except OSError as e:  # a folder it cannot write: train without the cache
