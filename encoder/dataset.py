@@ -34,6 +34,7 @@ from encoder.tokenizer import clean_text
 log = logging.getLogger(__name__)
 
 TEXTS, ARRAYS, META = "texts.jsonl.xz", "pairs.npz", "sources.json"
+TOKEN_CACHE = "token-cache"  # beside a run's folder: runs side by side tokenise a bundle once
 
 
 @dataclass
@@ -103,7 +104,8 @@ class Bundle:
         """The bundle without the sources named (an ablation); the texts stay as they are.
         Raises ValueError for a name it lacks, or when nothing would be left."""
         check_drop(names, [s.name for s in self.sources])
-        return Bundle(self.texts, [s for s in self.sources if s.name not in set(names)])
+        drop = set(names)
+        return Bundle(self.texts, [s for s in self.sources if s.name not in drop])
 
 
 def source_names(folder: str | Path) -> list[str] | None:
@@ -192,10 +194,11 @@ class TokenTable:
         return self.offsets[rows + 1] - self.offsets[rows]
 
 
-def tokenise_bundle(folder: str | Path, cache: str | Path, max_tokens: int) -> TokenTable:
-    """A ``qkv build-pairs`` folder's texts tokenised with its tokenizer into ``cache``
-    (:meth:`TokenTable.cached`), before training runs that start side by side read it."""
+def tokenise_bundle(folder: str | Path, runs: str | Path, max_tokens: int) -> TokenTable:
+    """A ``qkv build-pairs`` folder's texts tokenised with its tokenizer into the token
+    cache of the runs under ``runs`` (:meth:`TokenTable.cached`, ``runs/TOKEN_CACHE``, where
+    ``encoder.train`` looks), before training runs that start side by side read it."""
     from encoder.tokenizer import load_tokenizer
 
     return TokenTable.cached(load_tokenizer(Path(folder) / "tokenizer.json"),
-                             Bundle.load(folder).texts, max_tokens, cache)
+                             Bundle.load(folder).texts, max_tokens, Path(runs) / TOKEN_CACHE)

@@ -36,7 +36,7 @@ from encoder.checkpoint import (
     save_training_state,
 )
 from encoder.config import EncoderConfig
-from encoder.dataset import META, Bundle, Source, TokenTable
+from encoder.dataset import META, TOKEN_CACHE, Bundle, Source, TokenTable
 from encoder.device import autocast, pick_device
 from encoder.losses import InfoNCE, Matryoshka, duplicates
 from encoder.mining import mine_rows
@@ -46,7 +46,6 @@ from encoder.tokenizer import bundle_tokenizer, load_tokenizer
 
 log = logging.getLogger(__name__)
 BUDGET_PROBE = 5  # steps timed before a time budget (TrainConfig.budget_s) sets the rest
-TOKEN_CACHE = "token-cache"  # beside the run's folder: runs side by side tokenise the bundle once
 
 
 @dataclass

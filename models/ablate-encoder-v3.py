@@ -62,7 +62,7 @@ WARM = """
 import logging, sys
 logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
 from encoder.dataset import tokenise_bundle
-tokenise_bundle(sys.argv[1], sys.argv[2] + "/token-cache", 192)
+tokenise_bundle(sys.argv[1], sys.argv[2], 192)
 """
 KEPT = ("steps", "steps_per_second", "mining_share", "loader_wait_share",
         "gpu_busy_percent_mean", "final_loss_ema", "final_acc_ema", "drop_sources",

@@ -26,7 +26,7 @@ if command -v nvidia-smi >/dev/null; then
 fi
 if [ "$#" -gt 1 ] && [ -f "$PAIRS/sources.json" ]; then  # tokenised once, read by every run
   $PY -c 'import sys; from encoder.dataset import tokenise_bundle
-tokenise_bundle(sys.argv[1], sys.argv[2] + "/token-cache", 192)' "$PAIRS" "$OUT"
+tokenise_bundle(sys.argv[1], sys.argv[2], 192)' "$PAIRS" "$OUT"
 fi
 pids=()
 trap 'kill "${pids[@]}" ${SMI:-} 2>/dev/null; exit 124' TERM INT

@@ -147,15 +147,15 @@ def test_token_table_cache_is_read_back_only_for_the_same_inputs(
 
 def test_runs_side_by_side_read_the_bundle_tokenised_once(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from encoder.dataset import tokenise_bundle
-    from encoder.train import TOKEN_CACHE, TrainConfig, train
+    from encoder.dataset import TOKEN_CACHE, tokenise_bundle
+    from encoder.train import TrainConfig, train
 
     src = [PairSource("a", [(f"q {i} one", f"doc {i} one") for i in range(8)], 0.5),
            PairSource("b", [(f"q {i} two", f"doc {i} two") for i in range(8)], 0.5, True)]
     folder = Bundle.from_sources(src).save(tmp_path / "bundle")
     tok = train_tokenizer(["q one q two doc one doc two 0 1 2 3 4 5 6 7"] * 20, vocab_size=300)
     tok.save(str(folder / "tokenizer.json"))
-    tokenise_bundle(folder, tmp_path / "runs" / TOKEN_CACHE, 192)
+    tokenise_bundle(folder, tmp_path / "runs", 192)
     assert len(list((tmp_path / "runs" / TOKEN_CACHE).glob("tokens-*.npz"))) == 1
     monkeypatch.setattr(TokenTable, "__init__", lambda *a, **k: pytest.fail("tokenised again"))
     out = train(TrainConfig(data_dir=str(folder), out_dir=str(tmp_path / "runs/x"), steps=2,
