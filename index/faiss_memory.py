@@ -24,13 +24,13 @@ class Memory:
     def __init__(self, info: CollectionInfo, index_type: str, hnsw_m: int) -> None:
         self.info, self.index_type, self.hnsw_m = info, index_type, hnsw_m
         self.items: dict[str, Item] = {}
-        self._index: Any = None
-        self._ids: list[str] = []
+        self._index: tuple[Any, list[str]] | None = None  # faiss index, its rows' ids
         self._bm25: tuple[BM25Index, list[str]] | None = None
         # each item's analysed text as term ids, kept across rebuilds (the vocabulary grows)
         self._vocab: dict[str, int] = {}
         self._terms: dict[str, np.ndarray] = {}
         self._lock = threading.Lock()  # a write never lands inside a BM25 build
+        self._writes = 0  # counts applied writes: an index built across one is not kept
 
     def apply(self, record: dict[str, Any]) -> None:
         with self._lock:
@@ -43,6 +43,7 @@ class Memory:
                 for i in record["ids"]:  # stored ids
                     self.items.pop(i, None)
                     self._terms.pop(i, None)
+            self._writes += 1
             self._index = None
             self._bm25 = None
 
@@ -62,20 +63,25 @@ class Memory:
         return built
 
     def index(self) -> tuple[Any, list[str]]:
-        index, ids = self._index, self._ids
-        if index is None:  # built whole before it is published: other threads may search
+        built = self._index
+        if built is None:  # built whole before it is published: other threads may search
             d = self.info.dim
-            ids = list(self.items)
-            xb = np.stack([self.items[i].vector for i in ids]) if ids else (
-                np.zeros((0, d), np.float32))
+            with self._lock:
+                writes, ids = self._writes, list(self.items)
+                xb = np.stack([self.items[i].vector for i in ids]) if ids else (
+                    np.zeros((0, d), np.float32))
+            index: Any
             if self.index_type == "hnsw":
                 index = faiss.IndexHNSWFlat(d, self.hnsw_m, faiss.METRIC_INNER_PRODUCT)
                 index.hnsw.efConstruction = 200
             else:
                 index = faiss.IndexFlatIP(d)
             index.add(xb)
-            self._ids, self._index = ids, index
-        return index, ids
+            built = (index, ids)
+            with self._lock:  # a write applied meanwhile made this one stale: not kept
+                if self._writes == writes:
+                    self._index = built
+        return built
 
 
 def encode_item(it: Item) -> dict[str, Any]:

@@ -22,6 +22,7 @@ import logging
 import os
 import random
 import shutil
+import threading
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import replace
 from pathlib import Path
@@ -67,16 +68,30 @@ class FaissStore:
         self.index_type, self.hnsw_m, self.ef = index_type, hnsw_m, ef
         self.backend = f"faiss-{index_type}"
         self._open: dict[str, Memory] = {}
+        # opening a collection, and each write's log append with its apply, happen under
+        # the collection's lock: two first requests after a start must not each replay the
+        # log and publish their own copy (one would lose the other's acknowledged write),
+        # and the in-memory order of writes must be the log's
+        self._locks: dict[str, threading.RLock] = {}
         self._aliases = AliasCache(self._read_aliases)  # aliases.json under the root
 
     def _dir(self, name: str) -> Path:
         check_collection_name(name)
         return self.root / name
 
+    def _lock(self, name: str) -> threading.RLock:
+        return self._locks.setdefault(name, threading.RLock())  # setdefault is atomic
+
     def _load(self, name: str) -> Memory:
         name = self._aliases.resolve(name)
-        if name in self._open:
-            return self._open[name]
+        col = self._open.get(name)
+        if col is not None:
+            return col
+        with self._lock(name):
+            col = self._open.get(name)
+            return col if col is not None else self._read(name)
+
+    def _read(self, name: str) -> Memory:
         path = self._dir(name)
         if not (path / "collection.json").is_file():
             raise CollectionNotFoundError(f"no collection {name!r}")
@@ -127,15 +142,22 @@ class FaissStore:
         line = dict(record)
         if record["op"] == "upsert":
             line["items"] = [encode_item(it) for it in record["items"]]
-        with open(self._dir(name) / "log.jsonl", "a", encoding="utf-8") as f:
-            f.write(json.dumps(line) + "\n")
-            f.flush()
-            os.fsync(f.fileno())
-        self._load(name).apply(record)
+        text = json.dumps(line) + "\n"
+        with self._lock(name):
+            col = self._load(name)
+            with open(self._dir(name) / "log.jsonl", "a", encoding="utf-8") as f:
+                f.write(text)
+                f.flush()
+                os.fsync(f.fileno())
+            col.apply(record)
 
     def compact(self, collection: str) -> None:
         """Fold the log into a fresh snapshot (written aside, then renamed into place)."""
         col = self._load(collection)
+        with self._lock(col.info.name):  # no write lands between the snapshot and the unlink
+            self._compact(col)
+
+    def _compact(self, col: Memory) -> None:
         path = self._dir(col.info.name)
         ids = list(col.items)
         vectors = (np.stack([col.items[i].vector for i in ids]) if ids
@@ -178,8 +200,9 @@ class FaissStore:
 
     def drop(self, collection: str) -> None:
         check_drop(self.list_aliases(), collection)
-        self._open.pop(collection, None)
-        shutil.rmtree(self._dir(collection), ignore_errors=True)
+        with self._lock(collection):
+            self._open.pop(collection, None)
+            shutil.rmtree(self._dir(collection), ignore_errors=True)
 
     def list_collections(self) -> list[str]:
         return sorted(p.name for p in self.root.iterdir() if (p / "collection.json").is_file())
