@@ -2,13 +2,17 @@
 three encoders against the same service with one.
 
 Usage: python bench/encoders_load.py --data ../shared/data [--seconds 20] [--clients 16]
+       [--rounds 1]
 
 Two derived encoders are written into the service's encoders directory (the shipped one
 renamed, its weights scaled by 1.01: another fingerprint, the same cost). One server, three
 wrk runs of ``POST /v1/embeddings`` (one sentence a request, real texts): A, every request
 for the default encoder; B, requests cycling over the three encoders (each has its own
-batcher, so a batch holds one encoder's texts); A again (the machine drifts). Reported:
-requests/s of B against the mean of the two A runs, and the server's RSS with one encoder
+batcher, so a batch holds one encoder's texts); A again (the machine drifts). With
+``--rounds N``, N B runs each followed by an A run (A B A B ... A): the machine here drifts
+by ±6 % between runs of one kind, so one round cannot tell a few per cent apart. Reported:
+each B's requests/s against the mean of the A runs either side of it (the median of those
+ratios over the rounds), and the server's RSS with one encoder
 loaded against three, next to what the two extra encoders' weights take in memory. Prints a
 markdown section and records it with the figures (``bench/machine.py``).
 """
@@ -18,6 +22,7 @@ from __future__ import annotations
 import argparse
 import shlex
 import shutil
+import statistics
 import sys
 from pathlib import Path
 
@@ -61,6 +66,8 @@ def main() -> None:
     ap.add_argument("--model", default="models/encoder-default")
     ap.add_argument("--seconds", type=float, default=20.0)
     ap.add_argument("--clients", type=int, default=16)
+    ap.add_argument("--rounds", type=int, default=1,
+                    help="three-encoder runs, each between two one-encoder runs")
     add_results_arg(ap)
     args = ap.parse_args()
     home = VAR / "encoders-load"
@@ -73,37 +80,44 @@ def main() -> None:
     mixed = [{"input": t, "model": names[i % 3]} for i, t in enumerate(texts)]
     server = Server(str(home / "qkv.db"), args.model, {"QKV_ENCODERS_LOADED": "3"})
     try:
-        a1 = run_load(server, "one encoder", "/v1/embeddings", one, args.clients, args.seconds)
+        ones = [run_load(server, "one encoder", "/v1/embeddings", one, args.clients,
+                         args.seconds)]
         rss_one = rss_mb(server)
-        b = run_load(server, "three encoders", "/v1/embeddings", mixed, args.clients,
-                     args.seconds)
-        rss_three = rss_mb(server)
-        a2 = run_load(server, "one encoder again", "/v1/embeddings", one, args.clients,
-                      args.seconds)
+        threes = []
+        for _ in range(args.rounds):
+            threes.append(run_load(server, "three encoders", "/v1/embeddings", mixed,
+                                   args.clients, args.seconds))
+            rss_three = rss_mb(server)
+            ones.append(run_load(server, "one encoder again", "/v1/embeddings", one,
+                                 args.clients, args.seconds))
     finally:
         server.stop()
-    base = (a1.rps + a2.rps) / 2
+    ratios = [b.rps / ((ones[r].rps + ones[r + 1].rps) / 2) for r, b in enumerate(threes)]
+    ratio = float(statistics.median(ratios))
     extra = weights / 2**20
     command = shlex.join(["python", "bench/encoders_load.py", *sys.argv[1:]])
     lines = [f"## Three encoders in one service ({stamp()})", "", f"`{command}`", "",
              f"`POST /v1/embeddings`, one sentence a request, {args.clients} wrk connections, "
              f"{args.seconds:.0f} s each.", "",
              "| run | requests/s | p50 ms | p99 ms | errors |", "|---|---|---|---|---|"]
-    for load in (a1, b, a2):
+    for load in [x for pair in zip(ones, threes, strict=False) for x in pair] + ones[-1:]:
         lines.append(f"| {load.name} | {load.rps:.0f} | {load.p50:.1f} | {load.p99:.1f} | "
                      f"{load.errors or 0} |")
-    lines += ["", f"Three encoders: **{b.rps / base:.3f} ×** the requests/s of one (mean of "
-              f"the runs before and after). RSS with one loaded {rss_one:.0f} MB, with three "
-              f"{rss_three:.0f} MB: **{rss_three / (rss_one + extra):.3f} ×** one plus the two "
-              f"extra encoders' fp32 weights ({extra:.0f} MB)."]
+    each = (f" (the median of {', '.join(f'{x:.3f}' for x in ratios)})"
+            if len(ratios) > 1 else "")
+    lines += ["", f"Three encoders: **{ratio:.3f} ×** the requests/s of one (against the mean "
+              f"of the runs before and after){each}. RSS with one loaded {rss_one:.0f} MB, "
+              f"with three {rss_three:.0f} MB: **{rss_three / (rss_one + extra):.3f} ×** one "
+              f"plus the two extra encoders' fp32 weights ({extra:.0f} MB)."]
     section = "\n".join(lines)
     print(section)
     fig: dict[str, object] = {
-        "three_x_one_req_per_s": round(b.rps / base, 3),
+        "three_x_one_req_per_s": round(ratio, 3), "rounds": args.rounds,
+        "three_x_one_each": [round(x, 3) for x in ratios],
         "rss_three_x_one_plus_weights": round(rss_three / (rss_one + extra), 3),
         "rss_one_mb": round(rss_one), "rss_three_mb": round(rss_three),
         "extra_weights_mb": round(extra), "clients": args.clients, "seconds": args.seconds}
-    for key, load in (("one", a1), ("three", b), ("one_again", a2)):
+    for key, load in (("one", ones[0]), ("three", threes[-1]), ("one_again", ones[-1])):
         fig |= {f"{key}_req_per_s": round(load.rps), f"{key}_p50_ms": round(load.p50, 1),
                 f"{key}_p99_ms": round(load.p99, 1), f"{key}_errors": sum(load.errors.values())}
     record("encoders_load", command, fig, section=section, results=args.results)
