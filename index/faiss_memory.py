@@ -1,10 +1,24 @@
 """The in-memory side of :class:`index.faiss_store.FaissStore`: one collection's items and
-the faiss and BM25 indexes built over them on demand, and the items' form in its log."""
+the faiss and BM25 indexes built over them on demand, and the items' forms on disk (the
+log's records and the snapshot).
+
+A snapshot is a folder ``snapshot-N`` (``vectors.npy`` and ``items.jsonl``, row for row)
+that ``snapshot.json`` names; a new one is written whole beside the old, then named in one
+step (:func:`write_snapshot`), so a kill at any point leaves a complete snapshot named. The
+log's records are applied on top of whichever is named: replaying a record that a snapshot
+already holds changes nothing, so the log may be removed after the switch. Stores written
+before snapshots had folders keep theirs at the collection's top level until their first
+compaction."""
 
 from __future__ import annotations
 
 import base64
+import json
+import os
+import shutil
 import threading
+from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import faiss
@@ -96,3 +110,63 @@ def decode_item(d: dict[str, Any]) -> Item:
     vec = np.frombuffer(base64.b64decode(d["v"]), dtype=np.float32).copy()
     return Item(id=d["id"], vector=vec, text=d["text"], value=d["value"] or None,
                 metadata=d["metadata"], tenant=d.get("tenant"))
+
+
+def _snapshot(path: Path) -> tuple[Path, int]:
+    """The folder of the snapshot a collection at ``path`` has, and its number (0: none, or
+    the files at the top level that stores before numbered snapshots wrote)."""
+    pointer = path / "snapshot.json"
+    if pointer.is_file():
+        n = int(json.loads(pointer.read_text())["snapshot"])
+        return path / f"snapshot-{n}", n
+    return path, 0
+
+
+def read_snapshot(path: Path) -> Iterator[Item]:
+    """The items of the snapshot of the collection at ``path`` (none before the first)."""
+    folder, _ = _snapshot(path)
+    if not (folder / "items.jsonl").is_file():
+        return
+    vectors = np.load(folder / "vectors.npy")
+    with open(folder / "items.jsonl", encoding="utf-8") as f:
+        for row, line in enumerate(f):
+            d = json.loads(line)
+            yield Item(d["id"], vectors[row], d["text"], d["value"] or None, d["metadata"],
+                       d.get("tenant"))
+
+
+def write_snapshot(path: Path, items: list[Item], dim: int) -> None:
+    """``items`` as the next snapshot of the collection at ``path``: written and synced in
+    a folder of its own, then named in ``snapshot.json`` (replaced in one step); the old
+    one's files are removed after."""
+    old, n = _snapshot(path)
+    folder = path / f"snapshot-{n + 1}"
+    shutil.rmtree(folder, ignore_errors=True)  # a compaction killed before its switch
+    folder.mkdir()
+    vectors = (np.stack([it.vector for it in items]) if items
+               else np.zeros((0, dim), np.float32))
+    with open(folder / "vectors.npy", "wb") as f:
+        np.save(f, vectors)
+        f.flush()
+        os.fsync(f.fileno())
+    with open(folder / "items.jsonl", "w", encoding="utf-8") as f:
+        for it in items:
+            f.write(json.dumps({"id": it.id, "text": it.text, "value": it.value,
+                                "metadata": it.metadata, "tenant": it.tenant}) + "\n")
+        f.flush()
+        os.fsync(f.fileno())
+    with open(path / "snapshot.tmp.json", "w", encoding="utf-8") as f:
+        f.write(json.dumps({"snapshot": n + 1}))
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(path / "snapshot.tmp.json", path / "snapshot.json")
+    dir_fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(dir_fd)  # the switch itself survives a power cut
+    finally:
+        os.close(dir_fd)
+    if old == path:
+        for name in ("vectors.npy", "items.jsonl"):
+            (path / name).unlink(missing_ok=True)
+    else:
+        shutil.rmtree(old, ignore_errors=True)

@@ -1,10 +1,11 @@
 """``FaissStore``: the key-value memory in process, flat (exact) or HNSW, on disk.
 
 Each collection is a directory under the store's root: ``collection.json`` (dim, encoder,
-index type, hybrid), a snapshot (``vectors.npy`` + ``items.jsonl``) and a write-ahead log
+index type, hybrid), a snapshot (:mod:`index.faiss_memory`) and a write-ahead log
 ``log.jsonl`` that every upsert and delete appends to and fsyncs before returning, so a
-write that returned survives a kill. Opening replays the log; :meth:`FaissStore.compact`
-folds it into the snapshot. The faiss index is rebuilt lazily after writes. A filtered
+write that returned survives a kill. Opening replays the log, and folds it into a new
+snapshot once it has grown past :data:`COMPACT_LOG_BYTES` (:meth:`FaissStore.compact`), so
+a restart's replay stays short. The faiss index is rebuilt lazily after writes. A filtered
 search is exact over the matching items. With ``index_type="flat"`` this is the exact
 reference that approximate stores' recall is measured against.
 
@@ -31,7 +32,7 @@ from typing import Any
 import numpy as np
 
 from index.aliases import AliasCache, check_create, check_drop, checked_set
-from index.faiss_memory import Memory, decode_item, encode_item
+from index.faiss_memory import Memory, decode_item, encode_item, read_snapshot, write_snapshot
 from index.filters import Filter, matches
 from index.fusion import DEFAULT_DENSE_WEIGHT, DEFAULT_FUSION, candidates, check_fusion, fuse
 from index.store import (
@@ -54,6 +55,7 @@ from index.tenancy import check_tenant, stored_id
 log = logging.getLogger(__name__)
 
 INDEX_TYPES = ("flat", "hnsw")
+COMPACT_LOG_BYTES = 16 * 2**20  # a log this long is folded into the snapshot at open
 
 
 class FaissStore:
@@ -100,16 +102,13 @@ class FaissStore:
         info = CollectionInfo(name, int(meta["dim"]), enc, bool(meta.get("hybrid", False)),
                               bool(meta.get("multi_tenant", False)), meta.get("calibration"))
         col = Memory(info, self.index_type, self.hnsw_m)
-        if (path / "items.jsonl").is_file():
-            vectors = np.load(path / "vectors.npy")
-            with open(path / "items.jsonl", encoding="utf-8") as f:
-                for row, line in enumerate(f):
-                    d = json.loads(line)
-                    it = Item(d["id"], vectors[row], d["text"], d["value"] or None,
-                              d["metadata"], d.get("tenant"))
-                    col.items[stored_id(it.tenant, it.id)] = it
-        for record in self._read_log(path / "log.jsonl"):
+        for it in read_snapshot(path):
+            col.items[stored_id(it.tenant, it.id)] = it
+        log_path = path / "log.jsonl"
+        for record in self._read_log(log_path):
             col.apply(record)
+        if log_path.is_file() and log_path.stat().st_size >= COMPACT_LOG_BYTES:
+            self._compact(col)  # the next open replays none of it
         self._open[name] = col
         return col
 
@@ -152,25 +151,17 @@ class FaissStore:
             col.apply(record)
 
     def compact(self, collection: str) -> None:
-        """Fold the log into a fresh snapshot (written aside, then renamed into place)."""
+        """Fold the log into a fresh snapshot (:func:`index.faiss_memory.write_snapshot`:
+        written aside, then named in one step). Opening a collection does it by itself
+        when the log has grown past :data:`COMPACT_LOG_BYTES`."""
         col = self._load(collection)
         with self._lock(col.info.name):  # no write lands between the snapshot and the unlink
             self._compact(col)
 
     def _compact(self, col: Memory) -> None:
         path = self._dir(col.info.name)
-        ids = list(col.items)
-        vectors = (np.stack([col.items[i].vector for i in ids]) if ids
-                   else np.zeros((0, col.info.dim), np.float32))
-        np.save(path / "vectors.tmp.npy", vectors)
-        with open(path / "items.tmp.jsonl", "w", encoding="utf-8") as f:
-            for i in ids:
-                it = col.items[i]
-                f.write(json.dumps({"id": it.id, "text": it.text, "value": it.value,
-                                    "metadata": it.metadata, "tenant": it.tenant}) + "\n")
-        os.replace(path / "vectors.tmp.npy", path / "vectors.npy")
-        os.replace(path / "items.tmp.jsonl", path / "items.jsonl")
-        (path / "log.jsonl").unlink(missing_ok=True)
+        write_snapshot(path, list(col.items.values()), col.info.dim)
+        (path / "log.jsonl").unlink(missing_ok=True)  # its records are all in the snapshot
 
     # -- VectorStore ------------------------------------------------------------------
     def create(
