@@ -108,7 +108,10 @@ class FaissStore:
         for record in self._read_log(log_path):
             col.apply(record)
         if log_path.is_file() and log_path.stat().st_size >= COMPACT_LOG_BYTES:
-            self._compact(col)  # the next open replays none of it
+            try:
+                self._compact(col)  # the next open replays none of it
+            except OSError as e:  # a full disk: the log still holds every write
+                log.warning("could not fold the log of %r into a snapshot: %s", name, e)
         self._open[name] = col
         return col
 

@@ -55,6 +55,22 @@ def test_a_long_log_is_folded_into_a_snapshot_at_open(tmp_path: Path,
     assert _state(FaissStore(tmp_path / "f")) == want
 
 
+def test_a_compaction_that_cannot_write_leaves_the_log_serving(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    want = _written(tmp_path / "f")
+
+    def full(*args: object) -> None:
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(faiss_store, "COMPACT_LOG_BYTES", 1)
+    monkeypatch.setattr(faiss_store, "write_snapshot", full)
+    store = FaissStore(tmp_path / "f")
+    assert _state(store) == want  # opened from the log, which stays
+    assert (tmp_path / "f" / "c" / "log.jsonl").is_file()
+    store.upsert("c", _items("b", 11))
+    assert FaissStore(tmp_path / "f").count("c") == 49
+
+
 def test_a_compaction_killed_at_any_point_leaves_the_collection_whole(tmp_path: Path) -> None:
     want = _written(tmp_path / "f")
     path = tmp_path / "f" / "c"
