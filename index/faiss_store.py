@@ -332,8 +332,9 @@ class FaissStore:
     def _dense(self, col: Memory, xq: np.ndarray, k: int, keep: Callable[[Item], bool] | None,
                with_vectors: bool) -> list[list[Hit]]:
         if keep is not None:
-            ids = [i for i, it in col.items.items() if keep(it)]
-            xb = (np.stack([col.items[i].vector for i in ids]) if ids
+            kept = [(i, it) for i, it in list(col.items.items()) if keep(it)]  # one copy
+            ids = [i for i, _ in kept]
+            xb = (np.stack([it.vector for _, it in kept]) if kept
                   else np.zeros((0, col.info.dim), np.float32))
             S = xq @ xb.T  # (nq, n) exact scores over the matching items
             order = np.argsort(-S, axis=1, kind="stable")[:, :k]
@@ -345,8 +346,8 @@ class FaissStore:
                 index.hnsw.efSearch = max(self.ef, k)
             D, idx = index.search(xq, min(k, max(len(ids), 1)))
         return [
-            [self._hit(col, ids[j], float(s), with_vectors, "dense")
-             for s, j in zip(D[r], idx[r], strict=True) if j >= 0]
+            [h for s, j in zip(D[r], idx[r], strict=True) if j >= 0
+             if (h := self._hit(col, ids[j], float(s), with_vectors, "dense")) is not None]
             for r in range(len(xq))
         ]
 
@@ -357,15 +358,20 @@ class FaissStore:
 
         def kept(j: int) -> bool:
             assert keep is not None
-            return keep(col.items[ids[j]])
+            it = col.items.get(ids[j])
+            return it is not None and keep(it)
 
-        return [[self._hit(col, ids[j], s, with_vectors, "bm25")
-                 for j, s in index.top(t, k, ids, kept if keep is not None else None)]
+        return [[h for j, s in index.top(t, k, ids, kept if keep is not None else None)
+                 if (h := self._hit(col, ids[j], s, with_vectors, "bm25")) is not None]
                 for t in texts]
 
     @staticmethod
-    def _hit(col: Memory, key: str, score: float, with_vector: bool, side: str) -> Hit:
-        it = col.items[key]
+    def _hit(col: Memory, key: str, score: float, with_vector: bool, side: str
+             ) -> Hit | None:
+        """The hit for ``key``; None if it was deleted since the index was built."""
+        it = col.items.get(key)
+        if it is None:
+            return None
         return Hit(id=it.id, score=score, text=it.text, value=it.value, metadata=dict(it.metadata),
                    vector=it.vector.copy() if with_vector else None, sources={side: score})
 

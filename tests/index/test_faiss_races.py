@@ -83,3 +83,26 @@ def test_an_index_built_across_a_write_is_not_kept(tmp_path: Path,
     store.search("c", late.vector[None, :], k=1)  # builds the index; the write lands
     monkeypatch.setattr(faiss_memory.faiss, "IndexFlatIP", real)
     assert store.search("c", late.vector[None, :], k=1)[0][0].id == late.id
+
+
+def test_a_search_across_a_delete_answers_without_the_deleted_item(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A delete that lands while a search builds its index: that search answers (it used
+    to fail looking up the gone item) and leaves the item out; filtered searches too."""
+    store = FaissStore(tmp_path / "f")
+    store.create("c", DIM)
+    items = _items("base", 20, 0)
+    store.upsert("c", items)
+    real = faiss_memory.faiss.IndexFlatIP
+
+    class DeleteMidBuild(real):  # type: ignore[misc, valid-type]
+        def add(self, xb: np.ndarray) -> None:
+            super().add(xb)
+            if store.count("c") == 20:
+                store.delete("c", ["base-0"])  # as another thread's delete would
+
+    monkeypatch.setattr(faiss_memory.faiss, "IndexFlatIP", DeleteMidBuild)
+    hits = store.search("c", items[0].vector[None, :], k=5)[0]
+    assert hits and "base-0" not in [h.id for h in hits]
+    monkeypatch.setattr(faiss_memory.faiss, "IndexFlatIP", real)
+    assert "base-0" not in [h.id for h in store.search("c", items[0].vector[None, :], k=5)[0]]
