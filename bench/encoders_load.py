@@ -70,6 +70,8 @@ def main() -> None:
                     help="three-encoder runs, each between two one-encoder runs")
     add_results_arg(ap)
     args = ap.parse_args()
+    if args.rounds < 1:
+        ap.error("--rounds must be at least 1")
     home = VAR / "encoders-load"
     shutil.rmtree(home, ignore_errors=True)
     (home / "encoders").mkdir(parents=True)
