@@ -265,8 +265,8 @@ def _gpu_busy() -> float | None:
 
 def train(cfg: TrainConfig, on_step: Callable[[int, int], None] | None = None) -> Path:
     """Run training; returns the checkpoint directory (``cfg.out_dir``). ``on_step(done,
-    steps)`` is called after every step (``steps`` as cut to a time budget), for a job's
-    progress."""
+    steps)`` is called after every step (``steps`` as cut to a time budget), and again if
+    the cut ends the run at the step just done, for a job's progress."""
     rank, world = _rank()
     device = pick_device(cfg.device)
     if world > 1:
@@ -331,7 +331,9 @@ def train(cfg: TrainConfig, on_step: Callable[[int, int], None] | None = None) -
                              fit, rate)
                 cfg.steps = end = max(fit, step)
                 mine_from = int(cfg.mine_at * cfg.steps) if cfg.hard_negatives else end + 1
-                if step >= end:
+                if step >= end:  # the progress said more: it ends here
+                    if on_step is not None:
+                        on_step(step, end)
                     break
         if step >= mine_from and (last_mine is None or step - last_mine >= cfg.mine_every):
             t_mine, last_mine = time.time(), step

@@ -117,6 +117,32 @@ def test_a_time_budget_holds_when_steps_slow_down_after_the_first(
     assert meta["training"]["steps"] == len(seen)
 
 
+def test_a_budget_spent_at_a_check_ends_the_run_and_says_so(
+        data_dir: Path, tmp_path: Path, tiny_encoder_dir: Path) -> None:
+    """A step so slow that the budget is gone at the next check: the run ends there, and
+    the progress's last word is that step of that many (it said more the step before)."""
+    import time
+
+    seen: list[tuple[int, int]] = []
+
+    def stall_at_ten(done: int, steps: int) -> None:
+        seen.append((done, steps))
+        if done == 10:
+            time.sleep(3.5)  # past the whole budget: the check at 10 cuts there
+
+    words = "dog cat park river horse field city train music garden light stone".split()
+    corpus = tmp_path / "corpus.jsonl"
+    corpus.write_text("".join(json.dumps({"title": "", "text": " ".join(
+        words[(i * k) % len(words)] for k in range(1, 40))}) + "\n" for i in range(300)))
+    cfg = _cfg(data_dir, tmp_path / "run", steps=1000, mine_at=1.0, checkpoint_every=1000,
+               budget_s=3.0, corpus=str(corpus), init_from=str(tiny_encoder_dir))
+    out = train(cfg, on_step=stall_at_ten)
+    ran = json.loads((out / "config.json").read_text())["training"]["steps"]
+    assert ran in (5, 10)  # 10; 5 where the set-up alone took most of the budget
+    assert seen[-2][0] == ran and seen[-2][1] > ran  # what the progress said then
+    assert seen[-1] == (ran, ran)
+
+
 def test_dropped_sources_leave_the_bundle_and_unknown_names_are_refused(
         data_dir: Path, tmp_path: Path) -> None:
     from encoder.train import load_bundle
