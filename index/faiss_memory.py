@@ -26,6 +26,7 @@ import numpy as np
 
 from index.analysis import analyze
 from index.bm25 import BM25Index, term_ids
+from index.ranges import write_json
 from index.store import CollectionInfo, Item
 from index.tenancy import stored_id
 
@@ -155,11 +156,7 @@ def write_snapshot(path: Path, items: list[Item], dim: int) -> None:
                                 "metadata": it.metadata, "tenant": it.tenant}) + "\n")
         f.flush()
         os.fsync(f.fileno())
-    with open(path / "snapshot.tmp.json", "w", encoding="utf-8") as f:
-        f.write(json.dumps({"snapshot": n + 1}))
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(path / "snapshot.tmp.json", path / "snapshot.json")
+    write_json(path / "snapshot.json", {"snapshot": n + 1})  # synced, renamed into place
     dir_fd = os.open(path, os.O_RDONLY)
     try:
         os.fsync(dir_fd)  # the switch itself survives a power cut
