@@ -12,7 +12,8 @@ the bulk job's: 256 sentences sorted by length) it times, on the encoder's defau
 - graph: ``InferenceSession.run``, split by ONNX Runtime's own profiler into stages:
   int8 products (MatMulIntegerToFloat), per-token quantisation (the range, scale and
   QuantizeLinear around each product, and the rescale and bias after it), attention
-  (MultiHeadAttention and the gathers that pad and unpad around it), layer norms, GELU,
+  (QAttention, which does the q, k, v product too, or MultiHeadAttention, and the
+  gathers that pad and unpad around it), layer norms, GELU,
   residual adds, embedding lookup and pooling;
 - token bag: ``add_token_bag``;
 - Python: what ``encode`` costs beyond those (sorting, grouping, copies, normalising).
@@ -56,8 +57,9 @@ def stage_of(node: str, op: str) -> str:
     """The stage a graph node belongs to (by the names ``build_graph`` gives them)."""
     if op == "MatMulIntegerToFloat":
         return "int8 products"
-    if op == "MultiHeadAttention" or any(k in node for k in (".qkv_bt", ".split", ".att")):
-        return "attention"
+    if op in ("MultiHeadAttention", "QAttention") or any(
+            k in node for k in (".qkv_bt", ".split", ".att")):
+        return "attention"  # with QAttention, the q, k, v product too
     if node.endswith((".h1", ".h2")) or node == "hf":
         return "layer norm"
     if node.endswith(".g") or op in ("Gelu", "BiasGelu"):  # ORT fuses the bias add in

@@ -43,6 +43,7 @@ TITLES = {
     "encode_speed": "Encoding speed against all-MiniLM-L6-v2",
     "encoder_dev": "Encoder dev scores",
     "encoders_load": "Three encoders in one service",
+    "graph_ab": "The encoder graph against an earlier commit's",
     "first_start": "First start until the demo answers",
     "fusion": "Hybrid fusion on dev sets",
     "hybrid": "Hybrid search latency on Milvus Lite",

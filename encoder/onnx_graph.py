@@ -6,10 +6,14 @@ rebuilds the same network from the loaded weights as an ONNX graph of ONNX Runti
 fused operators, its linear layers in int8:
 
 - embeddings × √d + the sinusoidal positions, as :meth:`TransformerEncoder.forward`;
-- per block: LayerNorm → the q, k, v projections as one product → ``MultiHeadAttention``
-  (fp32; the padding given as each text's length; written out as MatMul, Softmax and
-  MatMul per head instead, it ran 0.89-0.96 x as fast) → output projection → residual →
-  LayerNorm → fc1 → GELU → fc2 → residual;
+- per block: LayerNorm → ``QAttention``: the q, k, v projections as one int8 product and
+  the attention (fp32, the padding given as each text's length) in one operator, over the
+  texts padded to the longest → output projection → residual → LayerNorm → fc1 → GELU →
+  fc2 → residual. It replaced the product over the packed tokens, their copy to the padded
+  layout, a Split and ``MultiHeadAttention`` (which the per-token and fp32 graphs keep;
+  written out as MatMul, Softmax and MatMul per head, that ran 0.89-0.96 x as fast): the
+  graph ran 1.09-1.22 x as fast at batches of 1-256 texts, with 1 or 2 threads, the vectors
+  the same to 1e-6 (AMD EPYC, 2 cores, ``bench/graph_ab.py``);
 - the final LayerNorm and the attention pooling, folded: the learned query times the key
   projection is one vector u, a token's score h·u (the key bias's term is the same for
   every token of a text and cancels in the softmax), kept in fp32 like the pooled sum.
@@ -43,13 +47,11 @@ median token's in every layer, so one range loses little resolution. ``bench/enc
 kept) the cosine fell (min 0.998): the wider steps cost more than the rare clipping they
 avoid. ``token`` keeps the per-token ranges.
 
-**GELU** in the int8 graph is ONNX Runtime's ``FastGelu`` (the tanh approximation, its
-bias fused) where the network was trained with the exact (erf) one, which the fp32 graph
-keeps: on 2,000 Reuters sentences on 2 cores (Intel
-AVX-512 VNNI) the graph ran 2-6 % faster in three runs, and the vectors' cosine to fp32 was
-the same to 1e-6 (min 0.99981, mean 0.99992), as the int8 rounding dominates; the dev
-sets' nDCG@10 and Spearman moved by at most 0.0007 (``bench/encoder_dev.py --backends
-onnx``, before and after).
+**GELU** in the int8 graph is ``FastGelu`` (the tanh approximation, its bias fused); the
+network was trained with the exact (erf) one, which the fp32 graph keeps. On 2,000 Reuters
+sentences (2 cores, Intel AVX-512 VNNI) the graph ran 2-6 % faster, the vectors' cosine to
+fp32 the same to 1e-6, as the int8 rounding dominates; the dev sets' nDCG@10 and Spearman
+moved by at most 0.0007 (``bench/encoder_dev.py --backends onnx``, before and after).
 
 The vectors are not bit-identical to torch's: ``tests/encoder/test_onnx_graph.py`` holds
 them close (cosine) to the fp32 network's and ``bench/encoder_dev.py --backends`` measures
@@ -76,8 +78,8 @@ ENV = "QKV_ENCODER_BACKEND"
 W_LEVELS = 64  # weights in -64..64: 2 × 255 × 64 fits the int16 pair sums of AVX2
 A_LEVELS = 127  # a token's activations in 128 ± 127 (uint8, symmetric around 128)
 A_ZERO = 128
-GRAPH_VERSION = 3  # bumped when the graph changes what it costs (2: FastGelu, 3: static
-# activation ranges), so a cached backend choice (encoder.backend_pick) is timed again
+GRAPH_VERSION = 4  # bumped when the graph changes what it costs (2: FastGelu, 3: static
+# activation ranges, 4: QAttention), so a cached backend choice (backend_pick) is timed again
 ACTIVATIONS_ENV = "QKV_ONNX_ACTIVATIONS"  # static (default): calibrated ranges; token
 CALIBRATION = Path(__file__).with_name("calibration.txt.gz")
 
@@ -182,6 +184,18 @@ def build_graph(model: TransformerEncoder, int8: bool = True,
         nodes.append(helper.make_node(op, ins, [out], name=out, domain=domain, **attrs))
         return out
 
+    def int8_weight(w: np.ndarray, prefix: str) -> tuple[str, str]:
+        """W (N, K) as int8 (K, N) with one scale per output (module doc)."""
+        w_scale = np.maximum(np.abs(w).max(axis=1), 1e-12) / W_LEVELS
+        w_q = np.clip(np.rint(w / w_scale[:, None]), -W_LEVELS, W_LEVELS).astype(np.int8)
+        return init(f"{prefix}.wq", w_q.T), init(f"{prefix}.wscale", w_scale.astype(f32))
+
+    def quantise(x: str, out: str) -> tuple[str, str]:
+        """x in uint8 at ``out``'s calibrated range: (its scale, x quantised)."""
+        assert ranges is not None
+        a_scale = init(f"{out}.ascale", np.array(max(ranges[out], 1e-12) / A_LEVELS, f32))
+        return a_scale, node("QuantizeLinear", [x, a_scale, "a_zero"], f"{out}.xq")
+
     def linear(x: str, prefix: str, out: str, weight: np.ndarray | None = None,
                with_bias: bool = True) -> str:
         """x @ W.T (+ b); with ``int8`` x is quantised per token (each token's own max |x|
@@ -191,13 +205,9 @@ def build_graph(model: TransformerEncoder, int8: bool = True,
         if not int8:
             mm = node("MatMul", [x, init(f"{prefix}.w", w.T.astype(f32))], f"{out}.mm")
             return node("Add", [mm, b], out) if b else mm
-        w_scale = np.maximum(np.abs(w).max(axis=1), 1e-12) / W_LEVELS  # one per output
-        w_q = np.clip(np.rint(w / w_scale[:, None]), -W_LEVELS, W_LEVELS).astype(np.int8)
-        w_q_name = init(f"{prefix}.wq", w_q.T)
-        w_scale_name = init(f"{prefix}.wscale", w_scale.astype(f32))
+        w_q_name, w_scale_name = int8_weight(w, prefix)
         if ranges is not None and out in ranges:  # one calibrated range (module doc)
-            a_scale = init(f"{out}.ascale", np.array(max(ranges[out], 1e-12) / A_LEVELS, f32))
-            x_q = node("QuantizeLinear", [x, a_scale, "a_zero"], f"{out}.xq")
+            a_scale, x_q = quantise(x, out)
             y = node("MatMulIntegerToFloat", [x_q, w_q_name, a_scale, w_scale_name, "a_zero"],
                      f"{out}.mm", domain="com.microsoft")
             return node("Add", [y, b], out) if b else y
@@ -222,32 +232,41 @@ def build_graph(model: TransformerEncoder, int8: bool = True,
         init("tiny", np.array(1e-12, f32))
         init("a_scale", np.array(1.0 / A_LEVELS, f32))
         init("a_zero", np.array(A_ZERO, np.uint8))
+        init("w_zero", np.array(0, np.int8))
     init("embed", (sd["embed.weight"] * d**0.5).astype(f32))
     init("pos", model.positions.table.numpy().astype(f32))
     x = node("Add", [node("Gather", ["embed", "ids"], "tok"),
                      node("Gather", ["pos", "positions"], "pos_t")], "x0")
     init("split3", np.array([d, d, d], np.int64))
-    init("none_3d", np.zeros((1, 3 * d), f32))
-    init("none_d", np.zeros((1, d), f32))
     init("flat_d", np.array([-1, d], np.int64))
+    init("one", np.array([1], np.int64))  # padded places read the last token: see padded
+    node("Min", ["pad_index", node("Sub", [node("Shape", ["ids"], "n_ids"), "one"], "n_last")],
+         "pad_real")
 
-    def padded(flat: str, none: str, out: str) -> str:
-        """(N, k) → (B, T, k): a row of ``none`` at the padded places."""
-        return node("Gather", [node("Concat", [flat, none], f"{out}.ext", axis=0),
-                               "pad_index"], out)
+    def padded(flat: str, out: str) -> str:
+        """(N, k) → (B, T, k), a real token's row at the padded places (attention masks them
+        by the lengths and drops their rows, pooling weighs them 0): no zero row copied in."""
+        return node("Gather", [flat, "pad_real"], out)
 
     for i in range(c.n_layers):
         p = f"blocks.{i}"
         h = layer_norm(x, f"{p}.ln1", f"{p}.h1")
         qkv_w = np.concatenate([sd[f"{p}.attn.q_proj.weight"], sd[f"{p}.attn.kv_proj.weight"]])
-        qkv_b = np.concatenate([sd[f"{p}.attn.q_proj.bias"], sd[f"{p}.attn.kv_proj.bias"]])
-        qkv = linear(h, f"{p}.qkv", f"{p}.qkv", qkv_w, with_bias=False)
-        nodes.append(helper.make_node("Split", [padded(qkv, "none_3d", f"{p}.qkv_bt"),
-                                                "split3"], [f"{p}.q", f"{p}.k", f"{p}.v"],
-                                      name=f"{p}.split", axis=-1))
-        a = node("MultiHeadAttention", [f"{p}.q", f"{p}.k", f"{p}.v",
-                                        init(f"{p}.qkv.b", qkv_b.astype(f32)), "lengths"],
-                 f"{p}.att_bt", domain="com.microsoft", num_heads=c.n_heads)
+        qkv_b = init(f"{p}.qkv.b", np.concatenate([sd[f"{p}.attn.q_proj.bias"],
+                                                    sd[f"{p}.attn.kv_proj.bias"]]).astype(f32))
+        if int8 and ranges is not None and f"{p}.qkv" in ranges:  # one operator (module doc)
+            a_scale, x_q = quantise(h, f"{p}.qkv")
+            w_q, w_scale = int8_weight(qkv_w, f"{p}.qkv")
+            a = node("QAttention", [padded(x_q, f"{p}.qkv_bt"), w_q, qkv_b, a_scale, w_scale,
+                                    "lengths", "a_zero", "w_zero"],
+                     f"{p}.att_bt", domain="com.microsoft", num_heads=c.n_heads)
+        else:
+            qkv = linear(h, f"{p}.qkv", f"{p}.qkv", qkv_w, with_bias=False)
+            nodes.append(helper.make_node("Split", [padded(qkv, f"{p}.qkv_bt"), "split3"],
+                                          [f"{p}.q", f"{p}.k", f"{p}.v"], name=f"{p}.split",
+                                          axis=-1))
+            a = node("MultiHeadAttention", [f"{p}.q", f"{p}.k", f"{p}.v", qkv_b, "lengths"],
+                     f"{p}.att_bt", domain="com.microsoft", num_heads=c.n_heads)
         a = node("Gather", [node("Reshape", [a, "flat_d"], f"{p}.att_flat"), "back_index"],
                  f"{p}.att")
         x = node("Add", [x, linear(a, f"{p}.attn.out_proj", f"{p}.o")], f"{p}.x1")
@@ -266,11 +285,13 @@ def build_graph(model: TransformerEncoder, int8: bool = True,
     init("axis1", np.array([1], np.int64))
     init("axis2", np.array([2], np.int64))
     init("none_score", np.array([[-1e9]], f32))  # padding: no weight after the softmax
-    masked = node("Squeeze", [padded(node("MatMul", [h, "pool.u"], "pool_score"), "none_score",
-                                     "pool_score_bt"), "axis2"], "s_masked")
+    score = node("Concat", [node("MatMul", [h, "pool.u"], "pool_score"), "none_score"],
+                 "pool_score.ext", axis=0)  # N: the padded places' row
+    masked = node("Squeeze", [node("Gather", [score, "pad_index"], "pool_score_bt"), "axis2"],
+                  "s_masked")
     alpha = node("Softmax", [masked], "alpha", axis=-1)
     pooled = node("MatMul", [node("Unsqueeze", [alpha, "axis1"], "alpha3"),
-                             padded(h, "none_d", "hf_bt")], "pool_sum")
+                             padded(h, "hf_bt")], "pool_sum")
     node("Squeeze", [pooled, "axis1"], "vec")
     amax = [helper.make_tensor_value_info(n.output[0], TensorProto.FLOAT, ["n", 1])
             for n in nodes if n.output[0].endswith(".amax")] if ranges_out else []

@@ -68,16 +68,20 @@ def test_weights_are_seven_bit_so_no_cpu_overflows_int16_pairs(
     import onnx
     from onnx import numpy_helper
 
-    proto = build_graph(fast.model)  # the graph the session was made from
-    quantized = [numpy_helper.to_array(t) for t in proto.graph.initializer
-                 if t.data_type == onnx.TensorProto.INT8]
-    assert len(quantized) == 4 * 4  # qkv, out, fc1, fc2 of each of the 4 blocks
-    # uint8 activations × int8 weights, summed in pairs into int16: 2 × 255 × 64 = 32,640
-    # fits in 32,767; an 8-bit weight (127) could overflow on CPUs without VNNI
-    # one scale per output feature (a column of the stored (in, out) matrix): each uses the range
-    assert all((np.abs(w.astype(np.int32)).max(axis=0) == 64).all() for w in quantized)
-    ops = [n.op_type for n in proto.graph.node]
-    assert ops.count("MatMulIntegerToFloat") == 16 and ops.count("MatMul") == 2  # pooling
+    assert fast._onnx is not None and fast._onnx.activations == "static"
+    served = onnx.load_from_string(fast._onnx.graph_bytes())  # the graph the session runs
+    for proto, products in ((build_graph(fast.model), 16), (served, 12)):  # per token; static
+        quantized = [numpy_helper.to_array(t) for t in proto.graph.initializer
+                     if t.data_type == onnx.TensorProto.INT8 and len(t.dims) == 2]
+        assert len(quantized) == 4 * 4  # qkv, out, fc1, fc2 of each of the 4 blocks
+        # uint8 activations × int8 weights, summed in pairs into int16: 2 × 255 × 64 = 32,640
+        # fits in 32,767; an 8-bit weight (127) could overflow on CPUs without VNNI
+        # one scale per output feature (a column of the stored (in, out) matrix) uses the range
+        assert all((np.abs(w.astype(np.int32)).max(axis=0) == 64).all() for w in quantized)
+        ops = [n.op_type for n in proto.graph.node]
+        assert ops.count("MatMulIntegerToFloat") == products and ops.count("MatMul") == 2
+        # static: each block's q, k, v product runs inside QAttention
+        assert ops.count("QAttention") == 16 - products
 
 
 def test_order_weights_and_batches(fast: encoder.TextEncoder) -> None:
@@ -192,7 +196,10 @@ def test_calibrated_ranges_and_per_token_ranges(
 
     static, token = ops(build_graph(fast.model, True, ranges)), ops(build_graph(fast.model))
     assert static.count("ReduceMax") == 0 and token.count("ReduceMax") == 4 * layers
-    assert len(token) - len(static) == 4 * layers * 7
+    # seven operators fewer a product; QAttention does the q, k, v product, the split and
+    # the attention in one (two operators fewer a block)
+    assert len(token) - len(static) == 4 * layers * 7 + 2 * layers
+    assert static.count("QAttention") == layers and "MultiHeadAttention" not in static
     monkeypatch.setenv(ACTIVATIONS_ENV, "token")
     per_token = encoder.load(MODEL, device="cpu", backend="onnx")
     assert per_token._onnx is not None and per_token._onnx.activations == "token"
