@@ -63,7 +63,6 @@ from __future__ import annotations
 import gzip
 import importlib.util
 import os
-import threading
 from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -295,6 +294,7 @@ def build_graph(model: TransformerEncoder, int8: bool = True,
     node("Squeeze", [pooled, "axis1"], "vec")
     amax = [helper.make_tensor_value_info(n.output[0], TensorProto.FLOAT, ["n", 1])
             for n in nodes if n.output[0].endswith(".amax")] if ranges_out else []
+    used = {name for n in nodes for name in n.input}  # those only the other graph kind uses
     graph = helper.make_graph(
         nodes, "qkv-encoder",
         [helper.make_tensor_value_info("ids", TensorProto.INT64, ["n"]),
@@ -304,86 +304,11 @@ def build_graph(model: TransformerEncoder, int8: bool = True,
          helper.make_tensor_value_info("back_index", TensorProto.INT64, ["n"])],
         [helper.make_tensor_value_info("vec", TensorProto.FLOAT, ["b", d]),
          helper.make_tensor_value_info("alpha", TensorProto.FLOAT, ["b", "t"]), *amax],
-        inits)
+        [t for t in inits if t.name in used])
     proto = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17),
                                                     helper.make_opsetid("com.microsoft", 1)])
     proto.ir_version = 8
     return proto
-
-
-class OnnxForward:
-    """The network's inference forward on ONNX Runtime: (B, T) padded ids → (unnormalised
-    vectors (B, d), pooling weights (B, T)). One session per intra-op thread count (read
-    from torch's setting at each call, as the torch path follows it); ``run`` may be
-    called from several threads at once.
-
-    ``spin``: whether ONNX Runtime's intra-op threads spin-wait for the next operator
-    (its default) or sleep. Spinning is faster when the encoder has the cores to itself
-    and slower when other threads need them: on 2 cores, offline batches ran 1.2 x faster
-    spinning, and the HTTP service (its event loop beside the encoder) served 1.2-1.4 x
-    more /v1/embeddings requests with it off (bench/history/, API load). Set it before
-    the first call (the sessions are made then).
-
-    The serialised graph (``model_bytes``, ~19 MB) is dropped once a session holds it, and
-    built again from ``model`` only if another thread count asks for a second session: a
-    service keeping several encoders (issue 38) does not keep each graph twice.
-
-    ``calibration``: token id lists to calibrate the int8 graph's activation ranges on
-    (:func:`calibrate`; ``TextEncoder`` gives :func:`calibration_texts` unless
-    ``$QKV_ONNX_ACTIVATIONS`` is ``token``); without them the ranges are per token.
-    ``activations`` says which the graph has."""
-
-    def __init__(self, model: TransformerEncoder, int8: bool = True, spin: bool = True,
-                 calibration: Sequence[Sequence[int]] | None = None) -> None:
-        self._model, self._int8 = model, int8
-        static = int8 and bool(calibration)
-        self._ranges = calibrate(model, calibration or []) if static else None
-        self.activations = "static" if static else "token" if int8 else "fp32"
-        self.model_bytes: bytes | None = self.graph_bytes()
-        self.spin = spin
-        self.arena = True  # ONNX Runtime's memory arena (off: less memory, see set_arena)
-        self.threads: int | None = None  # threads a call runs on; None: torch's setting
-        self._sessions: dict[tuple[int, bool], Any] = {}
-        self._lock = threading.Lock()
-
-    def session(self, threads: int) -> Any:
-        key = (threads, self.spin)
-        with self._lock:
-            if key not in self._sessions:
-                import onnxruntime as ort
-
-                opts = ort.SessionOptions()
-                opts.intra_op_num_threads = threads
-                opts.inter_op_num_threads = 1
-                opts.log_severity_level = 3
-                opts.enable_cpu_mem_arena = self.arena
-                opts.add_session_config_entry("session.intra_op.allow_spinning",
-                                              "1" if self.spin else "0")
-                graph = self.model_bytes or self.graph_bytes()
-                self._sessions[key] = ort.InferenceSession(
-                    graph, opts, providers=["CPUExecutionProvider"])
-                self.model_bytes = None
-            return self._sessions[key]
-
-    def graph_bytes(self) -> bytes:
-        """The serialised graph this forward runs (built anew from the weights)."""
-        serialised: bytes = build_graph(self._model, self._int8, self._ranges).SerializeToString()
-        return serialised
-
-    def keep_only(self, threads: int) -> None:
-        """Drop the sessions made for other thread counts (each holds the whole network):
-        a service that settled on one count after timing another keeps one session."""
-        with self._lock:
-            for key in [k for k in self._sessions if k[0] != threads]:
-                del self._sessions[key]
-
-    def __call__(self, seqs: Sequence[Sequence[int]]) -> tuple[np.ndarray, np.ndarray]:
-        """Token id lists (each at least one) → (B, d) vectors, (B, T) pooling weights."""
-        import torch
-
-        threads = self.threads or torch.get_num_threads()
-        vec, alpha = self.session(threads).run(["vec", "alpha"], pack(seqs))
-        return vec, alpha
 
 
 def pack(seqs: Sequence[Sequence[int]]) -> dict[str, np.ndarray]:

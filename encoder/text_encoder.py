@@ -16,7 +16,8 @@ from encoder.checkpoint import LoadedModel, read_checkpoint
 from encoder.config import EncoderConfig
 from encoder.device import autocast
 from encoder.model import TransformerEncoder
-from encoder.onnx_graph import OnnxForward, activations_mode, calibration_texts, pick_backend
+from encoder.onnx_graph import activations_mode, calibration_texts, pick_backend
+from encoder.onnx_session import OnnxForward
 from encoder.tokenizer import clean_text
 
 log = logging.getLogger(__name__)
@@ -141,7 +142,7 @@ class TextEncoder(LoadedModel):
         """Whether the onnx backend's threads spin-wait between operators (the default:
         fastest when encoding has the cores to itself) or sleep, leaving the cores to the
         process's other threads, as a server's event loop needs (see
-        :class:`encoder.onnx_graph.OnnxForward`). Torch's path is not affected."""
+        :class:`encoder.onnx_session.OnnxForward`). Torch's path is not affected."""
         self._spin = spin
         if self._onnx is not None:
             self._onnx.spin = spin
