@@ -37,6 +37,7 @@ REQUIRED = ("date", "machine", "command", "commit", "figures")
 TITLES = {
     "adapt": "Adapting the encoder to a collection",
     "api_load": "API load: wrk against `qkv serve`",
+    "avx2_qemu": "The int8 graph on an emulated AVX2-only CPU",
     "calibration": "Per-collection hybrid calibration",
     "crasher": "Crasher: kill -9 under writers",
     "encode_gpu": "Encoding on a GPU",
