@@ -35,6 +35,7 @@ from index.aliases import AliasCache, check_create, check_drop, checked_set
 from index.faiss_memory import Memory, decode_item, encode_item, read_snapshot, write_snapshot
 from index.filters import Filter, matches
 from index.fusion import DEFAULT_DENSE_WEIGHT, DEFAULT_FUSION, candidates, check_fusion, fuse
+from index.ranges import write_json
 from index.store import (
     CollectionInfo,
     CollectionNotFoundError,
@@ -76,6 +77,7 @@ class FaissStore:
         # and the in-memory order of writes must be the log's
         self._locks: dict[str, threading.RLock] = {}
         self._aliases = AliasCache(self._read_aliases)  # aliases.json under the root
+        self._alias_lock = threading.Lock()  # each change reads and rewrites the whole file
 
     def _dir(self, name: str) -> Path:
         check_collection_name(name)
@@ -177,15 +179,16 @@ class FaissStore:
             raise ValueError(f"dim must be >= 1, got {dim}")
         if encoder is not None and encoder.dim != dim:
             raise ValueError(f"encoder {encoder.name!r} makes dim {encoder.dim}, not {dim}")
-        if (path / "collection.json").is_file():
-            info = self.describe(collection)
-            check_same(info, exist_ok, dim, encoder, hybrid, multi_tenant)
-            return info
-        path.mkdir(parents=True, exist_ok=True)
-        meta = {"dim": dim, "encoder": encoder.to_dict() if encoder else None,
-                "index_type": self.index_type, "hybrid": bool(hybrid),
-                "multi_tenant": bool(multi_tenant)}
-        _write_meta(path, meta)
+        with self._lock(collection):  # two at once: one makes it, the other finds it
+            if (path / "collection.json").is_file():
+                info = self.describe(collection)
+                check_same(info, exist_ok, dim, encoder, hybrid, multi_tenant)
+                return info
+            path.mkdir(parents=True, exist_ok=True)
+            meta = {"dim": dim, "encoder": encoder.to_dict() if encoder else None,
+                    "index_type": self.index_type, "hybrid": bool(hybrid),
+                    "multi_tenant": bool(multi_tenant)}
+            _write_meta(path, meta)
         return self.describe(collection)
 
     def bm25_available(self) -> bool:
@@ -207,10 +210,11 @@ class FaissStore:
     def set_calibration(self, collection: str, calibration: dict[str, Any] | None) -> None:
         col = self._load(collection)
         path = self._dir(col.info.name)
-        meta = json.loads((path / "collection.json").read_text())
-        meta["calibration"] = calibration
-        _write_meta(path, meta)
-        col.info = replace(col.info, calibration=calibration)
+        with self._lock(col.info.name):  # read, change, rewrite: one at a time
+            meta = json.loads((path / "collection.json").read_text())
+            meta["calibration"] = calibration
+            _write_meta(path, meta)
+            col.info = replace(col.info, calibration=calibration)
 
     def sample(self, collection: str, n: int, seed: int = 0) -> tuple[list[Item], int]:
         col = self._load(collection)
@@ -224,25 +228,25 @@ class FaissStore:
         return dict(json.loads(path.read_text())) if path.is_file() else {}
 
     def _write_aliases(self, aliases: dict[str, str]) -> None:
-        tmp = self.root / "aliases.tmp.json"
-        tmp.write_text(json.dumps(aliases, sort_keys=True))
-        os.replace(tmp, self.root / "aliases.json")
+        write_json(self.root / "aliases.json", dict(sorted(aliases.items())))
         self._aliases.invalidate()
 
     def list_aliases(self) -> dict[str, str]:
         return self._aliases.fresh()
 
     def set_alias(self, alias: str, collection: str) -> str | None:
-        aliases = checked_set(self, alias, collection)
-        before = aliases.get(alias)
-        self._write_aliases({**aliases, alias: collection})
-        return before
+        with self._alias_lock:  # two at once must not each keep only their own
+            aliases = checked_set(self, alias, collection)
+            before = aliases.get(alias)
+            self._write_aliases({**aliases, alias: collection})
+            return before
 
     def drop_alias(self, alias: str) -> None:
-        aliases = self.list_aliases()
-        if aliases.pop(alias, None) is None:
-            raise CollectionNotFoundError(f"no alias {alias!r}")
-        self._write_aliases(aliases)
+        with self._alias_lock:
+            aliases = self.list_aliases()
+            if aliases.pop(alias, None) is None:
+                raise CollectionNotFoundError(f"no alias {alias!r}")
+            self._write_aliases(aliases)
 
     def upsert(
         self, collection: str, items: Sequence[Item], encoder: EncoderInfo | None = None
@@ -380,6 +384,6 @@ class FaissStore:
 
 
 def _write_meta(path: Path, meta: dict[str, Any]) -> None:
-    """``collection.json`` of the collection at ``path``, replaced in one step."""
-    (path / "collection.tmp.json").write_text(json.dumps(meta))
-    os.replace(path / "collection.tmp.json", path / "collection.json")
+    """``collection.json`` of the collection at ``path``, replaced in one step and synced
+    first (a power cut after the rename must not leave it empty)."""
+    write_json(path / "collection.json", meta)

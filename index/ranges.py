@@ -20,6 +20,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import threading
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -153,7 +154,8 @@ def load_or_plan(path: Path, inputs: Sequence[Path], fields: Fields, fmt: str | 
 def write_json(path: Path, data: Any) -> None:
     """Write ``data`` whole or not at all: a temporary file, flushed, then renamed."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")  # a
+    # temporary file of its own: two writers of one path at once each rename a whole file
     with open(tmp, "w", encoding="utf-8") as f:
         json.dump(data, f, ensure_ascii=False)
         f.flush()

@@ -106,3 +106,27 @@ def test_a_search_across_a_delete_answers_without_the_deleted_item(
     assert hits and "base-0" not in [h.id for h in hits]
     monkeypatch.setattr(faiss_memory.faiss, "IndexFlatIP", real)
     assert "base-0" not in [h.id for h in store.search("c", items[0].vector[None, :], k=5)[0]]
+
+
+def test_aliases_set_at_once_are_all_kept(tmp_path: Path,
+                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each alias change reads aliases.json and writes it back whole: two at once each kept
+    only their own. The read is held open here so that every change overlaps the others."""
+    import index.faiss_store as faiss_store
+
+    store = FaissStore(tmp_path)
+    store.create("docs", DIM)
+    checked = faiss_store.checked_set
+
+    def slow_check(*args: object) -> dict[str, str]:
+        aliases = checked(*args)
+        threading.Event().wait(0.05)  # the others read the same file meanwhile
+        return aliases
+
+    monkeypatch.setattr(faiss_store, "checked_set", slow_check)
+    _side_by_side([lambda i=i: store.set_alias(f"a{i}", "docs") for i in range(6)])
+    want = {f"a{i}": "docs" for i in range(6)}
+    assert store.list_aliases() == want
+    assert FaissStore(tmp_path).list_aliases() == want  # and on disk
+    _side_by_side([lambda i=i: store.drop_alias(f"a{i}") for i in range(3)])
+    assert FaissStore(tmp_path).list_aliases() == {f"a{i}": "docs" for i in range(3, 6)}
