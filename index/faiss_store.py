@@ -188,7 +188,7 @@ class FaissStore:
             meta = {"dim": dim, "encoder": encoder.to_dict() if encoder else None,
                     "index_type": self.index_type, "hybrid": bool(hybrid),
                     "multi_tenant": bool(multi_tenant)}
-            _write_meta(path, meta)
+            write_json(path / "collection.json", meta)  # synced, then renamed into place
         return self.describe(collection)
 
     def bm25_available(self) -> bool:
@@ -213,7 +213,7 @@ class FaissStore:
         with self._lock(col.info.name):  # read, change, rewrite: one at a time
             meta = json.loads((path / "collection.json").read_text())
             meta["calibration"] = calibration
-            _write_meta(path, meta)
+            write_json(path / "collection.json", meta)
             col.info = replace(col.info, calibration=calibration)
 
     def sample(self, collection: str, n: int, seed: int = 0) -> tuple[list[Item], int]:
@@ -381,9 +381,3 @@ class FaissStore:
 
     def close(self) -> None:
         self._open.clear()
-
-
-def _write_meta(path: Path, meta: dict[str, Any]) -> None:
-    """``collection.json`` of the collection at ``path``, replaced in one step and synced
-    first (a power cut after the rename must not leave it empty)."""
-    write_json(path / "collection.json", meta)
