@@ -179,18 +179,26 @@ def graph_stages(enc: Any, runs: list[list[list[int]]], threads: int, reps: int
     return {s: spent.get(s, 0.0) / total for s in STAGES}
 
 
+def graph_runs(enc: Any, ids: list[list[int]]) -> list[list[list[int]]]:
+    """The graph runs ``encode(texts, batch_size=max(len, 64))`` makes of a batch's token
+    id lists."""
+    from encoder.text_encoder import _length_groups
+
+    lengths = [len(x) for x in ids]
+    order = sorted(range(len(ids)), key=lambda i: -lengths[i])
+    return [[ids[i] for i in g] for g in _length_groups(order, lengths, max(len(ids), 64),
+                                                        enc.dim, onnx=True)]
+
+
 def profile(enc: Any, name: str, texts: list[str], threads: int, reps: int,
             peak: float) -> dict[str, Any]:
     from encoder.onnx_graph import pack
-    from encoder.text_encoder import _length_groups
 
     ids, _ = enc.tokenize(texts)
     batch = len(texts)
     size = max(batch, 64)
     lengths = [len(x) for x in ids]
-    order = sorted(range(batch), key=lambda i: -lengths[i])
-    runs = [[ids[i] for i in g]  # the graph runs encode() makes of this batch
-            for g in _length_groups(order, lengths, size, enc.dim, onnx=True)]
+    runs = graph_runs(enc, ids)
     feeds = [pack(r) for r in runs]
     assert enc._onnx is not None
     session = enc._onnx.session(threads)

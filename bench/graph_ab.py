@@ -14,7 +14,6 @@ from __future__ import annotations
 import argparse
 import importlib.util
 import os
-import random
 import shlex
 import subprocess
 import sys
@@ -28,6 +27,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT), str(ROOT / "bench")]
 
+from encode_profile import graph_runs, shapes  # noqa: E402
 from encode_speed import sentences  # noqa: E402
 from machine import add_results_arg, record, stamp  # noqa: E402
 
@@ -60,24 +60,16 @@ def main() -> None:
 
     import encoder
     from encoder.onnx_graph import build_graph, pack
-    from encoder.text_encoder import _length_groups
 
     then = graph_at(args.against)
     enc = encoder.load(args.model, device="cpu", backend="onnx")
     assert enc._onnx is not None
     ranges = enc._onnx._ranges
-    texts = sentences(args.data, 2000)
-
-    def runs(spec: str) -> list[list[list[int]]]:
-        rng = random.Random(0)
-        n = int(spec.removeprefix("bulk"))
-        batch = (sorted(rng.sample(texts, n), key=len) if spec.startswith("bulk")
-                 else rng.sample(texts, n))
-        ids, _ = enc.tokenize(batch)
-        lengths = [len(x) for x in ids]
-        order = sorted(range(n), key=lambda i: -lengths[i])
-        return [[ids[i] for i in g]
-                for g in _length_groups(order, lengths, max(n, 64), enc.dim, onnx=True)]
+    batches = []  # (shape, its graph runs' inputs, its tokens)
+    for name, texts in shapes(sentences(args.data, 2000), args.shapes, 0):
+        runs = graph_runs(enc, enc.tokenize(texts)[0])
+        batches.append((name.split(" (")[0], [pack(r) for r in runs],
+                        sum(len(r) for r in runs)))
 
     def session(build: Any, threads: int) -> Any:
         opts = ort.SessionOptions()
@@ -97,13 +89,12 @@ def main() -> None:
     for threads in sorted({1, cores}):
         sessions = {"then": session(then.build_graph, threads),
                     "now": session(build_graph, threads)}
-        for spec in args.shapes.split(","):
-            feeds = [pack(r) for r in runs(spec)]
+        for name, feeds, tokens in batches:
             vec = {k: np.concatenate([s.run(["vec"], f)[0] for f in feeds])
                    for k, s in sessions.items()}
             a, b = (v / np.linalg.norm(v, axis=1, keepdims=True) for v in vec.values())
             cosine = float((a * b).sum(axis=1).min())
-            reps = max(1, 2000 // sum(len(r) for r in runs(spec)))
+            reps = max(1, 2000 // tokens)
             spent: dict[str, list[float]] = {k: [] for k in sessions}
             for r in range(args.rounds):
                 for k in (("then", "now") if r % 2 else ("now", "then")):
@@ -113,7 +104,6 @@ def main() -> None:
                             sessions[k].run(["vec", "alpha"], f)
                     spent[k].append((time.perf_counter() - t) / reps)
             ratio = float(np.median(np.array(spent["then"]) / np.array(spent["now"])))
-            name = f"{'bulk ' + spec[4:] if spec.startswith('bulk') else 'API ' + spec}"
             lines.append(f"| {threads} | {name} | {1e3 * np.median(spent['then']):.2f} | "
                          f"{1e3 * np.median(spent['now']):.2f} | {ratio:.3f} | "
                          f"{cosine:.6f} |")
