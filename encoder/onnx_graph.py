@@ -12,8 +12,8 @@ fused operators, its linear layers in int8:
   fc2 → residual. It replaced the product over the packed tokens, their copy to the padded
   layout, a Split and ``MultiHeadAttention`` (which the per-token and fp32 graphs keep;
   written out as MatMul, Softmax and MatMul per head, that ran 0.89-0.96 x as fast): the
-  graph ran 1.09-1.19 x as fast at batches of 1-256 texts, with 1 or 2 threads, the vectors
-  the same to 1e-6 (AMD EPYC, 2 cores, ``bench/graph_ab.py``);
+  graph ran 1.09-1.20 x as fast at batches of 1-256 texts, with 1 or 2 threads, the vectors
+  the same to 1e-6 (AMD EPYC, 2 cores, ``bench/graph_ab.py``, two runs);
 - the final LayerNorm and the attention pooling, folded: the learned query times the key
   projection is one vector u, a token's score h·u (the key bias's term is the same for
   every token of a text and cancels in the softmax), kept in fp32 like the pooled sum.
