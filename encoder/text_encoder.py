@@ -329,6 +329,8 @@ def _cheapest_cut(order: list[int], lengths: list[int], batch_size: int, run_cos
     """``order`` cut into consecutive batches of at most ``batch_size`` minimising
     Σ (run_cost + Σ (T² - L²)) over the batches (T: a batch's first, longest, length)."""
     n = len(order)
+    if n <= 1:  # nothing to cut (the API's batches of one)
+        return [order] if n else []
     sq = np.array([lengths[i] for i in order], dtype=np.float64) ** 2
     prefix = np.concatenate([[0.0], np.cumsum(sq)])
     best = np.zeros(n + 1)

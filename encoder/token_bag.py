@@ -87,14 +87,31 @@ def term_weights(ids: Sequence[Sequence[int]], idf: np.ndarray
     return r, c, (idf[c] * tf * (K1 + 1) / (tf + K1)).astype(np.float32)
 
 
+# Up to this many texts a bag is a row-by-row product over the texts' own table rows; from
+# more, one sparse product. A served batch is often 1-8 texts (the API's dynamic batches),
+# where building the sparse matrix cost more than the product: per call, 1 text 70 -> 23
+# µs, 2 texts 72 -> 28, 8 texts 92 -> 53; at 32, 64 and 256 texts the sparse product
+# made from the rows' offsets (no coordinate sort) 139 -> 97, 213 -> 147, 553 -> 458 µs
+# (AMD EPYC, the shipped encoder's table, real sentences; ad hoc, 3 passes each)
+ROWWISE_MAX = 8
+
+
 def bags(ids: Sequence[Sequence[int]], idf: np.ndarray, table: np.ndarray) -> np.ndarray:
     """(B, table width) unit rows: each token id list's bag over ``table`` (module doc)."""
     if not ids:
         return np.zeros((0, table.shape[1]), np.float32)
     r, c, w = term_weights(ids, idf)
-    # float32 throughout: a float64 matrix would copy the whole table to float64 per call
-    m = sparse.csr_matrix((w, (r, c)), shape=(len(ids), len(idf)), dtype=np.float32)
-    bag = np.asarray(m @ table.astype(np.float32, copy=False), np.float32)
+    # float32 throughout: a float64 product would copy the whole table to float64 per call
+    table = table.astype(np.float32, copy=False)
+    indptr = np.searchsorted(r, np.arange(len(ids) + 1))  # r is sorted: each text's terms
+    if len(ids) <= ROWWISE_MAX:
+        bag = np.zeros((len(ids), table.shape[1]), np.float32)
+        for row, (s, e) in enumerate(zip(indptr[:-1], indptr[1:], strict=True)):
+            if e > s:
+                bag[row] = w[s:e] @ table[c[s:e]]
+    else:
+        m = sparse.csr_matrix((w, c, indptr), shape=(len(ids), len(idf)), dtype=np.float32)
+        bag = np.asarray(m @ table, np.float32)
     return bag / np.maximum(np.linalg.norm(bag, axis=1, keepdims=True), 1e-12)
 
 

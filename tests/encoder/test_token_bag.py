@@ -9,7 +9,7 @@ from typer.testing import CliRunner
 
 import encoder
 from cli.app import app
-from encoder.token_bag import bags, idf_of
+from encoder.token_bag import ROWWISE_MAX, bags, idf_of
 
 TEXTS = ["the wing flutter at supersonic speed", "a dog runs in the park",
          "supersonic flutter of a thin wing", "children play in a park"]
@@ -24,6 +24,23 @@ def test_idf_and_bags() -> None:
     assert b[0, 6] > b[0, 5] > 0 and b[0, 1] == 0  # tf (saturated) and idf
     assert not b[1].any()  # only specials: a zero bag, the network's vector alone
     assert bags([], idf, table).shape == (0, 8)
+
+
+def test_small_and_large_batches_make_the_same_bags() -> None:
+    """Up to ROWWISE_MAX texts the bags are summed row by row, above it in one sparse
+    product: a text's bag must not depend on which."""
+    rng = np.random.default_rng(0)
+    vocab, width = 50, 16
+    idf = idf_of([rng.integers(0, vocab, 8) for _ in range(30)], vocab, specials=[0])
+    table = rng.standard_normal((vocab, width)).astype(np.float32)
+    ids = [list(rng.integers(0, vocab, rng.integers(1, 12))) for _ in range(3 * ROWWISE_MAX)]
+    ids[5] = [0, 0]  # specials only: a zero bag either way
+    together = bags(ids, idf, table)  # the sparse product
+    alone = np.concatenate([bags([x], idf, table) for x in ids])  # row by row
+    few = np.concatenate([bags(ids[i:i + ROWWISE_MAX], idf, table)
+                          for i in range(0, len(ids), ROWWISE_MAX)])
+    assert np.allclose(together, alone, atol=1e-6) and np.allclose(together, few, atol=1e-6)
+    assert not together[5].any() and np.allclose(np.linalg.norm(together[:5], axis=1), 1)
 
 
 @pytest.fixture()
