@@ -98,6 +98,16 @@ class Load:
         """Successful requests a second."""
         return self.ok / self.seconds if self.seconds else 0.0
 
+    @property
+    def event_loop_cores(self) -> float:
+        """The server's main thread's CPU seconds over the wall seconds."""
+        return self.main_cpu_s / self.seconds if self.seconds else 0.0
+
+    @property
+    def other_cores(self) -> float:
+        """The server's other threads' CPU seconds over the wall seconds."""
+        return (self.server_cpu_s - self.main_cpu_s) / self.seconds if self.seconds else 0.0
+
 
 # Cycles through pre-serialised bodies (one JSON document a line of BODIES); at the end,
 # one JSON line with wrk's totals and latency percentiles (microseconds).
@@ -343,9 +353,8 @@ def figures(offline: dict, loads: dict[str, Load]) -> dict[str, object]:
         out |= {f"{key}_req_per_s": round(ld.rps), f"{key}_p50_ms": round(ld.p50, 1),
                 f"{key}_p99_ms": round(ld.p99, 1), f"{key}_errors": sum(ld.errors.values())}
         if ld.seconds:
-            out |= {f"{key}_event_loop_cores": round(ld.main_cpu_s / ld.seconds, 2),
-                    f"{key}_other_cores": round((ld.server_cpu_s - ld.main_cpu_s)
-                                                / ld.seconds, 2)}
+            out |= {f"{key}_event_loop_cores": round(ld.event_loop_cores, 2),
+                    f"{key}_other_cores": round(ld.other_cores, 2)}
     return out
 
 
@@ -375,8 +384,7 @@ def report(args: argparse.Namespace, argv: str, offline: dict, loads: dict[str, 
             f"{sum(ld.errors.values()) or 0}{' ' + str(ld.errors) if ld.errors else ''} | "
             f"{ld.peak_rss_mb:.0f} | {mean_batch:.1f} | {busy:.0%} | "
             f"{ld.server_cpu_s / n * 1e3:.2f} | {ld.client_cpu_s / n * 1e3:.2f} | "
-            f"{ld.main_cpu_s / ld.seconds:.2f} | "
-            f"{(ld.server_cpu_s - ld.main_cpu_s) / ld.seconds:.2f} |")
+            f"{ld.event_loop_cores:.2f} | {ld.other_cores:.2f} |")
     on, off = loads.get("embeddings"), loads.get("embeddings, batching off")
     if on and off:
         r1, r2 = on.rps / offline["sentences_s"], on.rps / off.rps
