@@ -413,8 +413,8 @@ def report(args: argparse.Namespace, argv: str, offline: dict, loads: dict[str, 
               "`GET /health` (the middleware, routing and a small JSON answer; no "
               "encoder, no store) on the same server with the same clients is what HTTP "
               "alone allows here; earlier records timed `GET /v1/models` instead, whose "
-              "thread-pool hop and directory listing cost 0.43 ms of CPU a request against "
-              "/health's 0.09."]
+              "thread-pool hop and directory listing cost 0.40 ms of CPU a request in the "
+              "last of them."]
     return "\n".join(lines) + "\n"
 
 
