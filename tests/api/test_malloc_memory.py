@@ -1,12 +1,15 @@
 """api.memory: malloc's arenas capped and freed memory trimmed (issue 38's memory target is
 measured by bench/encoders_load.py; here, that the calls reach glibc and respect the user's
-own MALLOC_ARENA_MAX)."""
+own MALLOC_ARENA_MAX); the garbage collector's heap frozen while an app serves (what it
+saves is bench/api_overhead.py's)."""
 
 from __future__ import annotations
 
+import gc
 import platform
 
 import pytest
+from conftest import MakeClient
 
 from api import memory
 
@@ -27,3 +30,16 @@ def test_trim_gives_freed_heap_back() -> None:
     blocks = [bytearray(100_000) for _ in range(200)]  # below mmap's threshold: the heap
     del blocks
     assert memory.trim() is True
+
+
+def test_the_heap_is_frozen_while_an_app_serves_and_thawed_after(make_client: MakeClient) -> None:
+    gc.unfreeze()
+    client = make_client()
+    frozen = gc.get_freeze_count()
+    assert frozen > 10_000  # the encoder, the app and its schemas
+    garbage = [[]]
+    garbage[0].append(garbage)  # a cycle made after startup: still collectable
+    del garbage
+    assert gc.collect() >= 1 and gc.get_freeze_count() == frozen
+    client.__exit__(None, None, None)
+    assert gc.get_freeze_count() == 0

@@ -33,6 +33,14 @@ def test_length_bucketing_restores_input_order(enc: encoder.TextEncoder) -> None
     assert (sims.argmax(axis=1) == np.arange(len(TEXTS))).all()
 
 
+def test_one_text_tokenizes_as_it_does_among_others(enc: encoder.TextEncoder) -> None:
+    # one text takes the tokenizer's single-text call, several its batch call
+    many, cut = enc.tokenize(TEXTS + [" ".join(["horse"] * 300)])
+    for i, text in enumerate(TEXTS + [" ".join(["horse"] * 300)]):
+        assert enc.tokenize([text]) == ([many[i]], [cut[i]])
+    assert cut[-1]  # the long one was cut, in both calls
+
+
 def test_empty_list_gives_zero_rows(enc: encoder.TextEncoder) -> None:
     assert enc.encode([]).shape == (0, enc.dim)
 
