@@ -7,6 +7,9 @@ frees its float16 and dequantisation buffers, which malloc keeps. Measured on 2 
 (three encoders loaded and used from their own threads): 777 MB as is, 620 MB with at most
 two arenas and a trim after each load. Elsewhere than glibc (musl, macOS) both are no-ops.
 ``MALLOC_ARENA_MAX`` in the environment, when set, wins over :func:`cap_arenas`.
+
+And the garbage collector's: what the service holds from startup on is frozen out of its
+full collections (:func:`freeze_heap`).
 """
 
 from __future__ import annotations
@@ -52,9 +55,10 @@ def freeze_heap() -> int:
     250,000 tracked objects) into the garbage collector's permanent generation, where its
     full collections no longer walk them; how many were frozen. Each full collection walked
     them all, holding the GIL for ~120 ms while the encoder threads and the event loop
-    waited: POST /v1/embeddings cost the event loop 310-340 us of CPU a request before,
-    190-240 after (bench/api_overhead.py). Undone by :func:`thaw_heap` at shutdown, so a
-    process that makes and drops many apps (the tests) can still collect their cycles."""
+    waited: POST /v1/embeddings cost the event loop 367 us of CPU a request thawed against
+    220 frozen (bench/api_overhead.py, recorded, AMD EPYC 2 cores). Undone by
+    :func:`thaw_heap` at shutdown, so a process that makes and drops many apps (the tests)
+    can still collect their cycles."""
     gc.collect()
     gc.freeze()
     return gc.get_freeze_count()
