@@ -45,13 +45,13 @@ log = logging.getLogger(__name__)
 
 def _telemetry() -> dict[str, Any]:
     """FastAPI's OpenTelemetry spans and metrics (FastAPI 0.16x), on only where OpenTelemetry
-    is configured from the environment (``OTEL_*``, as ``opentelemetry-instrument`` sets
-    it): else FastAPI asks the global providers on every request whether one was set, which
-    cost POST /v1/embeddings 228 against 215 us of event-loop CPU (in-process rounds
-    alternating, 2 cores, not recorded). Nothing for a FastAPI without it."""
+    is configured from the environment (``OTEL_*``, or FastAPI's ``FASTAPI_OTEL_*``): else
+    FastAPI asks the global providers on every request whether one was set, which cost POST
+    /v1/embeddings 228 against 215 us of event-loop CPU (in-process rounds alternating,
+    2 cores, not recorded). Nothing for a FastAPI without it."""
     if "telemetry" not in inspect.signature(FastAPI.__init__).parameters:
         return {}
-    on = any(k.startswith("OTEL_") for k in os.environ)
+    on = any(k.startswith(("OTEL_", "FASTAPI_OTEL_")) for k in os.environ)
     return {"telemetry": {"tracing": on, "metrics": on, "logs": on}}
 
 

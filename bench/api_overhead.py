@@ -112,10 +112,10 @@ async def measure(texts: list[str], requests: int, rounds: int) -> dict[str, Any
                     await cpu_per_request(embed, requests))
         gc.collect()
         gc.freeze()  # as the service left it, for its shutdown
-    return {"health_us": statistics.median(health_us),
-            "embeddings_frozen_us": statistics.median(frozen),
-            "embeddings_thawed_us": statistics.median(thawed),
-            "thawed_over_frozen": sum(thawed) / sum(frozen),
+    return {"health_us": round(statistics.median(health_us), 1),
+            "embeddings_frozen_us": round(statistics.median(frozen), 1),
+            "embeddings_thawed_us": round(statistics.median(thawed), 1),
+            "thawed_over_frozen": round(sum(thawed) / sum(frozen), 3),
             "frozen_objects": frozen_at_start, "requests": requests, "rounds": rounds,
             "concurrency": CONCURRENCY,
             "frozen_rounds_us": [round(x) for x in frozen],

@@ -21,8 +21,11 @@ def _tracing(tmp_path: Path, tiny_encoder_dir: Path) -> bool:
 
 def test_telemetry_follows_the_opentelemetry_environment(
         monkeypatch: pytest.MonkeyPatch, tmp_path: Path, tiny_encoder_dir: Path) -> None:
-    for key in [k for k in os.environ if k.startswith("OTEL_")]:
+    for key in [k for k in os.environ if k.startswith(("OTEL_", "FASTAPI_OTEL_"))]:
         monkeypatch.delenv(key)
     assert _tracing(tmp_path, tiny_encoder_dir) is False
+    monkeypatch.setenv("FASTAPI_OTEL_AUTO_CONFIGURE", "true")
+    assert _tracing(tmp_path, tiny_encoder_dir) is True
+    monkeypatch.delenv("FASTAPI_OTEL_AUTO_CONFIGURE")
     monkeypatch.setenv("OTEL_SERVICE_NAME", "qkv")
     assert _tracing(tmp_path, tiny_encoder_dir) is True
