@@ -89,6 +89,21 @@ def test_concurrent_creates_of_one_name_make_one(served: tuple[str, Path]) -> No
     assert not [r.text for r in answers if str(tmp) in r.text]
 
 
+def test_request_ids_stay_distinct_across_threads_and_refills() -> None:
+    from api.errors import new_request_id
+
+    got: list[list[str]] = [[] for _ in range(4)]
+    threads = [threading.Thread(target=lambda out=out: out.extend(  # type: ignore[misc]
+        new_request_id() for _ in range(3000))) for out in got]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    ids = [i for out in got for i in out]  # 12,000: about 23 refills of 512
+    assert len(set(ids)) == len(ids)
+    assert all(len(i) == 16 and int(i, 16) >= 0 for i in ids)
+
+
 def test_errors_carry_a_request_id_and_no_path(served: tuple[str, Path]) -> None:
     base, tmp = served
     r = httpx.get(f"{base}/v1/collections/nope", headers={"X-Request-Id": "abc-123"})
