@@ -54,9 +54,10 @@ def freeze_heap() -> int:
     """Collect, then move every object alive now (the encoder, the app, its schemas: about
     250,000 tracked objects) into the garbage collector's permanent generation, where its
     full collections no longer walk them; how many were frozen. Each full collection walked
-    them all, holding the GIL for ~120 ms while the encoder threads and the event loop
-    waited: POST /v1/embeddings cost the event loop 367 us of CPU a request thawed against
-    220 frozen (bench/api_overhead.py, recorded, AMD EPYC 2 cores). Undone by
+    them all, holding the GIL for 138 ms while the encoder threads and the event loop
+    waited: POST /v1/embeddings cost the event loop 356-367 us of CPU a request thawed
+    against 218-220 frozen (bench/api_overhead.py, two recorded runs, AMD EPYC 2 cores).
+    Undone by
     :func:`thaw_heap` at shutdown, so a process that makes and drops many apps (the tests)
     can still collect their cycles."""
     gc.collect()

@@ -13,8 +13,9 @@ which on a real server is the event loop's: what bounds requests/s when the enco
 Routes: ``GET /health`` and ``POST /v1/embeddings`` (one real sentence each, bench/workload's
 sentences). ``/v1/embeddings`` runs in rounds alternating between the heap as the service
 keeps it (frozen at startup, ``api.memory.freeze_heap``) and thawed (``gc.unfreeze``, as
-before): its ratio is the garbage collector's share, side by side. Prints a markdown section
-and records it with the figures (``bench/machine.py``).
+before): its ratio is the garbage collector's share, side by side; and one full collection
+of the thawed heap is timed. Prints a markdown section and records it with the figures
+(``bench/machine.py``).
 """
 
 from __future__ import annotations
@@ -77,6 +78,7 @@ async def cpu_per_request(make: Callable[[int], Any], n: int) -> float:
 async def measure(texts: list[str], requests: int, rounds: int) -> dict[str, Any]:
     import numpy as np
 
+    from api import memory
     from api.app import create_app
     from api.settings import Settings
 
@@ -99,23 +101,25 @@ async def measure(texts: list[str], requests: int, rounds: int) -> dict[str, Any
         await cpu_per_request(embed, 500)  # warm-up
         await cpu_per_request(health, 500)
         health_us = [await cpu_per_request(health, requests) for _ in range(rounds)]
-        frozen: list[float] = []
-        thawed: list[float] = []
+        memory.thaw_heap()
+        t0 = time.perf_counter()
+        gc.collect()  # one full collection of the heap as it was before the freeze
+        full_ms = 1e3 * (time.perf_counter() - t0)
+        us: dict[str, list[float]] = {"frozen": [], "thawed": []}
         for r in range(rounds):
             for mode in ("frozen", "thawed") if r % 2 == 0 else ("thawed", "frozen"):
                 if mode == "frozen":
-                    gc.collect()
-                    gc.freeze()
+                    memory.freeze_heap()
                 else:
-                    gc.unfreeze()
-                (frozen if mode == "frozen" else thawed).append(
-                    await cpu_per_request(embed, requests))
-        gc.collect()
-        gc.freeze()  # as the service left it, for its shutdown
+                    memory.thaw_heap()
+                us[mode].append(await cpu_per_request(embed, requests))
+        memory.freeze_heap()  # as the service left it, for its shutdown
+    frozen, thawed = us["frozen"], us["thawed"]
     return {"health_us": round(statistics.median(health_us), 1),
             "embeddings_frozen_us": round(statistics.median(frozen), 1),
             "embeddings_thawed_us": round(statistics.median(thawed), 1),
             "thawed_over_frozen": round(sum(thawed) / sum(frozen), 3),
+            "full_collection_ms": round(full_ms, 1),
             "frozen_objects": frozen_at_start, "requests": requests, "rounds": rounds,
             "concurrency": CONCURRENCY,
             "frozen_rounds_us": [round(x) for x in frozen],
@@ -150,7 +154,8 @@ once straight into ASGI; main-thread CPU a request, median of {args.rounds} roun
 | POST /v1/embeddings, heap thawed (before the freeze) | {f['embeddings_thawed_us']:.0f} µs |
 
 Thawed over frozen, sum of the alternating rounds: **{f['thawed_over_frozen']:.2f} ×**
-({f['frozen_objects']:,} objects frozen at startup).
+({f['frozen_objects']:,} objects frozen at startup; one full collection of them, thawed,
+took {f['full_collection_ms']:.0f} ms, the GIL held).
 """
     print(section)
     command = "python bench/api_overhead.py " + shlex.join(sys.argv[1:])
