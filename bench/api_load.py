@@ -337,6 +337,13 @@ SHORT = {"embeddings": "embeddings", "HTTP only: GET /health": "http_health",
          "search, Milvus Lite": "search_lite", "search, Milvus 2.3.5 server": "search_server"}
 
 
+def cpu_bound(ld: Load) -> float:
+    """Requests/s were every core busy with this load's CPU a request, the server's and
+    wrk's (both run here): what the service could reach at best at its present cost."""
+    per_request = (ld.server_cpu_s + ld.client_cpu_s) / max(ld.ok, 1)
+    return (os.cpu_count() or 1) / per_request if per_request > 0 else 0.0
+
+
 def figures(offline: dict, loads: dict[str, Load]) -> dict[str, object]:
     """The headline figures of :func:`report`, rounded as it prints them."""
     out: dict[str, object] = {"offline_sentences_per_s": round(offline["sentences_s"])}
@@ -345,6 +352,8 @@ def figures(offline: dict, loads: dict[str, Load]) -> dict[str, object]:
     if on and off:
         out["embeddings_x_offline"] = round(on.rps / offline["sentences_s"], 2)
         out["embeddings_x_batching_off"] = round(on.rps / off.rps, 1)
+    if on and on.ok:
+        out["embeddings_cpu_bound_x_offline"] = round(cpu_bound(on) / offline["sentences_s"], 2)
     if on and spin:
         out["sleeping_x_spinning"] = round(on.rps / spin.rps, 2)
     out["peak_rss_mb"] = round(max((ld.peak_rss_mb for ld in loads.values()), default=0))
@@ -388,11 +397,16 @@ def report(args: argparse.Namespace, argv: str, offline: dict, loads: dict[str, 
     on, off = loads.get("embeddings"), loads.get("embeddings, batching off")
     if on and off:
         r1, r2 = on.rps / offline["sentences_s"], on.rps / off.rps
+        bound = cpu_bound(on)
         lines += ["", f"`/v1/embeddings` with dynamic batching: {on.rps:.0f} sentences/s = "
-                  f"**{r1:.2f} × offline** (target ≥ 0.5: {'met' if r1 >= 0.5 else 'MISSED'}; "
+                  f"**{r1:.2f} × offline** (target ≥ 0.6: {'met' if r1 >= 0.6 else 'MISSED'}; "
                   f"moonshot 0.8: {'met' if r1 >= 0.8 else 'not reached'}), "
                   f"**{r2:.1f} × batching off** (target ≥ 3: {'met' if r2 >= 3 else 'MISSED'}); "
-                  f"errors: {sum(on.errors.values())} and {sum(off.errors.values())}."]
+                  f"errors: {sum(on.errors.values())} and {sum(off.errors.values())}. "
+                  f"At this CPU a request (server and wrk), all {os.cpu_count()} cores busy "
+                  f"would serve {bound:.0f}/s = **{bound / offline['sentences_s']:.2f} × "
+                  f"offline**: the most this cost allows here; the load used "
+                  f"{on.rps / bound:.0%} of it."]
     spin = loads.get("embeddings, encoder threads spin-wait")
     if on and spin:
         lines += [f"The encoder's threads sleeping between operators (the service's default) "
