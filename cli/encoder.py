@@ -49,6 +49,10 @@ def train_encoder(
     budget_s: float | None = typer.Option(
         None, "--budget-s", min=1.0, help="Wall-clock budget: after a few timed steps the run "
         "is cut to the steps that fit (the schedule ends with them)."),
+    grad_cache: int | None = typer.Option(
+        None, "--grad-cache", min=1, help="Encode at most N texts a forward and cache the "
+        "vectors' gradients (gradient caching): a batch larger than memory holds, the same "
+        "gradient, a second forward's time. One process only."),
     vocab_size: int = typer.Option(16384, min=300),
     d_model: int = typer.Option(256, min=8),
     n_layers: int = typer.Option(4, min=1),
@@ -85,7 +89,7 @@ def train_encoder(
         drop_sources=drop,
         matryoshka=[int(m) for m in matryoshka.split(",") if m.strip()],
         checkpoint_every=checkpoint_every, seed=seed, device=device, stop_after=stop_after,
-        arch=arch, budget_s=budget_s,
+        arch=arch, budget_s=budget_s, grad_cache=grad_cache,
     )
     path = train(cfg)
     if eval_beir or eval_sts:

@@ -1,8 +1,10 @@
 """Hard negatives mined from the current model (ANCE-style), repeatedly during training on
-the device (:func:`mine_rows`)."""
+the device (:func:`mine_rows`), and kept beside the training state so that a resumed run goes
+on with them (:func:`save_mined`)."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Protocol
 
 import numpy as np
@@ -43,3 +45,27 @@ def mine_rows(
             if len(cands):
                 out[start + i] = d_rows[int(rng.choice(cands))]
     return out
+
+
+def save_mined(out: Path, step: int, mined: dict[int, np.ndarray], last: int | None) -> None:
+    """The mined negatives beside the training state of ``step`` (``last/mined-STEP.npz``),
+    so that a resumed run goes on with them, exactly as an uninterrupted one."""
+    folder = out / "last"
+    folder.mkdir(parents=True, exist_ok=True)
+    arrays = {str(k): v for k, v in mined.items()}
+    arrays["last"] = np.array(-1 if last is None else last)
+    np.savez(folder / f"mined-{step}.npz", **arrays)  # type: ignore[arg-type]
+    for old in folder.glob("mined-*.npz"):
+        if old.name != f"mined-{step}.npz":
+            old.unlink()
+
+
+def load_mined(out: Path, step: int) -> tuple[dict[int, np.ndarray], int | None]:
+    """The negatives :func:`save_mined` kept for ``step`` ({} and None: none), and the step
+    they were mined at."""
+    path = out / "last" / f"mined-{step}.npz"
+    if step == 0 or not path.is_file():
+        return {}, None
+    with np.load(path) as z:
+        last = int(z["last"])
+        return {int(k): z[k] for k in z.files if k != "last"}, (None if last < 0 else last)

@@ -38,8 +38,9 @@ from encoder.checkpoint import (
 from encoder.config import EncoderConfig
 from encoder.dataset import META, TOKEN_CACHE, Bundle, Source, TokenTable
 from encoder.device import autocast, pick_device
+from encoder.grad_cache import cached_backward
 from encoder.losses import InfoNCE, Matryoshka, duplicates
-from encoder.mining import mine_rows
+from encoder.mining import load_mined, mine_rows, save_mined
 from encoder.model import TransformerEncoder
 from encoder.pairs import build_sources
 from encoder.tokenizer import bundle_tokenizer, load_tokenizer
@@ -82,6 +83,7 @@ class TrainConfig:
     # with it), re-read every BUDGET_PROBE steps; ``steps`` stays the most it may run
     budget_s: float | None = None
     arch: dict[str, Any] = field(default_factory=dict)
+    grad_cache: int | None = None  # texts a forward at most (encoder.grad_cache); None: all
 
 
 class PairForward(torch.nn.Module):
@@ -234,28 +236,6 @@ def mine(model: TransformerEncoder, table: TokenTable, sources: list[Source], cf
     return out
 
 
-def _save_mined(out: Path, step: int, mined: dict[int, np.ndarray], last: int | None) -> None:
-    """The mined negatives beside the training state of ``step`` (``last/mined-STEP.npz``),
-    so that a resumed run goes on with them, exactly as an uninterrupted one."""
-    folder = out / "last"
-    folder.mkdir(parents=True, exist_ok=True)
-    arrays = {str(k): v for k, v in mined.items()}
-    arrays["last"] = np.array(-1 if last is None else last)
-    np.savez(folder / f"mined-{step}.npz", **arrays)  # type: ignore[arg-type]
-    for old in folder.glob("mined-*.npz"):
-        if old.name != f"mined-{step}.npz":
-            old.unlink()
-
-
-def _load_mined(out: Path, step: int) -> tuple[dict[int, np.ndarray], int | None]:
-    path = out / "last" / f"mined-{step}.npz"
-    if step == 0 or not path.is_file():
-        return {}, None
-    with np.load(path) as z:
-        last = int(z["last"])
-        return {int(k): z[k] for k in z.files if k != "last"}, (None if last < 0 else last)
-
-
 def _gpu_busy() -> float | None:
     try:
         return float(torch.cuda.utilization())
@@ -268,6 +248,8 @@ def train(cfg: TrainConfig, on_step: Callable[[int, int], None] | None = None) -
     steps)`` is called after every step (``steps`` as cut to a time budget), and again if
     the cut ends the run at the step just done, for a job's progress."""
     rank, world = _rank()
+    if cfg.grad_cache is not None and (world > 1 or cfg.grad_cache < 1):
+        raise ValueError("grad_cache needs one process and a chunk of at least 1 text")
     device = pick_device(cfg.device)
     if world > 1:
         dist.init_process_group("nccl" if device.type == "cuda" else "gloo")
@@ -306,7 +288,7 @@ def train(cfg: TrainConfig, on_step: Callable[[int, int], None] | None = None) -
         pairs = torch.nn.parallel.DistributedDataParallel(pairs)
     loss_fn = Matryoshka(InfoNCE(cfg.temperature), arch.matryoshka)
     mine_from = int(cfg.mine_at * cfg.steps) if cfg.hard_negatives else cfg.steps + 1
-    mined, last_mine = _load_mined(out, start)
+    mined, last_mine = load_mined(out, start)
     end = cfg.steps if cfg.stop_after is None else min(cfg.steps, start + cfg.stop_after)
     setup_s = time.time() - t_setup
     loader = Loader(table, sources, cfg, rank, start, end, device.type == "cuda")
@@ -354,12 +336,16 @@ def train(cfg: TrainConfig, on_step: Callable[[int, int], None] | None = None) -
         for group in opt.param_groups:
             group["lr"] = lr_at(step, cfg)
         model.train()
-        with autocast(device):
-            q, d, h = pairs(q_ids.to(device, non_blocking=True),
-                            d_ids.to(device, non_blocking=True), h_ids)
-        loss, acc = loss_fn(q, d, h, same)
         opt.zero_grad(set_to_none=True)
-        loss.backward()
+        q_ids, d_ids = q_ids.to(device, non_blocking=True), d_ids.to(device, non_blocking=True)
+        if cfg.grad_cache:  # the same gradient, one chunk's activations at a time
+            loss, acc = cached_backward(model, (q_ids, d_ids, h_ids), loss_fn, cfg.grad_cache,
+                                        device, same)
+        else:
+            with autocast(device):
+                q, d, h = pairs(q_ids, d_ids, h_ids)
+            loss, acc = loss_fn(q, d, h, same)
+            loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
         if on_step is not None:
@@ -372,7 +358,7 @@ def train(cfg: TrainConfig, on_step: Callable[[int, int], None] | None = None) -
             if device.type == "cuda" and step % 100 == 0 and (b := _gpu_busy()) is not None:
                 busy.append(b)
         if rank == 0 and ((step + 1) % cfg.checkpoint_every == 0 or step + 1 == cfg.steps):
-            _save_mined(out, step + 1, mined, last_mine)
+            save_mined(out, step + 1, mined, last_mine)
             save_training_state(out, model, tok, opt, step + 1, asdict(cfg))
     bar.close()
     loader.stop()

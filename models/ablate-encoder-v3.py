@@ -9,8 +9,11 @@ Each run of RUNS (comma-separated, default the four ablations) trains side by si
 one GPU with models/train-encoder-default.sh's recipe (batch 1,024, lr 1e-3, warm-up 300,
 mining from 30 % every 700 steps, 50,000 pairs, Matryoshka 32/64/128, lexical share 0.30,
 seed 1), cut to BUDGET_S seconds (``--budget-s``), without the sources its ablation names,
-or at another temperature. The same runs through the CLI: ``qkv train-encoder ...
---drop-sources A,B --temperature T --budget-s B``. It calls ``encoder.train`` directly:
+or at another temperature; ``b4096`` and ``b8192`` take batches of 4,096 and 8,192 pairs,
+encoded 1,024 texts a forward with gradient caching (``encoder.grad_cache``): in the
+same time, fewer steps with more in-batch negatives each. The same runs through the
+CLI: ``qkv train-encoder ... --drop-sources A,B --temperature T --budget-s B
+--batch-size N --grad-cache C``. It calls ``encoder.train`` directly:
 the GPU image's typer may need pydantic, which the image lacks.
 
 The bundle is tokenised once first, into WORK/token-cache (``TokenTable.cached``): four
@@ -40,15 +43,19 @@ def say(*parts: object) -> None:
 PARA = "parasci-acl,twitter-paraphrase,wikisplit,bible-kjv-web"
 TECH = "scitldr,wikiqa,tldr-pages,manpages,foldoc"
 UNLAB = "technical-spans,lex-technical"
-# name: (sources dropped, InfoNCE temperature)
-RUNS = {"base": ("", 0.05), "no-para": (PARA, 0.05), "no-techlab": (TECH, 0.05),
-        "no-unlab": (UNLAB, 0.05), "t02": ("", 0.02), "t10": ("", 0.1)}
+# name: (sources dropped, InfoNCE temperature[, batch, texts a forward (gradient caching)])
+RUNS: dict[str, tuple] = {
+    "base": ("", 0.05), "no-para": (PARA, 0.05), "no-techlab": (TECH, 0.05),
+    "no-unlab": (UNLAB, 0.05), "t02": ("", 0.02), "t10": ("", 0.1),
+    # larger batches in the same time (issue 40, item 3): fewer steps, more negatives each
+    "b4096": ("", 0.05, 4096, 1024), "b8192": ("", 0.05, 8192, 1024)}
 CODE = """
 import logging, sys
 logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
 from encoder.train import TrainConfig, train
-bundle, out, budget, drop, temperature, steps = sys.argv[1:7]
-train(TrainConfig(data_dir=bundle, out_dir=out, steps=int(steps), batch_size=1024, lr=1e-3,
+bundle, out, budget, drop, temperature, steps, batch, chunk = sys.argv[1:9]
+train(TrainConfig(data_dir=bundle, out_dir=out, steps=int(steps), batch_size=int(batch),
+    grad_cache=int(chunk) or None, lr=1e-3,
     warmup_steps=300, temperature=float(temperature), max_query_tokens=64,
     max_doc_tokens=192, mine_at=0.3, mine_every=700, mine_pairs=50000, lexical_share=0.30,
     drop_sources=[n for n in drop.split(",") if n], matryoshka=[32, 64, 128],
@@ -66,7 +73,7 @@ tokenise_bundle(sys.argv[1], sys.argv[2], 192)
 """
 KEPT = ("steps", "steps_per_second", "mining_share", "loader_wait_share",
         "gpu_busy_percent_mean", "final_loss_ema", "final_acc_ema", "drop_sources",
-        "temperature")
+        "temperature", "batch_size", "grad_cache")
 
 
 def main(argv: list[str]) -> int:
@@ -89,10 +96,11 @@ def main(argv: list[str]) -> int:
     say(f"bundle tokenised at {time.time() - t0:.0f}s")
     procs = {}
     for name in names:
-        drop, temperature = RUNS[name]
+        drop, temperature, batch, chunk = (*RUNS[name], 1024, 0)[:4]
         procs[name] = subprocess.Popen(
             [sys.executable, "-c", CODE, bundle, str(work / name), str(budget_s), drop,
-             str(temperature), steps], env=env, stdout=open(work / f"{name}.log", "w"),
+             str(temperature), steps, str(batch), str(chunk)], env=env,
+            stdout=open(work / f"{name}.log", "w"),
             stderr=subprocess.STDOUT)
 
     def collect(name: str, p: subprocess.Popen[bytes]) -> None:

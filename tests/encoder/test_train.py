@@ -114,7 +114,8 @@ def test_a_time_budget_holds_when_steps_slow_down_after_the_first(
     assert len(seen) > 6 and seen[-1][2] - t_call < budget + 0.6, (len(seen), seen[-1][2] - t_call)
     assert seen[-1][0] == seen[-1][1] == cfg.steps  # the run ended where the cut said
     meta = json.loads((out / "config.json").read_text())
-    assert meta["training"]["steps"] == len(seen)
+    # a cut landing on the step just done reports that step a second time (train's doc)
+    assert meta["training"]["steps"] == len({done for done, _, _ in seen})
 
 
 def test_a_budget_spent_at_a_check_ends_the_run_and_says_so(
