@@ -76,6 +76,9 @@ def main() -> None:
                     "(BM25 fused with the base encoder; default encoder.domain.IMITATE).")
     ap.add_argument("--lr", type=float, default=None,
                     help="The network's peak learning rate (default encoder.domain.LR).")
+    ap.add_argument("--batch", type=int, default=None,
+                    help="Pairs a training step (default encoder.domain.BATCH; above its "
+                    "GRAD_CHUNK, gradient caching).")
     ap.add_argument("--bag-only", action="store_true",
                     help="Adapt the token bag's table alone, the network as it is.")
     add_results_arg(ap)
@@ -90,6 +93,8 @@ def main() -> None:
         env["QKV_ADAPT_LEXICAL_SHARE"] = str(args.lexical_share)
     if args.lr is not None:
         env["QKV_ADAPT_LR"] = str(args.lr)
+    if args.batch is not None:
+        env["QKV_ADAPT_BATCH"] = str(args.batch)
     if args.bag_only:
         env["QKV_ADAPT_NETWORK"] = "0"
     if args.imitate is not None:

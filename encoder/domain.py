@@ -56,6 +56,10 @@ DEFAULT_BUDGET_S = 540.0  # a 10,000-document job in under 10 minutes on 2 cores
 # title -> text); ``QKV_ADAPT_LEXICAL_SHARE`` overrides it for bench/adapt.py's comparisons
 LEXICAL_SHARE = 0.5
 LR = 2e-4  # the network's peak learning rate (``QKV_ADAPT_LR`` for bench/adapt.py)
+# pairs a step (``QKV_ADAPT_BATCH`` for bench/adapt.py; above GRAD_CHUNK texts a forward,
+# gradient caching keeps the memory of GRAD_CHUNK: encoder.grad_cache)
+BATCH = 32
+GRAD_CHUNK = 64
 # what the lexical pairs imitate: "bm25" (BM25's ranking of pseudo-queries cut from the
 # documents) or "hybrid" (BM25 fused with the base encoder, as the collection's hybrid
 # search ranks them); ``QKV_ADAPT_IMITATE`` overrides it for bench/adapt.py's comparisons
@@ -236,8 +240,10 @@ def adapt(base: Path, texts: Sequence[str], titles: Sequence[str], out: Path, na
                          + len(probe.docs)) + FIXED_S
     report.train_budget_s = round(max(MIN_TRAIN_S, budget_s - (t_train - t0) - reserve), 1)
     report.per_doc_ms = round(per_doc * 1e3, 2)
+    batch = int(os.environ.get("QKV_ADAPT_BATCH", BATCH))
     cfg = TrainConfig(data_dir="", out_dir=str(work / "run"), init_from=str(base),
-                      corpus=str(corpus), steps=2000, batch_size=32,
+                      corpus=str(corpus), steps=2000, batch_size=batch,
+                      grad_cache=GRAD_CHUNK if batch > GRAD_CHUNK else None,
                       lr=float(os.environ.get("QKV_ADAPT_LR", LR)),
                       warmup_steps=20, max_doc_tokens=128, hard_negatives=True, mine_at=1.0,
                       lexical_share=float(os.environ.get("QKV_ADAPT_LEXICAL_SHARE",
