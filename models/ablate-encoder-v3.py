@@ -11,7 +11,8 @@ mining from 30 % every 700 steps, 50,000 pairs, Matryoshka 32/64/128, lexical sh
 seed 1), cut to BUDGET_S seconds (``--budget-s``), without the sources its ablation names,
 or at another temperature; ``b4096`` and ``b8192`` take batches of 4,096 and 8,192 pairs,
 encoded 1,024 texts a forward with gradient caching (``encoder.grad_cache``): in the
-same time, fewer steps with more in-batch negatives each. The same runs through the
+same time, fewer steps with more in-batch negatives each (warm-up and mining scaled to
+the same pairs seen, the learning rate kept). The same runs through the
 CLI: ``qkv train-encoder ... --drop-sources A,B --temperature T --budget-s B
 --batch-size N --grad-cache C``. It calls ``encoder.train`` directly:
 the GPU image's typer may need pydantic, which the image lacks.
@@ -54,10 +55,12 @@ import logging, sys
 logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
 from encoder.train import TrainConfig, train
 bundle, out, budget, drop, temperature, steps, batch, chunk = sys.argv[1:9]
+per = 1024 / int(batch)  # warm-up and mining every so many pairs, not steps
 train(TrainConfig(data_dir=bundle, out_dir=out, steps=int(steps), batch_size=int(batch),
     grad_cache=int(chunk) or None, lr=1e-3,
-    warmup_steps=300, temperature=float(temperature), max_query_tokens=64,
-    max_doc_tokens=192, mine_at=0.3, mine_every=700, mine_pairs=50000, lexical_share=0.30,
+    warmup_steps=max(20, round(300 * per)), temperature=float(temperature), max_query_tokens=64,
+    max_doc_tokens=192, mine_at=0.3, mine_every=max(50, round(700 * per)), mine_pairs=50000,
+    lexical_share=0.30,
     drop_sources=[n for n in drop.split(",") if n], matryoshka=[32, 64, 128],
     checkpoint_every=500, seed=1, budget_s=float(budget) or None,
     arch={"vocab_size": 16384, "d_model": 256, "n_layers": 4, "n_heads": 4, "d_ff": 1024,
