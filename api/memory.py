@@ -57,9 +57,8 @@ def freeze_heap() -> int:
     them all, holding the GIL for 138 ms while the encoder threads and the event loop
     waited: POST /v1/embeddings cost the event loop 356-367 us of CPU a request thawed
     against 218-220 frozen (bench/api_overhead.py, two recorded runs, AMD EPYC 2 cores).
-    Undone by
-    :func:`thaw_heap` at shutdown, so a process that makes and drops many apps (the tests)
-    can still collect their cycles."""
+    Undone by :func:`thaw_heap` at shutdown, so a process that makes and drops many apps
+    (the tests) can still collect their cycles."""
     gc.collect()
     gc.freeze()
     return gc.get_freeze_count()
