@@ -286,6 +286,8 @@ def tune_graded(
     keep_pairs: int = typer.Option(30_000, min=0, help="Retrieval pairs drawn for it."),
     per_set: bool = typer.Option(False, help="Each batch from one graded set (default: "
                                  "from all; mixed measured a little better on dev)."),
+    freeze: str = typer.Option("", help="Parameters kept as they are, comma-separated "
+                               "names or prefixes of the network's (embed, blocks.0, pool)."),
     precision: str = typer.Option("fp16+q8", help="Stored precision: fp32, fp16 or fp16+q8 "
                                   "(as shipped)."),
     hold_out: list[Path] = typer.Option([], "--hold-out", help="Dev collections whose "
@@ -310,8 +312,9 @@ def tune_graded(
     if not names or set(names) - set(GRADED):
         raise typer.BadParameter(f"choose among {', '.join(GRADED)}", param_hint="--sources")
     try:
-        options = graded.GradedTuning(steps=steps, batch_size=batch_size, lr=lr, keep=keep,
-                                      per_set=per_set, seed=seed)
+        options = graded.GradedTuning(
+            steps=steps, batch_size=batch_size, lr=lr, keep=keep, per_set=per_set, seed=seed,
+            freeze=tuple(f.strip() for f in freeze.split(",") if f.strip()))
         sets = [getattr(pairs_module, GRADED[n])(data) for n in names]
     except (OSError, ValueError) as e:
         raise typer.BadParameter(str(e)) from e
@@ -319,6 +322,10 @@ def tune_graded(
         enc = encoder.load(model, device="cpu", backend="torch")
     except (OSError, ValueError) as e:
         raise typer.BadParameter(str(e), param_hint="--model") from e
+    try:
+        graded.check_freeze(enc.model, options.freeze)
+    except ValueError as e:
+        raise typer.BadParameter(str(e), param_hint="--freeze") from e
     kept: list[tuple[str, str]] = []
     if keep and keep_pairs:  # drawn across the retrieval sources by their batch shares
         try:

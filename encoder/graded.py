@@ -57,6 +57,9 @@ class GradedTuning:
     # measured a little better on dev (SICK trial 0.706 against 0.698, STS-B dev 0.812
     # against 0.814, dev retrieval 1.253 against 1.250 ×BM25; bench/history/, "Graded")
     per_set: bool = False
+    # parameters left as they are: names or their prefixes ("embed", "blocks.0"), matched
+    # on the network's parameter names
+    freeze: tuple[str, ...] = ()
     seed: int = 0
 
     def __post_init__(self) -> None:
@@ -73,6 +76,21 @@ def cosent(cos: torch.Tensor, gold: torch.Tensor, scale: float) -> torch.Tensor:
     higher = gold[:, None] > gold[None, :]  # where pair i should be the closer one
     terms = torch.cat([diff.new_zeros(1), diff[higher]])
     return torch.logsumexp(terms, 0)
+
+
+def frozen(name: str, freeze: Sequence[str]) -> bool:
+    """Whether the parameter ``name`` is one ``freeze`` names, or under one it names."""
+    return any(name == f or name.startswith(f + ".") for f in freeze)
+
+
+def check_freeze(model: torch.nn.Module, freeze: Sequence[str]) -> Sequence[str]:
+    """``freeze``, once each of its names matches a parameter of ``model`` (else ValueError)."""
+    names = [n for n, _ in model.named_parameters()]
+    unknown = [f for f in freeze if not any(frozen(n, [f]) for n in names)]
+    if unknown:
+        raise ValueError(f"no parameter of the network is named {', '.join(unknown)} "
+                         "(names or prefixes such as embed, blocks.0, pool)")
+    return freeze
 
 
 class Served(torch.nn.Module):
@@ -132,7 +150,12 @@ def tune(encoder: Any, sets: Sequence[Sequence[Graded]],
         kd = [x[: o.max_tokens] for x in tok([d for _, d in keep_pairs])[0]]
     student = Served(copy.deepcopy(encoder.model).float().to(dev).train())
     teacher = Served(copy.deepcopy(encoder.model).float().to(dev).eval()) if keep else None
+    for name, p in student.model.named_parameters():
+        if frozen(name, check_freeze(student.model, o.freeze)):
+            p.requires_grad_(False)
     params = [p for p in student.model.parameters() if p.requires_grad]
+    if not params:
+        raise ValueError(f"freeze {', '.join(o.freeze)} leaves nothing to train")
     opt = torch.optim.AdamW(params, lr=o.lr, weight_decay=0.01)
     losses: list[tuple[float, float]] = []
     t1 = time.time()

@@ -87,10 +87,25 @@ def test_tuning_follows_the_gold_order_and_the_cli_writes_it(
     assert encoder.load(tmp_path / "tuned").fingerprint != base.fingerprint
 
 
+def test_frozen_parameters_stay_as_they_were(tiny_encoder_dir: Path, data_dir: Path) -> None:
+    base = encoder.load(tiny_encoder_dir, device="cpu", backend="torch")
+    model, _ = tune(base, [stsb_graded(data_dir)], options=GradedTuning(
+        steps=5, lr=1e-3, batch_size=8, warmup_steps=1, freeze=("embed", "blocks.0")))
+    before, after = base.model.state_dict(), model.state_dict()
+    for name in before:
+        if not before[name].is_floating_point():
+            continue
+        same = torch.equal(before[name], after[name])
+        assert same == (name.startswith(("embed.", "blocks.0.")) or "lexical" in name), name
+    with pytest.raises(ValueError, match="no parameter of the network is named blocks.99"):
+        tune(base, [stsb_graded(data_dir)], options=GradedTuning(steps=1, freeze=("blocks.99",)))
+
+
 def test_cli_refuses_unknown_sets_and_precisions(tiny_encoder_dir: Path, data_dir: Path,
                                                   tmp_path: Path) -> None:
     for flag, value, says in (("--sources", "sts-b,nope", "choose among"),
                               ("--precision", "int4", "choose among"),
+                              ("--freeze", "embed,nope", "no parameter of the network"),
                               ("--model", str(tmp_path / "none"), "Invalid value for --model")):
         r = CliRunner().invoke(app, ["tune-graded", "--model", str(tiny_encoder_dir), "--data",
                                      str(data_dir), "--out", str(tmp_path / "x"), flag, value])
