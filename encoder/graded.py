@@ -150,8 +150,9 @@ def tune(encoder: Any, sets: Sequence[Sequence[Graded]],
         kd = [x[: o.max_tokens] for x in tok([d for _, d in keep_pairs])[0]]
     student = Served(copy.deepcopy(encoder.model).float().to(dev).train())
     teacher = Served(copy.deepcopy(encoder.model).float().to(dev).eval()) if keep else None
+    freeze = check_freeze(student.model, o.freeze)
     for name, p in student.model.named_parameters():
-        if frozen(name, check_freeze(student.model, o.freeze)):
+        if frozen(name, freeze):
             p.requires_grad_(False)
     params = [p for p in student.model.parameters() if p.requires_grad]
     if not params:
