@@ -83,14 +83,13 @@ def frozen(name: str, freeze: Sequence[str]) -> bool:
     return any(name == f or name.startswith(f + ".") for f in freeze)
 
 
-def check_freeze(model: torch.nn.Module, freeze: Sequence[str]) -> Sequence[str]:
-    """``freeze``, once each of its names matches a parameter of ``model`` (else ValueError)."""
+def check_freeze(model: torch.nn.Module, freeze: Sequence[str]) -> None:
+    """ValueError unless each name of ``freeze`` matches a parameter of ``model``."""
     names = [n for n, _ in model.named_parameters()]
     unknown = [f for f in freeze if not any(frozen(n, [f]) for n in names)]
     if unknown:
         raise ValueError(f"no parameter of the network is named {', '.join(unknown)} "
                          "(names or prefixes such as embed, blocks.0, pool)")
-    return freeze
 
 
 class Served(torch.nn.Module):
@@ -150,9 +149,9 @@ def tune(encoder: Any, sets: Sequence[Sequence[Graded]],
         kd = [x[: o.max_tokens] for x in tok([d for _, d in keep_pairs])[0]]
     student = Served(copy.deepcopy(encoder.model).float().to(dev).train())
     teacher = Served(copy.deepcopy(encoder.model).float().to(dev).eval()) if keep else None
-    freeze = check_freeze(student.model, o.freeze)
+    check_freeze(student.model, o.freeze)
     for name, p in student.model.named_parameters():
-        if frozen(name, freeze):
+        if frozen(name, o.freeze):
             p.requires_grad_(False)
     params = [p for p in student.model.parameters() if p.requires_grad]
     if not params:
