@@ -115,7 +115,8 @@ def cell(value: Any) -> str:
 
 def machine_text(machine: Any, flags: bool = True) -> str:
     """The machine as a page says it; ``flags``: with the CPU's vector-instruction flags
-    (the history pages; the summary page names the CPU and its cores only)."""
+    (the history pages; the summary page names the CPU and its cores, and says "AVX2 only"
+    where the recorded flags have AVX2 and no AVX-512: the same CPU model name covers both)."""
     if not machine:
         return "machine not recorded"
     if not isinstance(machine, dict):
@@ -126,6 +127,9 @@ def machine_text(machine: Any, flags: bool = True) -> str:
             text += f", {machine['cores']} cores"
         if flags and machine.get("flags"):
             text += " (" + ", ".join(machine["flags"]) + ")"
+        elif machine.get("flags") and "avx2" in machine["flags"] \
+                and "avx512f" not in machine["flags"]:
+            text += ", AVX2 only"
     else:
         text = ", ".join(f"{k} {v}" for k, v in machine.items() if k != "as_stated")
     if machine.get("as_stated"):

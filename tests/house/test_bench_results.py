@@ -134,3 +134,14 @@ def test_a_run_is_labelled_by_its_code_not_by_the_results_it_wrote(
     assert machine.commit() == head
     (repo / "code.py").write_text("x = 2\n")  # the code: marked
     assert machine.commit() == head + " + uncommitted changes"
+
+
+def test_the_summary_says_when_a_cpu_had_only_avx2() -> None:
+    # one CPU model name ("AMD EPYC") covered AVX2-only and AVX-512 machines: the summary
+    # line must tell them apart, the history line lists the flags themselves
+    report = by_path("report")
+    avx2 = {"cpu": "AMD EPYC", "cores": 2, "flags": ["avx2", "fma"]}
+    avx512 = {"cpu": "AMD EPYC", "cores": 2, "flags": ["avx2", "avx512f", "fma"]}
+    assert report.machine_text(avx2, flags=False) == "AMD EPYC, 2 cores, AVX2 only"
+    assert report.machine_text(avx512, flags=False) == "AMD EPYC, 2 cores"
+    assert report.machine_text(avx2) == "AMD EPYC, 2 cores (avx2, fma)"
