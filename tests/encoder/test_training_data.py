@@ -68,6 +68,26 @@ def test_bm25_triples_follow_bm25() -> None:
         assert words & set(pos.lower().split()) or not words
 
 
+def test_retrieval_cut_across_threads_ranks_as_one_call() -> None:
+    import bm25s
+
+    from encoder.lexical import retrieve
+
+    rng = __import__("random").Random(3)
+    words = [f"w{i}" for i in range(300)]
+    passages = [" ".join(rng.choices(words, k=12)) for _ in range(400)]
+    queries = [" ".join(rng.choices(words, k=3)) for _ in range(1500)]
+    retriever = bm25s.BM25()
+    retriever.index(bm25s.tokenize(passages, show_progress=False), show_progress=False)
+    q = bm25s.tokenize(queries, show_progress=False)
+    one = retrieve(retriever, q, 10, docs=len(passages), threads=1)
+    # docs at the threshold: three threads, each over its own chunk of the queries
+    three = retrieve(retriever, q, 10, docs=4000, threads=3)
+    assert one[0].shape == three[0].shape == (1500, 10)
+    assert (one[0] == three[0]).all() and np.allclose(one[1], three[1])
+    assert (one[1][:, 0] > 0).mean() > 0.9  # the queries do find something
+
+
 def test_hybrid_triples_follow_the_fused_ranking() -> None:
     passages = [f"report on {w} prices and {w} exports this year" for w in
                 ("copper", "wheat", "coffee", "sugar", "cotton", "tin", "zinc", "cocoa")]
