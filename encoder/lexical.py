@@ -65,21 +65,21 @@ def pseudo_query(passage: str, rng: random.Random, stop: frozenset[str]) -> str:
 THREAD_MIN_DOCS = 4000  # below it one thread is faster (the GIL; see retrieve)
 
 
-def retrieve(retriever: Any, q_tokens: Any, k: int, docs: int,
+def retrieve(retriever: Any, q_tokens: Any, k: int,
              threads: int | None = None) -> tuple[np.ndarray, np.ndarray]:
-    """``retriever.retrieve(q_tokens, k)``'s (top ids, scores) over its ``docs`` passages.
-    bm25s's own ``n_threads`` hands its thread pool one task a query (``ThreadPoolExecutor
-    .map`` ignores ``chunksize``), which on 2 cores cost more than the second thread gained.
-    Here the queries are cut into one contiguous chunk a thread (``threads``, default every
-    core), each retrieved on one thread, and only over :data:`THREAD_MIN_DOCS` passages or
-    more: with fewer, a query's scoring is mostly Python under the GIL and one thread was
-    faster (Reuters passages, 20,000 pseudo-queries, 2 cores). The rows are those of one
-    ``retrieve`` over all the queries."""
+    """``retriever.retrieve(q_tokens, k)``'s (top ids, scores). bm25s's own ``n_threads``
+    hands its thread pool one task a query (``ThreadPoolExecutor.map`` ignores
+    ``chunksize``), which on 2 cores cost more than the second thread gained. Here the
+    queries are cut into one contiguous chunk a thread (``threads``, default every core),
+    each retrieved on one thread, and only when the retriever holds :data:`THREAD_MIN_DOCS`
+    passages or more: with fewer, a query's scoring is mostly Python under the GIL and one
+    thread was faster (Reuters passages, 20,000 pseudo-queries, 2 cores). The rows are
+    those of one ``retrieve`` over all the queries."""
     import bm25s
 
     ids, vocab = q_tokens.ids, q_tokens.vocab
     n = max(1, min(threads or os.cpu_count() or 1, len(ids) // 256))
-    if n == 1 or docs < THREAD_MIN_DOCS:
+    if n == 1 or retriever.scores["num_docs"] < THREAD_MIN_DOCS:
         top, scores = retriever.retrieve(q_tokens, k=k, show_progress=False, n_threads=0)
         return np.asarray(top), np.asarray(scores)
     step = -(-len(ids) // n)
@@ -117,7 +117,7 @@ def bm25_triples(
     retriever.index(bm25s.tokenize(passages, stopwords="en", stemmer=stemmer,
                                    show_progress=False), show_progress=False)
     q_tokens = bm25s.tokenize(queries, stopwords="en", stemmer=stemmer, show_progress=False)
-    top, scores = retrieve(retriever, q_tokens, min(k, len(passages)), len(passages))
+    top, scores = retrieve(retriever, q_tokens, min(k, len(passages)))
     rows = [[int(j) for j in row] for row in np.asarray(top)]
     firsts = [float(sc[0]) for sc in np.asarray(scores)]
     if encode is not None:

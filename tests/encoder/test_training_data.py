@@ -68,10 +68,11 @@ def test_bm25_triples_follow_bm25() -> None:
         assert words & set(pos.lower().split()) or not words
 
 
-def test_retrieval_cut_across_threads_ranks_as_one_call() -> None:
+def test_retrieval_cut_across_threads_ranks_as_one_call(
+        monkeypatch: pytest.MonkeyPatch) -> None:
     import bm25s
 
-    from encoder.lexical import retrieve
+    from encoder import lexical
 
     rng = __import__("random").Random(3)
     words = [f"w{i}" for i in range(300)]
@@ -80,9 +81,10 @@ def test_retrieval_cut_across_threads_ranks_as_one_call() -> None:
     retriever = bm25s.BM25()
     retriever.index(bm25s.tokenize(passages, show_progress=False), show_progress=False)
     q = bm25s.tokenize(queries, show_progress=False)
-    one = retrieve(retriever, q, 10, docs=len(passages), threads=1)
-    # docs at the threshold: three threads, each over its own chunk of the queries
-    three = retrieve(retriever, q, 10, docs=4000, threads=3)
+    one = lexical.retrieve(retriever, q, 10, threads=1)
+    # the collection at the threshold: three threads, each over its own chunk of the queries
+    monkeypatch.setattr(lexical, "THREAD_MIN_DOCS", len(passages))
+    three = lexical.retrieve(retriever, q, 10, threads=3)
     assert one[0].shape == three[0].shape == (1500, 10)
     assert (one[0] == three[0]).all() and np.allclose(one[1], three[1])
     assert (one[1][:, 0] > 0).mean() > 0.9  # the queries do find something
