@@ -9,6 +9,14 @@ and with ``--out`` writes as one JSON line: sentences/s at batch 32 and 256 (tex
 by length as the bulk job does, tokenisation included), p50 and p95 latency of one sentence
 (batch 1, 200 calls after 20 warm-ups), and the lowest cosine of the CUDA vectors to the
 fp32 CPU vectors of the same texts. Without CUDA it says so and exits 2.
+
+Where the time goes, at batch 256: ``tokenize_s`` (the tokenizer over all the texts),
+``forward_s`` (the network, :meth:`TextEncoder.encode_ids` without the bag) and ``bag_s``
+(the token bag added on the host); ``--profile FILE`` writes torch.profiler's table of one
+such pass. ``--peer DIR`` also times a sentence-transformers model (all-MiniLM-L6-v2, the
+speed issue's peer; its folder carried to the GPU machine) on the same texts and device
+in fp16, at the same batch sizes: a peer measured beside ours on the same card, since
+TEI itself cannot run there.
 """
 
 from __future__ import annotations
@@ -20,9 +28,14 @@ import os
 import re
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
+
+if TYPE_CHECKING:
+    from encoder.text_encoder import TextEncoder
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
@@ -47,6 +60,8 @@ def main() -> None:
     ap.add_argument("--record", action="store_true",
                     help="also record the figures (bench/results/encode_gpu.jsonl)")
     ap.add_argument("--device", default="cuda", help="cpu runs the same steps (a smoke test)")
+    ap.add_argument("--peer", type=Path, help="a sentence-transformers model folder")
+    ap.add_argument("--profile", type=Path, help="torch.profiler's table of one batch-256 pass")
     from machine import add_results_arg, record
 
     add_results_arg(ap)
@@ -86,6 +101,18 @@ def main() -> None:
     lat_ms = np.array(lat[20:]) * 1000
     fig["p50_ms_batch1"] = round(float(np.percentile(lat_ms, 50)), 2)
     fig["p95_ms_batch1"] = round(float(np.percentile(lat_ms, 95)), 2)
+    fig.update(breakdown(gpu, texts, sync))
+    if args.profile:
+        from torch.profiler import ProfilerActivity, profile
+
+        acts = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
+        with profile(activities=acts) as prof:
+            gpu.encode(texts, batch_size=256)
+            sync()
+        args.profile.write_text(prof.key_averages().table(
+            sort_by="self_cpu_time_total", row_limit=25))
+    if args.peer:
+        fig.update(peer(args.peer, texts, args.device, sync))
     os.environ["QKV_NO_BF16"] = "1"  # the reference in fp32
     ref = cpu.encode(texts[:1024], batch_size=64)
     fig["min_cosine_to_cpu_fp32"] = round(float((vec[:1024] * ref).sum(axis=1).min()), 5)
@@ -97,6 +124,49 @@ def main() -> None:
     if args.record:  # where the checkout is (the GPU machine's $OUT files come back instead)
         record("encode_gpu", "python bench/encode_gpu.py " + " ".join(sys.argv[1:]), fig,
                machine={"gpu": fig["device"], "torch": fig["torch"]}, results=args.results)
+
+
+def breakdown(enc: TextEncoder, texts: list[str], sync: Callable[[], None]
+              ) -> dict[str, float]:
+    """Seconds of one batch-256 pass spent tokenising, in the network and in the bag."""
+    t0 = time.perf_counter()
+    ids, _ = enc.tokenize(texts)
+    t1 = time.perf_counter()
+    net = enc.encode_ids(ids, batch_size=256, normalize=False, bag=False)
+    sync()
+    t2 = time.perf_counter()
+    enc.add_token_bag(ids, net)
+    t3 = time.perf_counter()
+    return {"tokenize_s": round(t1 - t0, 4), "forward_s": round(t2 - t1, 4),
+            "bag_s": round(t3 - t2, 4)}
+
+
+def peer(folder: Path, texts: list[str], device: str, sync: Callable[[], None]
+         ) -> dict[str, object]:
+    """The same timings for a sentence-transformers model, fp16 on CUDA (fp32 on a CPU)."""
+    from sentence_transformers import SentenceTransformer
+
+    import torch
+
+    half = device.startswith("cuda")
+    model = SentenceTransformer(str(folder), device=device, model_kwargs={
+        "dtype": torch.float16 if half else torch.float32})
+    model.encode(texts[:512], batch_size=64)
+    got: dict[str, object] = {"peer": folder.name}
+    for bs in (32, 256):
+        sync()
+        t0 = time.perf_counter()
+        model.encode(texts, batch_size=bs)
+        sync()
+        got[f"peer_sentences_per_s_batch{bs}"] = round(len(texts) / (time.perf_counter() - t0), 1)
+    lat = []
+    for i in range(220):
+        t0 = time.perf_counter()
+        model.encode([texts[i]], batch_size=1)
+        sync()
+        lat.append(time.perf_counter() - t0)
+    got["peer_p50_ms_batch1"] = round(float(np.percentile(np.array(lat[20:]) * 1000, 50)), 2)
+    return got
 
 
 if __name__ == "__main__":
