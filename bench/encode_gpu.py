@@ -13,10 +13,11 @@ fp32 CPU vectors of the same texts. Without CUDA it says so and exits 2.
 Where the time goes, at batch 256: ``tokenize_s`` (the tokenizer over all the texts),
 ``forward_s`` (the network, :meth:`TextEncoder.encode_ids` without the bag) and ``bag_s``
 (the token bag added on the host); ``--profile FILE`` writes torch.profiler's table of one
-such pass. ``--peer DIR`` also times a sentence-transformers model (all-MiniLM-L6-v2, the
-speed issue's peer; its folder carried to the GPU machine) on the same texts and device
-in fp16, at the same batch sizes: a peer measured beside ours on the same card, since
-TEI itself cannot run there.
+such pass. ``--sdpa torch`` leaves torch its own attention kernels (the "before" arm of
+:data:`encoder.device.CUDA_INFERENCE_SDPA`). ``--peer DIR`` also times a
+sentence-transformers model (all-MiniLM-L6-v2, the speed issue's peer; its folder carried
+to the GPU machine) on the same texts and device in fp16, at the same batch sizes: a peer
+measured beside ours on the same card, since TEI itself cannot run there.
 """
 
 from __future__ import annotations
@@ -61,6 +62,9 @@ def main() -> None:
                     help="also record the figures (bench/results/encode_gpu.jsonl)")
     ap.add_argument("--device", default="cuda", help="cpu runs the same steps (a smoke test)")
     ap.add_argument("--peer", type=Path, help="a sentence-transformers model folder")
+    ap.add_argument("--sdpa", choices=("qkv", "torch"), default="qkv",
+                    help="attention kernels on CUDA: qkv's (encoder.device.CUDA_INFERENCE_SDPA,"
+                         " no cuDNN) or torch's own pick (cuDNN first on Hopper)")
     ap.add_argument("--profile", type=Path, help="torch.profiler's table of one batch-256 pass")
     from machine import add_results_arg, record
 
@@ -70,6 +74,10 @@ def main() -> None:
     import torch
 
     import encoder
+    import encoder.device
+
+    if args.sdpa == "torch":
+        encoder.device.CUDA_INFERENCE_SDPA = None
     cuda = args.device.startswith("cuda")
     if cuda and not torch.cuda.is_available():
         print("no CUDA device")
@@ -84,7 +92,7 @@ def main() -> None:
     cpu = encoder.load(args.model, device="cpu", backend="torch")
     fig: dict[str, object] = {
         "model": str(args.model), "texts": len(texts), "torch": torch.__version__,
-        "device": torch.cuda.get_device_name() if cuda else args.device}
+        "device": torch.cuda.get_device_name() if cuda else args.device, "sdpa": args.sdpa}
     gpu.encode(texts[:512], batch_size=64)  # warm-up: kernels, autocast caches
     for bs in (32, 256):
         sync()
@@ -144,9 +152,8 @@ def breakdown(enc: TextEncoder, texts: list[str], sync: Callable[[], None]
 def peer(folder: Path, texts: list[str], device: str, sync: Callable[[], None]
          ) -> dict[str, object]:
     """The same timings for a sentence-transformers model, fp16 on CUDA (fp32 on a CPU)."""
-    from sentence_transformers import SentenceTransformer
-
     import torch
+    from sentence_transformers import SentenceTransformer
 
     half = device.startswith("cuda")
     model = SentenceTransformer(str(folder), device=device, model_kwargs={

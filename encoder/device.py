@@ -1,5 +1,5 @@
 """Where the encoder runs: CUDA with bf16 autocast when present, else the CPU (bf16 where
-the CPU has native bf16 instructions)."""
+the CPU has native bf16 instructions); and which attention kernels inference uses on CUDA."""
 
 from __future__ import annotations
 
@@ -33,3 +33,23 @@ def autocast(device: torch.device, enabled: bool = True) -> contextlib.AbstractC
     if device.type == "cpu" and cpu_has_bf16():
         return torch.autocast("cpu", dtype=torch.bfloat16)
     return contextlib.nullcontext()
+
+
+# SDPA's backends for inference on CUDA. Not cuDNN's attention, torch's first pick on Hopper
+# for a masked batch: it builds an execution plan for each new (batch, length) shape, and
+# inference sees a new shape in nearly every batch (texts sorted by length, one text per
+# API call). On one H200 (torch 2.11, bench/encode_gpu.py) a pass over 4,096 sentences at
+# batch 256 took 1.1 s cold against 0.25 s with every shape seen, the profile showing
+# cuDNN's attention; one sentence took 5.9 ms at the median and 82 ms at p95.
+# None leaves torch's own choice (the bench's "before" arm).
+CUDA_INFERENCE_SDPA: tuple[str, ...] | None = ("FLASH_ATTENTION", "EFFICIENT_ATTENTION", "MATH")
+
+
+def inference_attention(device: torch.device) -> contextlib.AbstractContextManager:
+    """On CUDA, scaled dot-product attention limited to :data:`CUDA_INFERENCE_SDPA`; a no-op
+    elsewhere (the CPU has one kernel that needs no per-shape plan)."""
+    if device.type != "cuda" or CUDA_INFERENCE_SDPA is None:
+        return contextlib.nullcontext()
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    return sdpa_kernel([getattr(SDPBackend, name) for name in CUDA_INFERENCE_SDPA])

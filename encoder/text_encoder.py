@@ -14,7 +14,7 @@ import torch
 from encoder import token_bag
 from encoder.checkpoint import LoadedModel, read_checkpoint
 from encoder.config import EncoderConfig
-from encoder.device import autocast
+from encoder.device import autocast, inference_attention
 from encoder.model import TransformerEncoder
 from encoder.onnx_graph import activations_mode, calibration_texts, pick_backend
 from encoder.onnx_session import OnnxForward
@@ -232,7 +232,7 @@ class TextEncoder(LoadedModel):
         if batch_size < 1:
             raise ValueError(f"batch_size must be >= 1, got {batch_size}")
         out: list[np.ndarray] = []
-        with torch.inference_mode(), autocast(self.device):
+        with torch.inference_mode(), autocast(self.device), inference_attention(self.device):
             for start in range(0, len(ids), batch_size):
                 chunk = ids[start:start + batch_size]
                 h, _ = self.model.token_states(_pad(chunk, self.config.pad_id).to(self.device))
@@ -279,7 +279,8 @@ class TextEncoder(LoadedModel):
                     for row, i in enumerate(idx):
                         weights[i] = w_np[row, : lengths[i]]
             return (self.add_token_bag(ids, out) if bag else out), weights
-        with torch.inference_mode(), autocast(self.device, enabled=not fp32):
+        with (torch.inference_mode(), autocast(self.device, enabled=not fp32),
+              inference_attention(self.device)):
             for idx in _length_groups(order, lengths, batch_size, self.dim):
                 batch = _pad([ids[i] for i in idx], self.config.pad_id).to(self.device)
                 vec, w = self.model.forward_packed(  # (b, d), (b, T)
