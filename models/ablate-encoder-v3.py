@@ -48,7 +48,9 @@ UNLAB = "technical-spans,lex-technical"
 RUNS: dict[str, tuple] = {
     "base": ("", 0.05), "no-para": (PARA, 0.05), "no-techlab": (TECH, 0.05),
     "no-unlab": (UNLAB, 0.05), "t02": ("", 0.02), "t10": ("", 0.1),
-    # larger batches in the same time (issue 40, item 3): fewer steps, more negatives each
+    # larger batches in the same time (issue 40, item 3): fewer steps, more negatives each;
+    # at 300 s on one H200 both lost to base on every dev mean (collections 0.838 and 0.800
+    # against 0.872: bench/history/RESULTS-narrative.md, 2026-11-28)
     "b4096": ("", 0.05, 4096, 1024), "b8192": ("", 0.05, 8192, 1024)}
 CODE = """
 import logging, sys
