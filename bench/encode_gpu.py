@@ -14,7 +14,7 @@ Where the time goes, at batch 256: ``tokenize_s`` (the tokenizer over all the te
 ``forward_s`` (the network, :meth:`TextEncoder.encode_ids` without the bag) and ``bag_s``
 (the token bag added on the host); ``--profile FILE`` writes torch.profiler's table of one
 such pass. ``--sdpa torch`` leaves torch its own attention kernels (the "before" arm of
-:data:`encoder.device.CUDA_INFERENCE_SDPA`). ``--peer DIR`` also times a
+:data:`encoder.device.CUDA_INFERENCE_CUDNN_SDPA`). ``--peer DIR`` also times a
 sentence-transformers model (all-MiniLM-L6-v2, the speed issue's peer; its folder carried
 to the GPU machine) on the same texts and device in fp16, at the same batch sizes: a peer
 measured beside ours on the same card, since TEI itself cannot run there.
@@ -63,8 +63,8 @@ def main() -> None:
     ap.add_argument("--device", default="cuda", help="cpu runs the same steps (a smoke test)")
     ap.add_argument("--peer", type=Path, help="a sentence-transformers model folder")
     ap.add_argument("--sdpa", choices=("qkv", "torch"), default="qkv",
-                    help="attention kernels on CUDA: qkv's (encoder.device.CUDA_INFERENCE_SDPA,"
-                         " no cuDNN) or torch's own pick (cuDNN first on Hopper)")
+                    help="attention kernels on CUDA: qkv's (no cuDNN, encoder.device."
+                         "CUDA_INFERENCE_CUDNN_SDPA) or torch's own pick (cuDNN first on Hopper)")
     ap.add_argument("--profile", type=Path, help="torch.profiler's table of one batch-256 pass")
     from machine import add_results_arg, record
 
@@ -77,7 +77,7 @@ def main() -> None:
     import encoder.device
 
     if args.sdpa == "torch":
-        encoder.device.CUDA_INFERENCE_SDPA = None
+        encoder.device.CUDA_INFERENCE_CUDNN_SDPA = True
     cuda = args.device.startswith("cuda")
     if cuda and not torch.cuda.is_available():
         print("no CUDA device")

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import threading
 
 import torch
 
@@ -35,22 +36,48 @@ def autocast(device: torch.device, enabled: bool = True) -> contextlib.AbstractC
     return contextlib.nullcontext()
 
 
-# SDPA's backends for inference on CUDA. Not cuDNN's attention, torch's first pick on Hopper
-# for a masked batch: it builds an execution plan for each new (batch, length) shape, and
-# inference sees a new shape in nearly every batch (texts sorted by length, one text per
-# API call). On one H200 (torch 2.11, bench/encode_gpu.py, four alternating processes) this
-# list against torch's own pick: 5,707-5,892 against 1,238-1,344 sentences/s at batch 32,
-# 13,691-14,293 against 4,443-4,579 at batch 256, one sentence's p95 3.6-5.3 against 45-48
-# ms; the vectors within cosine 0.99999 of fp32 on the CPU either way.
-# None leaves torch its own choice (the bench's "before" arm).
-CUDA_INFERENCE_SDPA: tuple[str, ...] | None = ("FLASH_ATTENTION", "EFFICIENT_ATTENTION", "MATH")
+# Whether inference on CUDA may use cuDNN's attention, torch's first pick on Hopper for a
+# masked batch. It may not: cuDNN builds an execution plan for each new (batch, length)
+# shape, and inference sees a new shape in nearly every batch (texts sorted by length, one
+# text per API call); FlashAttention, the memory-efficient kernel and math stay on. On one
+# H200 (torch 2.11, bench/encode_gpu.py, four alternating processes), without cuDNN's
+# against with it: 5,707-5,892 against 1,238-1,344 sentences/s at batch 32, 13,691-14,293
+# against 4,443-4,579 at batch 256, one sentence's p95 3.6-5.3 against 45-48 ms; the vectors
+# within cosine 0.99999 of fp32 on the CPU either way. True: torch's own pick (the bench's
+# "before" arm, --sdpa torch).
+CUDA_INFERENCE_CUDNN_SDPA = False
+
+
+class _CudnnSdpaOff:
+    """cuDNN's attention switched off while any inference on CUDA runs. torch's flag is
+    process-wide, so entries are counted under a lock: batches on several threads overlap,
+    and the flag comes back as it was when the last one leaves (a save and restore per
+    entry, as torch's sdpa_kernel does, could restore another thread's state)."""
+
+    _lock = threading.Lock()
+    _active = 0
+    _before = True
+
+    def __enter__(self) -> None:
+        cls = type(self)
+        with cls._lock:
+            if cls._active == 0:
+                cls._before = torch.backends.cuda.cudnn_sdp_enabled()
+                torch.backends.cuda.enable_cudnn_sdp(False)
+            cls._active += 1
+
+    def __exit__(self, *exc: object) -> None:
+        cls = type(self)
+        with cls._lock:
+            cls._active -= 1
+            if cls._active == 0:
+                torch.backends.cuda.enable_cudnn_sdp(cls._before)
 
 
 def inference_attention(device: torch.device) -> contextlib.AbstractContextManager:
-    """On CUDA, scaled dot-product attention limited to :data:`CUDA_INFERENCE_SDPA`; a no-op
-    elsewhere (the CPU has one kernel that needs no per-shape plan)."""
-    if device.type != "cuda" or CUDA_INFERENCE_SDPA is None:
+    """On CUDA, scaled dot-product attention without cuDNN's kernel
+    (:data:`CUDA_INFERENCE_CUDNN_SDPA`); a no-op elsewhere (the CPU's kernel needs no
+    per-shape plan)."""
+    if device.type != "cuda" or CUDA_INFERENCE_CUDNN_SDPA:
         return contextlib.nullcontext()
-    from torch.nn.attention import SDPBackend, sdpa_kernel
-
-    return sdpa_kernel([getattr(SDPBackend, name) for name in CUDA_INFERENCE_SDPA])
+    return _CudnnSdpaOff()
