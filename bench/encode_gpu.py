@@ -93,22 +93,8 @@ def main() -> None:
     fig: dict[str, object] = {
         "model": str(args.model), "texts": len(texts), "torch": torch.__version__,
         "device": torch.cuda.get_device_name() if cuda else args.device, "sdpa": args.sdpa}
-    gpu.encode(texts[:512], batch_size=64)  # warm-up: kernels, autocast caches
-    for bs in (32, 256):
-        sync()
-        t0 = time.perf_counter()
-        vec = gpu.encode(texts, batch_size=bs)
-        sync()
-        fig[f"sentences_per_s_batch{bs}"] = round(len(texts) / (time.perf_counter() - t0), 1)
-    lat = []
-    for i in range(220):
-        t0 = time.perf_counter()
-        gpu.encode([texts[i]], batch_size=1)
-        sync()
-        lat.append(time.perf_counter() - t0)
-    lat_ms = np.array(lat[20:]) * 1000
-    fig["p50_ms_batch1"] = round(float(np.percentile(lat_ms, 50)), 2)
-    fig["p95_ms_batch1"] = round(float(np.percentile(lat_ms, 95)), 2)
+    speed, vec = timed(lambda batch, bs: gpu.encode(batch, batch_size=bs), texts, sync)
+    fig.update(speed)
     fig.update(breakdown(gpu, texts, sync))
     if args.profile:
         from torch.profiler import ProfilerActivity, profile
@@ -132,6 +118,31 @@ def main() -> None:
     if args.record:  # where the checkout is (the GPU machine's $OUT files come back instead)
         record("encode_gpu", "python bench/encode_gpu.py " + " ".join(sys.argv[1:]), fig,
                machine={"gpu": fig["device"], "torch": fig["torch"]}, results=args.results)
+
+
+def timed(encode: Callable[[list[str], int], np.ndarray], texts: list[str],
+          sync: Callable[[], None]) -> tuple[dict[str, float], np.ndarray]:
+    """Sentences/s over ``texts`` at batch 32 and 256 (after a warm-up of 512 at 64), and
+    one sentence's p50 and p95 latency (200 calls after 20 warm-ups); with the vectors of
+    the batch-256 pass."""
+    encode(texts[:512], 64)  # warm-up: kernels, autocast caches
+    got: dict[str, float] = {}
+    for bs in (32, 256):
+        sync()
+        t0 = time.perf_counter()
+        vec = encode(texts, bs)
+        sync()
+        got[f"sentences_per_s_batch{bs}"] = round(len(texts) / (time.perf_counter() - t0), 1)
+    lat = []
+    for i in range(220):
+        t0 = time.perf_counter()
+        encode([texts[i]], 1)
+        sync()
+        lat.append(time.perf_counter() - t0)
+    lat_ms = np.array(lat[20:]) * 1000
+    got["p50_ms_batch1"] = round(float(np.percentile(lat_ms, 50)), 2)
+    got["p95_ms_batch1"] = round(float(np.percentile(lat_ms, 95)), 2)
+    return got, vec
 
 
 def breakdown(enc: TextEncoder, texts: list[str], sync: Callable[[], None]
@@ -158,22 +169,8 @@ def peer(folder: Path, texts: list[str], device: str, sync: Callable[[], None]
     half = device.startswith("cuda")
     model = SentenceTransformer(str(folder), device=device, model_kwargs={
         "dtype": torch.float16 if half else torch.float32})
-    model.encode(texts[:512], batch_size=64)
-    got: dict[str, object] = {"peer": folder.name}
-    for bs in (32, 256):
-        sync()
-        t0 = time.perf_counter()
-        model.encode(texts, batch_size=bs)
-        sync()
-        got[f"peer_sentences_per_s_batch{bs}"] = round(len(texts) / (time.perf_counter() - t0), 1)
-    lat = []
-    for i in range(220):
-        t0 = time.perf_counter()
-        model.encode([texts[i]], batch_size=1)
-        sync()
-        lat.append(time.perf_counter() - t0)
-    got["peer_p50_ms_batch1"] = round(float(np.percentile(np.array(lat[20:]) * 1000, 50)), 2)
-    return got
+    speed, _ = timed(lambda batch, bs: model.encode(batch, batch_size=bs), texts, sync)
+    return {"peer": folder.name, **{f"peer_{k}": v for k, v in speed.items()}}
 
 
 if __name__ == "__main__":
