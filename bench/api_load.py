@@ -53,6 +53,9 @@ from workload import (
 
 VAR = ROOT / "var/bench"
 QKV = str(Path(sys.executable).with_name("qkv"))
+# `qkv` as a command line: the entry point, or the package run as a module where the project
+# is not installed (on a lent GPU machine the checkout runs as it travels)
+QKV_CMD = [QKV] if Path(QKV).is_file() else [sys.executable, "-m", "cli"]
 N_SENTENCES = 20_000
 WARMUP_S = 3.0
 
@@ -165,7 +168,7 @@ class Server:
     def __init__(self, store: str, model: str, env: dict[str, str]) -> None:
         self.port = free_port()
         self.base = f"http://127.0.0.1:{self.port}"
-        self.cmd = [QKV, "serve", "--port", str(self.port), "--store", store, "--model", model,
+        self.cmd = [*QKV_CMD, "serve", "--port", str(self.port), "--store", store, "--model", model,
                     "--log-level", "warning"]
         self.env = {**os.environ, **env}
         self.log = open(VAR / f"api-server-{self.port}.log", "w")  # noqa: SIM115

@@ -58,6 +58,7 @@ TITLES = {
     "scale": "Scaling: ingest and search by collection size",
     "search": "Search: MilvusStore latency, throughput and recall",
     "search_path": "Search on the user's path: HTTP, Milvus Lite",
+    "serve_device": "`qkv serve` and `qkv index` on a GPU against the CPU",
     "speed_vs": "Two encoder checkpoints timed side by side",
     "translate": "Decoder: English→French on Multi30k",
 }
