@@ -68,17 +68,19 @@ def embed(client: httpx.Client, texts: list[str]) -> np.ndarray:
 
 
 def throughput(base: str, texts: list[str], batch: int, clients: int) -> float:
-    """Sentences/s of ``texts`` sent in requests of ``batch``, ``clients`` at a time."""
+    """Sentences/s of ``texts`` sent in requests of ``batch``, by ``clients`` threads at
+    once, each with its own connection and every ``clients``-th request."""
     chunks = [texts[i:i + batch] for i in range(0, len(texts), batch)]
+
+    def send(mine: list[list[str]]) -> None:
+        with httpx.Client(base_url=base, timeout=120) as client:
+            for chunk in mine:
+                embed(client, chunk)
+
+    t0 = time.perf_counter()
     with ThreadPoolExecutor(clients) as pool:
-        conns = [httpx.Client(base_url=base, timeout=120) for _ in range(clients)]
-        try:
-            t0 = time.perf_counter()
-            list(pool.map(lambda ic: embed(conns[ic[0] % clients], ic[1]), enumerate(chunks)))
-            return len(texts) / (time.perf_counter() - t0)
-        finally:
-            for c in conns:
-                c.close()
+        list(pool.map(send, [chunks[i::clients] for i in range(clients)]))
+    return len(texts) / (time.perf_counter() - t0)
 
 
 def serve(device: str, model: str, texts: list[str]) -> tuple[dict[str, Any], np.ndarray]:
@@ -142,7 +144,8 @@ def main() -> None:
                ["cpu"] + (["cuda"] if torch.cuda.is_available() else []))
     VAR.mkdir(parents=True, exist_ok=True)
     texts = sentences(args.n)
-    docs = (sentences(args.docs) * (args.docs // max(len(texts), 1) + 1))[:args.docs]
+    pool = sentences(args.docs)  # repeated (under new ids) if the corpus has fewer
+    docs = (pool * (args.docs // max(len(pool), 1) + 1))[:args.docs]
     rows: dict[str, dict[str, Any]] = {}
     first: np.ndarray | None = None
     for device in devices:
