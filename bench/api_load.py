@@ -246,8 +246,9 @@ def ensure_collection(store: str, model: str, docs: Path) -> str:
         return "existing"
     state = VAR / f"api-jobs-{abs(hash(store)) % 10**6}"
     shutil.rmtree(state, ignore_errors=True)
-    cmd = [QKV, "index", "--collection", "bench_ingest", "--input", str(docs), "--store", store,
-           "--model", model, "--state-dir", str(state), "--no-progress", "--timeout", "60"]
+    cmd = [*QKV_CMD, "index", "--collection", "bench_ingest", "--input", str(docs),
+           "--store", store, "--model", model, "--state-dir", str(state), "--no-progress",
+           "--timeout", "60"]
     subprocess.run(cmd, cwd=ROOT, check=True)
     return "indexed now"
 

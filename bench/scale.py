@@ -38,7 +38,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
-from api_load import QKV, Server  # noqa: E402
+from api_load import QKV_CMD, Server  # noqa: E402
 from ingest import run_sampled  # noqa: E402
 from machine import add_results_arg, record, stamp  # noqa: E402
 from workload import milvus_server, real_texts  # noqa: E402
@@ -87,7 +87,7 @@ def encoder_alone(model: str, texts: list[str]) -> float:
 def index(docs: Path, store: str, model: str, state: Path) -> float:
     """``qkv index`` into ``store``; its docs/s (from the job's summary line)."""
     shutil.rmtree(state, ignore_errors=True)
-    cmd = [QKV, "index", "--collection", COLLECTION, "--input", str(docs), "--store", store,
+    cmd = [*QKV_CMD, "index", "--collection", COLLECTION, "--input", str(docs), "--store", store,
            "--model", model, "--state-dir", str(state), "--no-progress", "--timeout", "600",
            "--no-tune"]
     t0 = time.perf_counter()

@@ -38,7 +38,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
-from api_load import QKV, VAR, Server  # noqa: E402
+from api_load import QKV_CMD, VAR, Server  # noqa: E402
 from machine import add_results_arg, record, stamp  # noqa: E402
 
 from index.beir import load_beir, score_run  # noqa: E402
@@ -181,7 +181,7 @@ def main() -> None:
         docs_path = write_docs(args.data, args.big)
         state = VAR / "search-path" / "jobs"
         t0 = time.perf_counter()
-        subprocess.run([QKV, "index", "--collection", "big", "--input", str(docs_path),
+        subprocess.run([*QKV_CMD, "index", "--collection", "big", "--input", str(docs_path),
                         "--store", str(db), "--model", args.model, "--state-dir", str(state),
                         "--no-progress", "--timeout", "60"], cwd=ROOT, check=True)
         index_s = time.perf_counter() - t0

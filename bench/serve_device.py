@@ -51,14 +51,6 @@ LATENCY_CALLS, WARMUPS = 200, 20
 COSINE_TEXTS = 256
 
 
-def fresh(path: Path) -> Path:
-    """``path`` with nothing there (a Milvus Lite store is a folder)."""
-    if path.is_dir():
-        shutil.rmtree(path)
-    path.unlink(missing_ok=True)
-    return path
-
-
 def embed(client: httpx.Client, texts: list[str]) -> np.ndarray:
     r = client.post("/v1/embeddings", json={"input": texts, "encoding_format": "base64",
                                               "truncate": True})
@@ -84,7 +76,8 @@ def throughput(base: str, texts: list[str], batch: int, clients: int) -> float:
 
 
 def serve(device: str, model: str, texts: list[str]) -> tuple[dict[str, Any], np.ndarray]:
-    store = fresh(VAR / f"serve-device-{device.replace(':', '-')}.db")
+    store = VAR / f"serve-device-{device.replace(':', '-')}.db"
+    shutil.rmtree(store, ignore_errors=True)  # a Milvus Lite store is a folder
     server = Server(str(store), model, {"QKV_DEVICE": device})
     try:
         with httpx.Client(base_url=server.base, timeout=120) as client:
@@ -112,7 +105,8 @@ def serve(device: str, model: str, texts: list[str]) -> tuple[dict[str, Any], np
 
 def index(device: str, model: str, docs: list[str]) -> dict[str, Any]:
     tag = device.replace(":", "-")
-    store, path = fresh(VAR / f"index-device-{tag}.db"), VAR / "index-device-docs.jsonl"
+    store, path = VAR / f"index-device-{tag}.db", VAR / "index-device-docs.jsonl"
+    shutil.rmtree(store, ignore_errors=True)
     path.write_text("".join(json.dumps({"id": str(i), "text": t}) + "\n"
                             for i, t in enumerate(docs)))
     cmd = [*QKV_CMD, "index", "--collection", "bench_device", "--input", str(path),
