@@ -52,6 +52,7 @@ TITLES = {
     "ingest": "Ingest: `qkv index` against the encoder alone",
     "keys_load": "API keys under load",
     "knn": "Token memory (kNN-MT) on or off",
+    "long_docs": "Long documents: the whole vector against its windows",
     "precision": "Weights stored in fp16, embedding tables in 8 bits",
     "races": "Races: data and admin calls at once",
     "ray_index": "`qkv index --engine ray` against the local engine",
@@ -204,10 +205,9 @@ def render_page(results_dir: Path, links: str = "../bench/history/") -> str:
              "bench script, a line per recorded run): **do not edit**; after changing a "
              "`.jsonl` by hand run `python bench/report.py` (`--check`: are the pages up to "
              "date).", "",
-             "Below, the newest run of each benchmark, newest first; every run, with all its "
-             "figures, the CPU's flags and what the script printed, is on its history page. "
-             "A script not run since the code changed shows its last figures: mind the date "
-             "and commit. The hand-written notes from before the results became data are "
+             "Below, each benchmark's newest run, newest first (mind its date and commit); "
+             "its history page has every run with all figures, the CPU's flags and what the "
+             "script printed. The hand-written notes from before the results became data are "
              f"[{NARRATIVE}]({links}{NARRATIVE})."]
     for n in order:
         run = newest[n][0]
