@@ -105,6 +105,7 @@ def hybrid(dense: dict[str, dict[str, float]], bm25: dict[str, dict[str, float]]
 def score_set(enc: Any, folder: Path, split: str, args: argparse.Namespace, weight: float
               ) -> dict[str, Any]:
     from encoder.evaluate import bm25_run
+    from encoder.tokenizer import clean_text
     from index.beir import load_beir, score_run
 
     corpus, queries, qrels = load_beir(folder, split)
@@ -113,7 +114,8 @@ def score_set(enc: Any, folder: Path, split: str, args: argparse.Namespace, weig
     bm25 = bm25_run(corpus, queries)
     bm = score_run(bm25, qrels)["ndcg@10"]
     xq = enc.encode([queries[i] for i in q_ids])
-    whole = [e.ids for e in enc._encodings([corpus[i] for i in doc_ids])[1]]
+    # every token of each document (TextEncoder.tokenize would cut them at max_tokens)
+    whole = [e.ids for e in enc.tokenizer.encode_batch([clean_text(corpus[i]) for i in doc_ids])]
     cut = [x[: enc.max_tokens] for x in whole]
     wins: list[list[int]] = []
     owner: list[int] = []
