@@ -70,10 +70,8 @@ def folders(data: Path, names: list[str], devcoll: Path, dev: Path) -> list[tupl
 
 
 def windows(ids: list[int], window: int, stride: int) -> list[list[int]]:
-    """``ids`` (``<s>`` first) in windows of ``window`` tokens, each ``<s>`` and the next
-    ``window - 1``, every ``stride``, the last reaching the end; ``[ids]`` when it fits."""
-    if len(ids) <= window:
-        return [ids]
+    """``ids`` (``<s>`` first, longer than ``window``) in windows of ``window`` tokens, each
+    ``<s>`` and the next ``window - 1``, every ``stride``, the last reaching the end."""
     out = []
     for s in range(1, len(ids), stride):
         out.append([ids[0], *ids[s:s + window - 1]])
@@ -117,28 +115,29 @@ def score_set(enc: Any, folder: Path, split: str, args: argparse.Namespace, weig
     # every token of each document (TextEncoder.tokenize would cut them at max_tokens)
     whole = [e.ids for e in enc.tokenizer.encode_batch([clean_text(corpus[i]) for i in doc_ids])]
     cut = [x[: enc.max_tokens] for x in whole]
+    # only the long documents have windows; a short one is its own (its cut vector)
+    long = [j for j, x in enumerate(whole) if len(x) > args.window]
     wins: list[list[int]] = []
     owner: list[int] = []
-    for j, x in enumerate(whole):
-        w = windows(x, args.window, args.stride)
+    for j in long:
+        w = windows(whole[j], args.window, args.stride)
         wins += w
         owner += [j] * len(w)
     t1 = time.perf_counter()
     xd = enc.encode_ids(cut)
     t_docs = time.perf_counter() - t1
-    t1 = time.perf_counter()
-    xw = enc.encode_ids(wins)
-    t_wins = time.perf_counter() - t1
-    starts = np.r_[0, np.flatnonzero(np.diff(np.asarray(owner))) + 1]
     full = xq @ xd.T
-    best = np.maximum.reduceat(xq @ xw.T, starts, axis=1)
+    best = full.copy()
+    t1 = time.perf_counter()
+    if wins:
+        xw = enc.encode_ids(wins)
+        starts = np.r_[0, np.flatnonzero(np.diff(np.asarray(owner))) + 1]
+        best[:, long] = np.maximum.reduceat(xq @ xw.T, starts, axis=1)
+    t_wins = time.perf_counter() - t1
     both = (full + best) / 2
     top = np.argsort(-full, axis=1, kind="stable")[:, : args.rerank]
-    rerank = full.copy()
+    rerank = np.full_like(full, -2.0)  # below every cosine: only the re-scored candidates rank
     np.put_along_axis(rerank, top, np.take_along_axis(both, top, 1), 1)
-    outside = np.ones_like(full, bool)
-    np.put_along_axis(outside, top, False, 1)
-    rerank[outside] = -2.0  # below every cosine: only the re-scored candidates rank
     runs = {"dense": run_of(full, doc_ids, q_ids), "maxp": run_of(best, doc_ids, q_ids),
             "full+maxp": run_of(both, doc_ids, q_ids), "rerank": run_of(rerank, doc_ids, q_ids)}
     nd = {k: score_run(v, qrels)["ndcg@10"] / bm for k, v in runs.items()}
@@ -149,7 +148,7 @@ def score_set(enc: Any, folder: Path, split: str, args: argparse.Namespace, weig
     return {"set": folder.name, "docs": len(doc_ids), "queries": len(q_ids),
             "longer_than_window": round(float(np.mean(lengths > args.window)), 3),
             "longer_than_max_tokens": round(float(np.mean(lengths > enc.max_tokens)), 3),
-            "windows_per_doc": round(len(wins) / len(doc_ids), 2),
+            "windows_per_doc": round((len(wins) + len(doc_ids) - len(long)) / len(doc_ids), 2),
             "bm25s_ndcg10": round(bm, 4),
             **{f"{k.replace(' ', '_').replace('+', '_')}_x_bm25s": round(v, 3)
                for k, v in nd.items()},
