@@ -10,9 +10,10 @@ efConstruction=200, ef=128 for the vectors; Milvus' BM25 function and inverted i
 the text), loaded through ``MilvusStore.upsert``, then sealed (``MilvusStore.flush``).
 Each held-out query is then searched once per mode, in rotating order, with
 ``MilvusStore.search`` (k, Bounded consistency, id/text/value/metadata returned); the
-query's vector is the cached one, so encoding is not timed. Target (issue 7): hybrid p50
-≤ 2 × dense p50. Prints a markdown section and records it with the figures
-(``bench/machine.py``).
+query's vector is the cached one, so encoding is not timed. All of it twice: right after
+the writes, and once Lite has finished merging and indexing in the background (searches
+then run about 4 x faster). Target (issue 7): hybrid p50 ≤ 2 × dense p50. Prints a
+markdown section and records it with the figures (``bench/machine.py``).
 """
 
 from __future__ import annotations
@@ -71,6 +72,29 @@ def measure(store: Any, xq: np.ndarray, texts: list[str], k: int) -> dict[str, l
     return lat
 
 
+def settle(store: Any, xq: np.ndarray, texts: list[str], k: int, limit_s: float = 300.0
+           ) -> float:
+    """Wait until Milvus Lite has finished what it does in the background after writes
+    (merging the sealed segments, indexing them): dense searches of 20 queries every 10 s
+    until two rounds' medians agree within 10 %. Right after 100,000 writes searches ran
+    about 4 x slower for 30-70 s (a ``/tmp`` script, 2 cores). Returns the seconds waited."""
+    t0 = time.perf_counter()
+    last = None
+    while time.perf_counter() - t0 < limit_s:
+        time.sleep(10)
+        lat = []
+        for i in range(min(20, len(xq))):
+            t = time.perf_counter()
+            store.search(COLLECTION, xq[i : i + 1], k, consistency="Bounded",
+                         query_text=[texts[i]], mode="dense")
+            lat.append(time.perf_counter() - t)
+        now = float(np.median(lat))
+        if last is not None and abs(now - last) <= 0.1 * last:
+            break
+        last = now
+    return time.perf_counter() - t0
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--data", type=Path, required=True)
@@ -93,17 +117,26 @@ def main() -> None:
     store = MilvusStore(str(lite), timeout=600)
     try:
         upsert_s, flush_s = load(store, x, base, items, info)
-        lat = measure(store, x[qpos], [items[i][1] for i in qpos.tolist()], args.k)
+        texts = [items[i][1] for i in qpos.tolist()]
+        lat = measure(store, x[qpos], texts, args.k)
+        settle_s = settle(store, x[qpos], texts, args.k)
+        settled = measure(store, x[qpos], texts, args.k)
     finally:
         store.drop(COLLECTION)
         store.close()
-    section = report(args, argv, meta, lat, upsert_s, flush_s)
+    section = report(args, argv, meta, lat, upsert_s, flush_s, settled, settle_s)
     print(section)
     ms = {m: (float(np.percentile(v, 50)) * 1e3, float(np.percentile(v, 99)) * 1e3)
           for m, v in lat.items()}
+    ss = {m: (float(np.percentile(v, 50)) * 1e3, float(np.percentile(v, 99)) * 1e3)
+          for m, v in settled.items()}
     fig: dict[str, Any] = {"hybrid_p50_x_dense_p50": round(ms["hybrid"][0] / ms["dense"][0], 2)}
     for m, (p50, p99) in ms.items():
         fig |= {f"{m}_p50_ms": round(p50, 1), f"{m}_p99_ms": round(p99, 1)}
+    fig |= {"settled_hybrid_p50_x_dense_p50": round(ss["hybrid"][0] / ss["dense"][0], 2),
+            "settle_s": round(settle_s)}
+    for m, (p50, p99) in ss.items():
+        fig |= {f"settled_{m}_p50_ms": round(p50, 1), f"settled_{m}_p99_ms": round(p99, 1)}
     fig |= {"upsert_s": round(upsert_s), "flush_load_s": round(flush_s), "texts": args.n,
             "queries": args.queries, "k": args.k,
             "encoder": f"{meta['encoder']['name']} {meta['encoder']['fingerprint']}"}
@@ -111,7 +144,8 @@ def main() -> None:
 
 
 def report(args: argparse.Namespace, argv: str, meta: dict[str, Any],
-           lat: dict[str, list[float]], upsert_s: float, flush_s: float) -> str:
+           lat: dict[str, list[float]], upsert_s: float, flush_s: float,
+           settled: dict[str, list[float]], settle_s: float) -> str:
     enc = meta["encoder"]
     ms = {m: (float(np.percentile(v, 50)) * 1e3, float(np.percentile(v, 99)) * 1e3)
           for m, v in lat.items()}
@@ -122,11 +156,18 @@ def report(args: argparse.Namespace, argv: str, meta: dict[str, Any],
              f"Command: `{argv}`", "",
              f"Base, queries and vectors as in the search benchmark. Upsert {upsert_s:.0f} s, "
              f"flush + load {flush_s:.0f} s. Single queries, k={args.k}, Bounded, the three "
-             "modes interleaved query by query (encoding not timed).", "",
-             "| mode | p50 ms | p99 ms |", "|---|---|---|"]
-    lines += [f"| {m} | {p50:.1f} | {p99:.1f} |" for m, (p50, p99) in ms.items()]
+             "modes interleaved query by query (encoding not timed), right after the writes "
+             f"and again once Lite's background work had settled ({settle_s:.0f} s later).",
+             "", "| mode | p50 ms | p99 ms | settled: p50 ms | p99 ms |",
+             "|---|---|---|---|---|"]
+    done = {m: (float(np.percentile(v, 50)) * 1e3, float(np.percentile(v, 99)) * 1e3)
+            for m, v in settled.items()}
+    lines += [f"| {m} | {p50:.1f} | {p99:.1f} | {done[m][0]:.1f} | {done[m][1]:.1f} |"
+              for m, (p50, p99) in ms.items()]
+    later = done["hybrid"][0] / done["dense"][0]
     verdict = "met" if ratio <= 2 else "**not met**"
-    lines += ["", f"Hybrid p50 / dense p50 = {ratio:.2f} (target ≤ 2: {verdict})."]
+    lines += ["", f"Hybrid p50 / dense p50 = {ratio:.2f} right after the writes, {later:.2f} "
+              f"settled (target ≤ 2: {verdict})."]
     return "\n".join(lines)
 
 
