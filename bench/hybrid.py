@@ -95,6 +95,12 @@ def settle(store: Any, xq: np.ndarray, texts: list[str], k: int, limit_s: float 
     return time.perf_counter() - t0
 
 
+def p50_p99(lat: dict[str, list[float]]) -> dict[str, tuple[float, float]]:
+    """Each mode's p50 and p99 in ms."""
+    return {m: (float(np.percentile(v, 50)) * 1e3, float(np.percentile(v, 99)) * 1e3)
+            for m, v in lat.items()}
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--data", type=Path, required=True)
@@ -124,12 +130,9 @@ def main() -> None:
     finally:
         store.drop(COLLECTION)
         store.close()
-    section = report(args, argv, meta, lat, upsert_s, flush_s, settled, settle_s)
+    ms, ss = p50_p99(lat), p50_p99(settled)
+    section = report(args, argv, meta, ms, upsert_s, flush_s, ss, settle_s)
     print(section)
-    ms = {m: (float(np.percentile(v, 50)) * 1e3, float(np.percentile(v, 99)) * 1e3)
-          for m, v in lat.items()}
-    ss = {m: (float(np.percentile(v, 50)) * 1e3, float(np.percentile(v, 99)) * 1e3)
-          for m, v in settled.items()}
     # settled first: the summary page shows a run's first figures, and the settled state is
     # the one a collection spends its life in
     fig: dict[str, Any] = {
@@ -148,11 +151,11 @@ def main() -> None:
 
 
 def report(args: argparse.Namespace, argv: str, meta: dict[str, Any],
-           lat: dict[str, list[float]], upsert_s: float, flush_s: float,
-           settled: dict[str, list[float]], settle_s: float) -> str:
+           ms: dict[str, tuple[float, float]], upsert_s: float, flush_s: float,
+           done: dict[str, tuple[float, float]], settle_s: float) -> str:
+    """The markdown section; ``ms`` and ``done``: each mode's (p50, p99) in ms right after
+    the writes and settled."""
     enc = meta["encoder"]
-    ms = {m: (float(np.percentile(v, 50)) * 1e3, float(np.percentile(v, 99)) * 1e3)
-          for m, v in lat.items()}
     ratio = ms["hybrid"][0] / ms["dense"][0]
     lines = [f"## Hybrid search latency ({time.strftime('%Y-%m-%d')}, Milvus Lite, "
              f"{args.n:,} texts, {args.queries} held-out queries, {enc['name']} "
@@ -164,8 +167,6 @@ def report(args: argparse.Namespace, argv: str, meta: dict[str, Any],
              f"and again once Lite's background work had settled ({settle_s:.0f} s later).",
              "", "| mode | p50 ms | p99 ms | settled: p50 ms | p99 ms |",
              "|---|---|---|---|---|"]
-    done = {m: (float(np.percentile(v, 50)) * 1e3, float(np.percentile(v, 99)) * 1e3)
-            for m, v in settled.items()}
     lines += [f"| {m} | {p50:.1f} | {p99:.1f} | {done[m][0]:.1f} | {done[m][1]:.1f} |"
               for m, (p50, p99) in ms.items()]
     later = done["hybrid"][0] / done["dense"][0]
