@@ -238,8 +238,9 @@ def create_app(settings: Settings | None = None, banner: str | None = None) -> F
         **_telemetry(),
     )
     app.state.settings = settings
+    # a malformed keys file stops the start here
     app.state.keys = KeyRing(settings.keys_file or default_keys_file(settings.store),
-                             settings.api_key)  # a malformed file stops the start here
+                             settings.api_key, settings.keys_empty_opens)
 
     def openapi() -> dict[str, Any]:
         if app.openapi_schema is None:

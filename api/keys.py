@@ -12,7 +12,12 @@ reaches only multi-tenant collections, unless ``collections`` grants others by n
 :class:`KeyRing` re-reads the file when it changes (checked at most every
 ``RELOAD_EVERY_S``), so a revoke takes effect on running servers within a second. A
 malformed file refuses to load with its line number; while running, a file made malformed
-keeps the keys last read (and logs why) rather than opening the service.
+keeps the keys last read (and logs why) rather than opening the service. So does a file
+that goes missing or empty after keys were read (a moved volume, a truncating editor, an
+unmounted share): the service stays closed with the keys last read, and says so loudly,
+until the file has keys again. Only ``QKV_KEYS_EMPTY_OPENS=1`` makes an emptied file a
+deliberate "no keys" that opens a running service; a restart without a file starts open,
+as a service that never had keys does.
 """
 
 from __future__ import annotations
@@ -181,6 +186,7 @@ class KeyRing:
 
     path: Path | None
     env_secret: str | None = None
+    empty_opens: bool = False  # QKV_KEYS_EMPTY_OPENS: an emptied file opens the service
     keys: dict[str, Key] = field(default_factory=dict)
     _stat: tuple[int, int, int] | None = None
     _checked: float = 0.0
@@ -206,6 +212,14 @@ class KeyRing:
             if strict:
                 raise
             log.error("keys file not re-read, the keys last read stay: %s", e)
+            self._stat = stat  # not again until it changes
+            return
+        if not keys and self.keys and not strict and not self.empty_opens:
+            log.critical(
+                "keys file %s is %s: the %d keys last read stay in force and the service "
+                "stays closed; put the file back (or write keys to it), or set "
+                "QKV_KEYS_EMPTY_OPENS=1 to let an emptied file open the service",
+                self.path, "missing" if stat is None else "empty", len(self.keys))
             self._stat = stat  # not again until it changes
             return
         self.keys, self._stat = keys, stat

@@ -270,6 +270,11 @@ async def generate(name: CollectionName, body: s.GenerateRequest, request: Reque
     if body.max_tokens is not None and body.max_tokens > svc.settings.max_generate_tokens:
         raise invalid(f"max_tokens must be at most {svc.settings.max_generate_tokens}")
     t = body.temperature or svc.settings.default_temperature
+    try:  # checked here too: with top_k 0 no search checks it, and the token memory reads it
+        tenant = tenant_of(x_tenant, body.tenant)
+        check_tenant(info, tenant)
+    except ValueError as e:
+        raise invalid(str(e), "tenant") from e
     hits: list[Hit] = []
     if body.top_k > 0:
         # dense neighbours, as the decoder was trained with (wiring.translation)
@@ -285,7 +290,8 @@ async def generate(name: CollectionName, body: s.GenerateRequest, request: Reque
     neighbours_read = [(h.value or h.text, float(w)) for h, w in zip(hits, weights, strict=True)
                        if reads_neighbours(dec)]
     memory, options = knn_for(svc, name, info.name, body.knn)
-    mix = KnnMixer(memory, options) if memory is not None and options is not None else None
+    mix = (KnnMixer(memory, options, tenant) if memory is not None and options is not None
+           else None)
     gen = await svc.run(dec.generate, body.query, neighbours_read, beam=body.beam,
                         max_tokens=body.max_tokens, return_attention=body.return_attention,
                         mix=mix)
@@ -295,11 +301,11 @@ async def generate(name: CollectionName, body: s.GenerateRequest, request: Reque
                      "memory_segments": gen.memory_segments, "weights": gen.attention}
     knn_out: dict[str, Any] | None = None
     if mix is not None and options is not None:
-        knn_out = {"keys": mix.memory.size,
+        knn_out = {"keys": mix.memory.keys_of(tenant),
                    "mean_lambda": round(mix.lam_sum / max(1, mix.steps), 4)}
         if body.knn is not None and body.knn.return_votes:
             knn_out["tokens"] = await svc.run(votes, dec, body.query, neighbours_read, gen.ids,
-                                              mix.memory, options)
+                                              mix.memory, options, tenant=tenant)
     return json_response(with_seeding(svc, name, {
         "text": gen.text, "neighbours": hits_out(hits, weights, ["text", "value", "metadata"]),
         "weights": weights, "attention": attention, "knn": knn_out}))

@@ -321,13 +321,14 @@ async def delete_documents(name: CollectionName, body: s.DocumentsDelete, reques
     if len(body.ids) > svc.settings.max_documents:
         raise too_large(f"{len(body.ids)} ids in one request; at most "
                         f"{svc.settings.max_documents} (QKV_MAX_DOCUMENTS)")
-    await svc.call(svc.store.delete, name, body.ids, tenant_of(x_tenant, body.tenant))
+    tenant = tenant_of(x_tenant, body.tenant)
+    await svc.call(svc.store.delete, name, body.ids, tenant)
     if svc.adapter.shadows:  # a collection being re-indexed by an adapt job: its copy too
         info = await svc.call(svc.store.describe, name)
         await svc.call(svc.adapter.mirror_delete, info, list(body.ids))
-    if svc.parts.token_memories:  # the deleted pairs' tokens stop voting
+    if svc.parts.token_memories:  # the deleted pairs' tokens stop voting (the tenant's)
         stored = (await svc.call(svc.store.describe, name)).name
-        await svc.remember(name, stored, removed=list(body.ids))
+        await svc.remember(name, stored, removed=list(body.ids), tenant=tenant)
     return json_response({"deleted": len(set(body.ids))})
 
 

@@ -30,6 +30,7 @@ from encoder.backend_pick import Choice
 from index import CollectionInfo, EncoderInfo, Hit, StoreError, StoreUnavailableError, softmax
 from index.calibration import model_mapping
 from index.fusion import DEFAULT_FUSION, model_dense_weight
+from index.tenancy import stored_id
 from wiring.components import encoder_info, load_components, load_encoder
 from wiring.demo import Seeding
 
@@ -294,24 +295,27 @@ class Service:
         (``removed`` ids) a collection with a token memory: upserted pairs' tokens join it,
         deleted ones stop voting, and so do a document's without a value (no pair). A
         decoder that reads neighbours gets each new pair's nearest other pairs, as in
-        training."""
+        training. In a multi-tenant collection the memory holds a pair under
+        ``tenant:id``, as the store does, so a tenant's writes touch its own pairs only."""
         from wiring.token_memory import remember, trained_retrieval
 
         memory = self.token_memory_for(collection, stored)
         if memory is None:
             return
         dec = self.decoder_for(collection, stored)
-        pairs = [(d.id, d.text, d.value) for d in docs if d.value]
+        valued = [d for d in docs if d.value]
+        pairs = [(stored_id(tenant, d.id), d.text, d.value) for d in valued]
         rows = [i for i, d in enumerate(docs) if d.value]
-        removed = [*removed, *(d.id for d in docs if not d.value)]
+        removed = [stored_id(tenant, i) for i in (*removed, *(d.id for d in docs
+                                                              if not d.value))]
         k, t = trained_retrieval(dec)
         nbrs = None
         if k > 0 and pairs and vectors is not None:
             found = await self.search_many(collection, vectors[rows], k + 1, None, False,
                                            "Session", mode="dense", tenant=tenant)
             nbrs = []
-            for (pid, _, _), hits in zip(pairs, found, strict=True):
-                kept = [h for h in hits if h.id != pid][:k]
+            for d, hits in zip(valued, found, strict=True):
+                kept = [h for h in hits if h.id != d.id][:k]
                 w = softmax(np.array([h.score for h in kept], np.float32), t)
                 nbrs.append([(h.value or h.text or "", float(x))
                              for h, x in zip(kept, w, strict=True)])

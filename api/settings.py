@@ -99,6 +99,9 @@ class Settings(BaseSettings):
                                 "stay open).")
     keys_file: Path | None = Field(None, description="API keys (qkv keys create), re-read "
                                    "when changed; default keys.jsonl beside a local store.")
+    keys_empty_opens: bool = Field(False, description="Let a keys file that goes missing or "
+                                   "empty while the service runs open it (no keys). Off: "
+                                   "the keys last read stay in force, and it is logged.")
 
     # limits
     max_body_bytes: int = Field(8 * 2**20, ge=1024, description="Largest request body (413).")

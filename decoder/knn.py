@@ -67,6 +67,10 @@ class TokenMemory:
     path: Path | None = None  # where it was read from: changes are appended there
     dead: np.ndarray = field(default_factory=lambda: np.zeros(0, bool))  # per pair row
     lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+    # per tenant: (the change count it was made at, the bitmap of its live keys, FAISS's
+    # selector over it); a change makes them stale
+    _changes: int = field(default=0, repr=False)
+    _only: dict[str, tuple[int, np.ndarray, Any]] = field(default_factory=dict, repr=False)
 
     @property
     def size(self) -> int:
@@ -93,6 +97,7 @@ class TokenMemory:
         ids = self.ids
         rows = [r for r, i in enumerate(ids) if i in gone and not self.dead[r]]
         self.dead[rows] = True
+        self._changes += 1
         return len(rows)
 
     def add_pairs(self, keys: np.ndarray, values: np.ndarray, local_rows: np.ndarray,
@@ -107,6 +112,7 @@ class TokenMemory:
             self.index.add(np.ascontiguousarray(keys, dtype=np.float32))
             self.values = np.concatenate([self.values, np.asarray(values, np.int32)])
             self.rows = np.concatenate([self.rows, np.asarray(local_rows, np.int32) + base])
+            self._changes += 1
 
     def append_change(self, keys: np.ndarray, values: np.ndarray, local_rows: np.ndarray,
                       pair_ids: Sequence[str], removed: Sequence[str]) -> None:
@@ -154,12 +160,27 @@ class TokenMemory:
                 "layout": layout, "dim": d}
         return cls(index, np.asarray(values, np.int32), np.asarray(rows, np.int32), meta)
 
-    def search(self, q: np.ndarray, k: int, nprobe: int = 8
+    def search(self, q: np.ndarray, k: int, nprobe: int = 8, tenant: str | None = None
                ) -> tuple[np.ndarray, np.ndarray]:
         """(squared distances (R, k), key rows (R, k), -1 where fewer than k exist). Safe
-        from several threads at once (``nprobe`` goes with the call, not the index)."""
+        from several threads at once (``nprobe`` goes with the call, not the index).
+
+        ``tenant``: the memory of a multi-tenant collection, whose pairs are stored under
+        ``tenant:id`` (:func:`index.tenancy.stored_id`): only that tenant's keys are
+        searched (FAISS skips the others), so no other tenant's tokens ever vote."""
         x = np.ascontiguousarray(q, dtype=np.float32)
         with self.lock:
+            if tenant is not None:
+                bits, sel = self._tenant_keys(tenant)
+                if not bits.any():  # nothing of this tenant's: no voter
+                    return (np.full((len(x), k), np.inf, np.float32),
+                            np.full((len(x), k), -1, np.int64))
+                if hasattr(self.index, "nprobe"):
+                    params = _faiss().SearchParametersIVF(nprobe=nprobe, sel=sel)
+                else:
+                    params = _faiss().SearchParameters(sel=sel)
+                d, i = self.index.search(x, k, params=params)
+                return d, i
             dead = self.dead.any()
             deep = 2 * k + 16 if dead else k  # removed pairs' keys come first, then are cut
             if hasattr(self.index, "nprobe"):
@@ -176,11 +197,36 @@ class TokenMemory:
                 i = np.take_along_axis(i, order, 1)[:, :k]
         return d, i
 
-    def pair_id(self, key: int) -> str:
-        """The id of the pair key ``key`` came from (its row number without ``ids``)."""
+    def keys_of(self, tenant: str | None) -> int:
+        """The keys that may vote for ``tenant`` (None: every key the memory holds)."""
+        if tenant is None:
+            return self.size
+        with self.lock:
+            bits, _ = self._tenant_keys(tenant)
+            return int(np.unpackbits(bits).sum())
+
+    def _tenant_keys(self, tenant: str) -> tuple[np.ndarray, Any]:
+        """The live keys of ``tenant``'s pairs as a bitmap (bit i = key i) and the FAISS
+        selector reading it, made once per change of the memory (under ``lock``)."""
+        cached = self._only.get(tenant)
+        if cached is not None and cached[0] == self._changes:
+            return cached[1], cached[2]
+        prefix = f"{tenant}:"
+        own = np.fromiter((i.startswith(prefix) for i in self.ids), bool, len(self.ids))
+        live = (own & ~self.dead[:len(own)])[self.rows] if self.size else np.zeros(0, bool)
+        bits = np.packbits(live, bitorder="little")
+        faiss = _faiss()
+        sel = faiss.IDSelectorBitmap(len(live), faiss.swig_ptr(bits)) if live.any() else None
+        self._only[tenant] = (self._changes, bits, sel)  # bits outlive the selector
+        return bits, sel
+
+    def pair_id(self, key: int, tenant: str | None = None) -> str:
+        """The id of the pair key ``key`` came from (its row number without ``ids``); with
+        ``tenant``, the tenant's own id (the stored one less ``tenant:``)."""
         row = int(self.rows[key])
         ids = self.meta.get("ids")
-        return str(ids[row]) if ids else str(row)
+        pair = str(ids[row]) if ids else str(row)
+        return pair.removeprefix(f"{tenant}:") if tenant is not None else pair
 
     def check(self, decoder_fingerprint: str) -> None:
         if self.meta.get("decoder_fingerprint") != decoder_fingerprint:
@@ -279,13 +325,15 @@ class KnnMixer:
     """The :class:`decoder.search.Mixer` of a token memory (see the module docstring);
     ``steps`` counts the rows searched, ``lam_sum`` the λ given them (mean λ = the ratio)."""
 
-    def __init__(self, memory: TokenMemory, options: KnnOptions) -> None:
+    def __init__(self, memory: TokenMemory, options: KnnOptions,
+                 tenant: str | None = None) -> None:
         options.check()
-        self.memory, self.o = memory, options
+        self.memory, self.o, self.tenant = memory, options, tenant
         self.steps, self.lam_sum = 0, 0.0
 
     def __call__(self, states: torch.Tensor, lp: torch.Tensor) -> torch.Tensor:
-        d, i = self.memory.search(states.float().cpu().numpy(), self.o.k, self.o.nprobe)
+        d, i = self.memory.search(states.float().cpu().numpy(), self.o.k, self.o.nprobe,
+                                  self.tenant)
         w_np, lam_np = vote_weights(d, i, self.o)
         vals = torch.from_numpy(self.memory.values[np.maximum(i, 0)]).to(lp.device).long()
         p_knn = torch.zeros_like(lp).scatter_add_(1, vals, torch.from_numpy(w_np).to(lp))
@@ -347,16 +395,18 @@ def collect_keys(dec: Any, sources: Sequence[str], targets: Sequence[str],
 
 
 def votes(dec: Any, source: str, neighbours: Sequence[tuple[str, float]], ids: list[int],
-          memory: TokenMemory, options: KnnOptions, top: int = 4) -> list[dict[str, Any]]:
+          memory: TokenMemory, options: KnnOptions, top: int = 4,
+          tenant: str | None = None) -> list[dict[str, Any]]:
     """Which memory tokens voted for each token of a generated output (its ``ids``, then
     ``</s>``), as the generation saw them: the output teacher-forced gives the very
     states each step searched with. Per token: its λ, the memory's probability of it, and
-    the ``top`` heaviest voters (pair id, token, weight)."""
+    the ``top`` heaviest voters (pair id, token, weight); with ``tenant``, only that
+    tenant's pairs vote and are named (by the tenant's own ids)."""
     c = dec.config
     src_ids, _ = encode(dec.tokenizer, [source], c.max_tokens)
     states, tgt_out = _states(dec, src_ids, [ids], [list(neighbours)] if neighbours else None)
     n = len(ids) + 1
-    d_np, i_np = memory.search(states[0, :n].numpy(), options.k, options.nprobe)
+    d_np, i_np = memory.search(states[0, :n].numpy(), options.k, options.nprobe, tenant)
     w_all, lam_all = vote_weights(d_np, i_np, options)  # as the mixer weighed them
     out = []
     for t in range(n):
@@ -370,7 +420,7 @@ def votes(dec: Any, source: str, neighbours: Sequence[tuple[str, float]], ids: l
             "token": shown[0],
             "lambda": round(float(lam_all[t]), 4),
             "p_memory": round(float(w[vals == token].sum()), 4),
-            "votes": [{"id": memory.pair_id(int(keys[j])), "token": piece,
+            "votes": [{"id": memory.pair_id(int(keys[j]), tenant), "token": piece,
                        "weight": round(float(w[j]), 4)} for j, piece in zip(order, shown[1:],
                                                                              strict=True)]})
     return out

@@ -161,6 +161,44 @@ def test_a_malformed_keys_file_names_its_line(tmp_path: Path) -> None:
         new_key("admin", tenants=["acme"])
 
 
+def test_a_keys_file_gone_or_emptied_keeps_the_service_closed(
+        make_client: MakeClient, tmp_path: Path, caplog: pytest.LogCaptureFixture,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 68, finding 1: moving the keys file away or truncating it while the service
+    runs kept nothing: the ring became open and any caller was admin of every tenant."""
+    monkeypatch.setattr("api.keys.RELOAD_EVERY_S", 0.0)
+    path = tmp_path / "keys.jsonl"
+    s = _keys(path, admin={"scope": "admin"}, reader={"scope": "read", "tenants": ["b"]})
+    c = make_client(keys_file=path)
+    assert c.get("/v1/keys/me").status_code == 401
+    for gone in ("moved", "emptied"):
+        with caplog.at_level(logging.CRITICAL, logger="api.keys"):
+            if gone == "moved":
+                path.rename(tmp_path / "keys.jsonl.bak")
+            else:
+                path.write_text("")
+            for _ in range(2):  # re-read, and again: the same answer, logged once
+                r = c.get("/v1/keys/me")
+                assert r.status_code == 401, (gone, r.text)
+                assert c.get("/v1/collections").status_code == 401
+        said = [r.message for r in caplog.records if "keys last read stay" in r.message]
+        assert len(said) == 1 and ("missing" if gone == "moved" else "empty") in said[0]
+        caplog.clear()
+        me = c.get("/v1/keys/me", headers=_auth(s["admin"])).json()  # the old keys hold
+        assert me["scope"] == "admin" and me["open"] is False
+        if gone == "moved":
+            (tmp_path / "keys.jsonl.bak").rename(path)
+    # keys written again are read again; revocation still works through the same file
+    _keys(path, fresh={"scope": "read"})
+    assert c.get("/v1/keys/me", headers=_auth(s["admin"])).status_code == 401  # replaced
+    # the documented switch: an emptied file opens a running service deliberately
+    s = _keys(path, admin={"scope": "admin"})
+    c = make_client(keys_file=path, keys_empty_opens=True)
+    assert c.get("/v1/keys/me").status_code == 401
+    path.write_text("")
+    assert c.get("/v1/keys/me").json()["open"] is True
+
+
 def test_keys_cli_prints_the_secret_once(tmp_path: Path) -> None:
     path = tmp_path / "keys.jsonl"
     r = CliRunner().invoke(cli, ["keys", "create", "--scope", "write", "--tenant", "acme",

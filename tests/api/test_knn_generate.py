@@ -132,3 +132,60 @@ def test_pairs_added_through_the_api_vote_at_once_and_after_a_restart(
     assert gone["text"] != target
     assert all(v["id"] != "new-1" for t in gone["knn"]["tokens"] for v in t["votes"])
     again.delete("/v1/collections/tm_grow")
+
+
+def test_a_multi_tenant_token_memory_keeps_tenants_apart(
+        make_client: MakeClient, setup: tuple[Path, Path, Path], tmp_path: Path) -> None:
+    """Issue 68, finding 2: the token memory of a multi-tenant collection held pairs by
+    their bare ids, so tenant a's generate was steered by (and its votes named) tenant b's
+    confidential pair, and a's writes deleted and overwrote b's entries."""
+    import shutil
+
+    dec, built, _ = setup
+    memory = tmp_path / "memory"
+    shutil.copytree(built, memory)
+    known = {en for en, _ in PAIRS}
+    fresh = [p for p in toy_pairs(80, seed=11) if p[0] not in known]
+    (source, target_b), (_, target_a) = fresh[0], fresh[1]
+    assert target_a != target_b
+    settings = {"decoders": {"tm_mt": str(dec)}, "token_memories": {"tm_mt": str(memory)}}
+    client = make_client(**settings)
+    client.delete("/v1/collections/tm_mt")
+    assert client.post("/v1/collections", json={"name": "tm_mt", "multi_tenant": True}
+                       ).status_code == 201
+    url, docs = "/v1/collections/tm_mt/generate", "/v1/collections/tm_mt/documents"
+    exact = {"k": 1, "lambda": 1.0, "temperature": 1.0, "adaptive": False,
+             "return_votes": True}
+    ask = {"query": source, "top_k": 0, "beam": 1, "knn": exact}
+
+    def gen(tenant: str, c: object = client) -> dict:  # type: ignore[type-arg]
+        r = c.post(url, json=ask, headers={"X-Tenant": tenant})  # type: ignore[attr-defined]
+        assert r.status_code == 200, r.text
+        return r.json()  # type: ignore[no-any-return]
+
+    def voters(body: dict) -> set[str]:  # type: ignore[type-arg]
+        return {v["id"] for t in body["knn"]["tokens"] for v in t["votes"]}
+
+    assert client.post(url, json=ask).status_code == 422  # a tenant is needed, as to search
+    r = client.post(docs, headers={"X-Tenant": "b"},
+                    json={"documents": [{"id": "secret", "text": source, "value": target_b}]})
+    assert r.status_code == 200, r.text
+    b = gen("b")
+    assert b["text"] == target_b and voters(b) == {"secret"}  # b's own id, as b named it
+    a = gen("a")  # a has no pair: nothing of b's votes, nor is b's count shown
+    assert a["text"] != target_b and a["knn"]["keys"] == 0 and voters(a) == set()
+    assert a["knn"]["mean_lambda"] == 0.0
+
+    # a writes and deletes the same id in its own tenant: b's pair is untouched
+    r = client.post(docs, headers={"X-Tenant": "a"},
+                    json={"documents": [{"id": "secret", "text": source, "value": target_a}]})
+    assert r.status_code == 200, r.text
+    assert gen("a")["text"] == target_a and gen("b")["text"] == target_b
+    r = client.request("DELETE", docs, json={"ids": ["secret"]}, headers={"X-Tenant": "a"})
+    assert r.status_code == 200, r.text
+    assert gen("a")["knn"]["keys"] == 0
+    assert gen("b")["text"] == target_b
+
+    again = make_client(**settings)  # and so after a restart, from the changes on disk
+    assert gen("b", again)["text"] == target_b and gen("a", again)["knn"]["keys"] == 0
+    again.delete("/v1/collections/tm_mt")
