@@ -1,5 +1,5 @@
 """``POST /v1/collections/{name}/adapt`` and ``GET /v1/jobs/{id}`` (issue 38): adapt the
-encoder to a collection's documents in the background (:mod:`api.adapter`)."""
+encoder to a collection's documents in the background (:mod:`wiring.adapter`)."""
 
 from __future__ import annotations
 

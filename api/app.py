@@ -27,7 +27,6 @@ from api import (
     embedding_routes,
     errors,
     key_routes,
-    memory,
     retrieval_routes,
     routes,
     tei_routes,
@@ -39,6 +38,7 @@ from api.keys import KeyRing, default_keys_file
 from api.metrics import Metrics, MetricsMiddleware
 from api.settings import Settings
 from index import collection_name
+from wiring import memory
 
 log = logging.getLogger(__name__)
 
@@ -220,7 +220,7 @@ def create_app(settings: Settings | None = None, banner: str | None = None) -> F
                        "(GET /ready shows how far; their searches say so meanwhile)"
                        if any(not p.progress.done for p in plans) else "")
             print(banner + filling, flush=True)  # noqa: T201 (the command line's own output)
-        memory.freeze_heap()  # what startup made lives as long as the app (api.memory)
+        memory.freeze_heap()  # what startup made lives as long as the app (wiring.memory)
         try:
             yield
         finally:

@@ -2,8 +2,8 @@
 (``{"error": {"message", "type", "param", "code"}}``, so OpenAI SDKs show the reason) and
 Text Embeddings Inference's elsewhere (``{"error": message, "error_type": type}``).
 
-Domain errors (the index package's, the batcher's) map to their HTTP status here, in one
-table; routes raise :class:`ApiError` for everything else. Validation errors are 422 in
+Domain errors (the index package's, the wiring's, the batcher's) map to their HTTP status
+here, in one table; routes raise :class:`ApiError` for everything else. Validation errors are 422 in
 the same shapes (the field paths in the message, the first one as OpenAI's ``param``),
 never FastAPI's default body.
 """
@@ -33,6 +33,7 @@ from index import (
     StoreUnavailableError,
     UnsupportedError,
 )
+from wiring.errors import ConflictError, DomainError, InvalidError, NotFoundError, TooLargeError
 
 log = logging.getLogger(__name__)
 
@@ -119,7 +120,7 @@ class RequestIdMiddleware:
 def public_text(e: BaseException) -> str:
     """What an answer may say of an exception: our own errors' messages (they name
     collections and fields), else only its kind (an OSError's text names files)."""
-    if isinstance(e, StoreError | ValueError | ApiError):
+    if isinstance(e, StoreError | ValueError | ApiError | DomainError):
         return f"{type(e).__name__}: {e}"
     return f"{type(e).__name__} (the details are in the server's log)"
 
@@ -132,6 +133,14 @@ def from_exception(e: Exception) -> ApiError:
     """The API error for a domain exception (the order matters: subclasses first)."""
     if isinstance(e, ApiError):
         return e
+    if isinstance(e, NotFoundError):
+        return not_found(str(e))
+    if isinstance(e, ConflictError):
+        return conflict(str(e))
+    if isinstance(e, TooLargeError):
+        return too_large(str(e))
+    if isinstance(e, InvalidError):
+        return invalid(str(e), e.param)
     if isinstance(e, CollectionNotFoundError):
         return not_found(str(e))
     if isinstance(e, CollectionExistsError | EncoderMismatchError | UnsupportedError
@@ -211,6 +220,10 @@ def install(app: FastAPI) -> None:
 
     @app.exception_handler(ValueError)
     async def _value(request: Request, e: ValueError) -> Response:
+        return error_response(from_exception(e), request.url.path)
+
+    @app.exception_handler(DomainError)
+    async def _domain(request: Request, e: DomainError) -> Response:
         return error_response(from_exception(e), request.url.path)
 
     @app.exception_handler(RequestValidationError)

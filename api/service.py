@@ -16,23 +16,23 @@ from typing import Any, TypeVar
 import numpy as np
 from starlette.concurrency import run_in_threadpool
 
-from api import memory
 from api.access import Limiter, charge_texts
-from api.adapter import Adapter
 from api.batcher import DynamicBatcher
 from api.disk import DiskGuard, data_dir
-from api.encoders import Encoders, Served, read_card
 from api.errors import conflict, invalid
 from api.metrics import Metrics
 from api.settings import Settings, encoders_dir
-from api.tuner import Tuner
 from encoder.backend_pick import Choice
 from index import CollectionInfo, EncoderInfo, Hit, StoreError, StoreUnavailableError, softmax
 from index.calibration import model_mapping
 from index.fusion import DEFAULT_FUSION, model_dense_weight
 from index.tenancy import stored_id
+from wiring import memory
+from wiring.adapter import Adapter
 from wiring.components import encoder_info, load_components, load_encoder
 from wiring.demo import Seeding
+from wiring.encoders import Encoders, Served, read_card
+from wiring.tuner import Tuner
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -69,7 +69,7 @@ class Service:
     def __init__(self, settings: Settings, metrics: Metrics) -> None:
         self.settings, self.metrics = settings, metrics
         self.limiter = Limiter()  # per API key (api.access)
-        memory.cap_arenas()  # before the batcher and ONNX Runtime threads start (api.memory)
+        memory.cap_arenas()  # before the batcher and ONNX Runtime threads start (wiring.memory)
         # On the CPU the encoder's threads share the cores with the event loop (HTTP, JSON,
         # tokenizing). Driven by wrk (a C client that costs next to nothing), all the cores
         # served more than half of them: 310 against 234 requests/s on 2 cores here
@@ -100,7 +100,8 @@ class Service:
 
         self.disk = DiskGuard(data_dir(settings.store), settings.disk_flood_mb, metrics)
         self.seeding: dict[str, Seeding] = {}  # demo collections (api.app fills them)
-        self.tuner = Tuner(self.store, self.embed_for, self.mapping, self.dense_weight, settings)
+        self.tuner = Tuner(self.store, self.embed_for, self.mapping, self.dense_weight,
+                           settings.auto_tune, settings.auto_tune_min_docs)
         self.adapter = Adapter(self.store, self.encoders, self._calibrate,  # its re-embedding
                                workers=self.slot_count if self.batcher.slots else 1)  # per core
         self.adapter.recover()  # an adapt job a previous process left: finished or undone
@@ -132,7 +133,7 @@ class Service:
             slots=self.encode_slots if per_core else None)
 
     def _load_encoder(self, name: str, path: Path) -> Served:
-        """A derived encoder (:mod:`api.encoders`), on the default's device and threads."""
+        """A derived encoder (:mod:`wiring.encoders`), on the default's device and threads."""
         st = self.settings
         enc = load_encoder(path, st.device, st.encoder_threads or os.cpu_count() or 1,
                            self.encoder.backend)  # the same network: the default's pick
@@ -146,7 +147,7 @@ class Service:
         enc.encode(["warm-up"])  # makes its ONNX session here, so the trim below sees it
         served = Served(name, path, enc, info, batcher,
                         int(path.joinpath("model.safetensors").stat().st_mtime), card)
-        memory.trim()  # the checkpoint's float16 and dequantisation buffers (api.memory)
+        memory.trim()  # the checkpoint's float16 and dequantisation buffers (wiring.memory)
         return served
 
     def _calibrate(self, store: Any, collection: str, embed: Callable[..., np.ndarray],

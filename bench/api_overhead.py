@@ -12,7 +12,7 @@ which on a real server is the event loop's: what bounds requests/s when the enco
 
 Routes: ``GET /health`` and ``POST /v1/embeddings`` (one real sentence each, bench/workload's
 sentences). ``/v1/embeddings`` runs in rounds alternating between the heap as the service
-keeps it (frozen at startup, ``api.memory.freeze_heap``) and thawed (``gc.unfreeze``, as
+keeps it (frozen at startup, ``wiring.memory.freeze_heap``) and thawed (``gc.unfreeze``, as
 before): its ratio is the garbage collector's share, side by side; and one full collection
 of the thawed heap is timed. Prints a markdown section and records it with the figures
 (``bench/machine.py``).
@@ -78,9 +78,9 @@ async def cpu_per_request(make: Callable[[int], Any], n: int) -> float:
 async def measure(texts: list[str], requests: int, rounds: int) -> dict[str, Any]:
     import numpy as np
 
-    from api import memory
     from api.app import create_app
     from api.settings import Settings
+    from wiring import memory
 
     db = VAR / "api-overhead.db"
     shutil.rmtree(db, ignore_errors=True)

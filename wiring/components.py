@@ -17,7 +17,7 @@ if TYPE_CHECKING:
     from encoder import TextEncoder
 
 log = logging.getLogger(__name__)
-CARD = "qkv-encoder.json"  # beside a derived encoder (api.encoders): name, fingerprint, dim
+CARD = "qkv-encoder.json"  # beside a derived encoder (wiring.encoders): name, fingerprint, dim
 
 
 def load_encoder(path: str | Path, device: str | None = None, cpu_threads: int | None = None,

@@ -151,7 +151,7 @@ def test_batchers_sharing_slots_run_no_more_batches_than_slots() -> None:
 
 
 def test_adapt_re_embedding_is_cut_into_runs_in_order() -> None:
-    from api.adapter import _chunks
+    from wiring.adapter import _chunks
 
     texts = [str(i) for i in range(300)]
     for workers, runs in ((1, 1), (2, 2), (8, 4)):  # none under 64 texts

@@ -1,4 +1,4 @@
-"""Several encoders in one service (api.encoders, issue 38): derived checkpoints under the
+"""Several encoders in one service (wiring.encoders, issue 38): derived checkpoints under the
 encoders directory are listed, loaded on first use within a budget, embed for the
 collections they made, and a collection whose encoder is gone gets a 409 naming it."""
 

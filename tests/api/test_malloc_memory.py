@@ -1,4 +1,4 @@
-"""api.memory: malloc's arenas capped and freed memory trimmed (issue 38's memory target is
+"""wiring.memory: malloc's arenas capped and freed memory trimmed (issue 38's memory target is
 measured by bench/encoders_load.py; here, that the calls reach glibc and respect the user's
 own MALLOC_ARENA_MAX); the garbage collector's heap frozen while an app serves (what it
 saves is bench/api_overhead.py's)."""
@@ -11,7 +11,7 @@ import platform
 import pytest
 from conftest import MakeClient
 
-from api import memory
+from wiring import memory
 
 glibc = pytest.mark.skipif(platform.libc_ver()[0] != "glibc", reason="glibc only")
 

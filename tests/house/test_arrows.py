@@ -8,6 +8,7 @@ import ast
 import json
 import subprocess
 import sys
+import warnings
 from pathlib import Path
 
 import pytest
@@ -25,7 +26,8 @@ FORBIDDEN: dict[str, set[str]] = {
     "api": {"typer", "cli", "stack"},
     "stack": {"typer", *WEB, "api", "cli"},
 }
-MAX_LINES = 400
+WARN_LINES = 400  # a file this long is worth a look: is it one concept?
+MAX_LINES = 800  # beyond this, no concept is that long: cut it along its concepts
 
 
 def imports(path: Path) -> set[str]:
@@ -82,6 +84,12 @@ def test_api_has_http_only() -> None:
 
 @pytest.mark.parametrize("package", PACKAGES)
 def test_files_stay_small(package: str) -> None:
-    long = {str(f.relative_to(ROOT)): n for f in sources(package)
-            if (n := len(f.read_text(encoding="utf-8").splitlines())) > MAX_LINES}
-    assert not long, f"over {MAX_LINES} lines: {long}"
+    """The line cap is a warning, not a reason to squeeze lines or to split a file along
+    anything but its concepts (issue 69); only a file past ``MAX_LINES`` fails."""
+    sizes = {str(f.relative_to(ROOT)): len(f.read_text(encoding="utf-8").splitlines())
+             for f in sources(package)}
+    long = {f: n for f, n in sizes.items() if n > WARN_LINES}
+    if long:
+        warnings.warn(f"over {WARN_LINES} lines (one concept each?): {long}", stacklevel=1)
+    too_long = {f: n for f, n in long.items() if n > MAX_LINES}
+    assert not too_long, f"over {MAX_LINES} lines: {too_long}"

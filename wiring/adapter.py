@@ -15,11 +15,11 @@ from typing import Any
 
 import numpy as np
 
-from api.encoders import Encoders
-from api.errors import conflict, not_found
 from index import CollectionInfo, EncoderInfo, Item, StoreError, VectorStore
 from wiring import adapting
 from wiring.adapting import Journal, Shadow
+from wiring.encoders import Encoders
+from wiring.errors import ConflictError, NotFoundError
 from wiring.tuning import embed_at
 
 log = logging.getLogger(__name__)
@@ -61,18 +61,18 @@ class Adapter:
             path = self.root / "jobs" / f"{job}.json"
             if path.is_file():
                 return Journal.load(path).state
-        raise not_found(f"no job {job!r}")
+        raise NotFoundError(f"no job {job!r}")
 
     def start(self, info: CollectionInfo, name: str, budget_s: float, force: bool
               ) -> tuple[dict[str, Any], Future[dict[str, Any]]]:
         """Queue an adapt job of collection ``name`` (``info`` is what it resolves to);
         409 while another adapt of it runs."""
         if self.root is None:
-            raise conflict("this service has no encoders directory (QKV_ENCODERS_DIR)")
+            raise ConflictError("this service has no encoders directory (QKV_ENCODERS_DIR)")
         base = self.encoders.of(info)
         with self._lock:
             if info.name in self._running:
-                raise conflict(f"collection {name!r} is being adapted already (job "
+                raise ConflictError(f"collection {name!r} is being adapted already (job "
                                f"{self._running[info.name]})")
             journal = Journal.new(self.root, name, {"budget_s": budget_s, "force": force})
             self._running[info.name] = journal.state["id"]

@@ -1,10 +1,11 @@
-"""The encoders one service serves (issue 38): the default (``QKV_MODEL``) and any number of
-derived checkpoints under the encoders directory (``QKV_ENCODERS_DIR``; ``qkv adapt``
-writes them there), each loaded on first use and kept within a budget of loaded encoders
-(least recently used out first; the default always stays). Each has its own dynamic
-batcher, so texts for two encoders are never batched together. A collection records which
-encoder made it (:class:`index.EncoderInfo`); :meth:`Encoders.of` finds it for every route
-that embeds for a collection, and answers 409 naming it when it is gone."""
+"""The encoder registry: the encoders one service serves (issue 38), the default
+(``QKV_MODEL``) and any number of derived checkpoints under the encoders directory
+(``QKV_ENCODERS_DIR``; ``qkv adapt`` writes them there), each loaded on first use and kept
+within a budget of loaded encoders (least recently used out first; the default always
+stays). Each has its own dynamic batcher, so texts for two encoders are never batched
+together. A collection records which encoder made it (:class:`index.EncoderInfo`);
+:meth:`Encoders.of` finds it for every call that embeds for a collection, and raises a
+conflict naming it when it is gone. The loader is the server's: it makes the batcher."""
 
 from __future__ import annotations
 
@@ -17,11 +18,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from api import memory
-from api.batcher import DynamicBatcher
-from api.errors import conflict, not_found
 from index import CollectionInfo, EncoderInfo
+from wiring import memory
 from wiring.components import read_card
+from wiring.errors import ConflictError, NotFoundError
 
 log = logging.getLogger(__name__)
 NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._+@-]{0,127}$")
@@ -35,7 +35,7 @@ class Served:
     path: Path
     encoder: Any  # encoder.TextEncoder
     info: EncoderInfo
-    batcher: DynamicBatcher
+    batcher: Any  # the server's queue for it (api.batcher.DynamicBatcher): embed, close
     created: int
     card: dict[str, Any]
 
@@ -108,13 +108,13 @@ class Encoders:
                          self.max_loaded)
                 old.close()
             if evicted:
-                memory.trim()  # what the evicted encoders held (api.memory)
+                memory.trim()  # what the evicted encoders held (wiring.memory)
             log.info("encoder %s loaded from %s", name, path)
             return served
 
     def _path(self, name: str) -> Path:
         if not NAME.match(name) or self.root is None or read_card(self.root / name) is None:
-            raise not_found(f"model {name!r} not found; this server serves "
+            raise NotFoundError(f"model {name!r} not found; this server serves "
                             f"{', '.join(repr(n) for n in self.names())} (GET /v1/models)")
         return self.root / name
 
@@ -127,10 +127,10 @@ class Encoders:
         try:
             served = self.get(made_by.name)
         except Exception as e:  # noqa: BLE001 - gone, damaged: the same answer to the user
-            if getattr(e, "status", None) != 404:
+            if not isinstance(e, NotFoundError):
                 log.exception("encoder %s of collection %s did not load", made_by.name,
                               info.name)
-            raise conflict(
+            raise ConflictError(
                 f"collection {info.name!r} was made by encoder {made_by.name!r} (fingerprint "
                 f"{made_by.fingerprint}), which this service does not have; put its "
                 "checkpoint back in the encoders directory (QKV_ENCODERS_DIR) or re-index "

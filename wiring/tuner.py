@@ -17,7 +17,6 @@ from typing import Any
 
 import numpy as np
 
-from api.settings import Settings
 from index import CollectionInfo, StoreError, VectorStore
 from index.calibration import Mapping
 from wiring.tuning import Labels, check_labels, check_tunable, due, tune
@@ -32,11 +31,13 @@ class Tuner:
     """Tune jobs by collection; :meth:`state` says how the last one went."""
 
     def __init__(self, store: VectorStore, embed: EmbedAsync, mapping: Mapping,
-                 default_weight: float, settings: Settings) -> None:
+                 default_weight: float, auto_tune: bool = True,
+                 auto_tune_min_docs: int = 1000) -> None:
         """``embed(texts, truncate, dim=..., collection=info)`` is the service's (it queues
         the texts for the collection's encoder and returns :class:`api.service.Embedded`)."""
         self.store, self.embed, self.mapping = store, embed, mapping
-        self.default_weight, self.settings = default_weight, settings
+        self.default_weight = default_weight
+        self.auto_tune, self.auto_tune_min_docs = auto_tune, auto_tune_min_docs
         self._jobs: dict[str, dict[str, Any]] = {}
         self._written: dict[str, int] = {}
         self._lock = threading.Lock()
@@ -131,9 +132,9 @@ class Tuner:
     def wrote(self, info: CollectionInfo, rows: int) -> None:
         """``rows`` documents were just written into ``info``'s collection: every
         :data:`CHECK_EVERY` of them, start a tune if it is due (in the background)."""
-        if not self.settings.auto_tune or not info.hybrid or rows <= 0:
+        if not self.auto_tune or not info.hybrid or rows <= 0:
             return
-        every = min(CHECK_EVERY, self.settings.auto_tune_min_docs)
+        every = min(CHECK_EVERY, self.auto_tune_min_docs)
         with self._lock:
             n = self._written.get(info.name, 0) + rows
             self._written[info.name] = n % every
@@ -146,7 +147,7 @@ class Tuner:
 
     def filled(self, collection: str) -> None:
         """A collection was just filled in the background (a demo): tune it if it is due."""
-        if self.settings.auto_tune and not self._closed.is_set():
+        if self.auto_tune and not self._closed.is_set():
             self._pool.submit(self._auto, asyncio.get_running_loop(), collection)
 
     def _auto(self, loop: asyncio.AbstractEventLoop, collection: str) -> None:
@@ -158,6 +159,6 @@ class Tuner:
         except StoreError as e:
             log.warning("could not check whether %s needs tuning: %s", collection, e)
             return
-        if due(info, count, self.settings.auto_tune_min_docs):
+        if due(info, count, self.auto_tune_min_docs):
             self._queue(collection, f"grown to {count} documents")
             self._run(loop, info, None, 0)
