@@ -209,7 +209,7 @@ async def authorize(
 async def _check_collection(request: Request, key: Key, name: str, route: str) -> None:
     svc = request.app.state.service
     try:
-        info = await svc.call(svc.store.describe, collection_name(name))
+        info = await svc.collections.describe(collection_name(name))
     except (CollectionNotFoundError, ValueError):
         return  # the route answers 404 (or 422 for the name) as for anyone
     shared = (key.tenants is not None and info.multi_tenant and request.method == "POST"

@@ -59,19 +59,8 @@ async def adapt_collection(name: CollectionName, body: AdaptRequest, request: Re
     step; searches keep answering from the old one meanwhile. Skipped where it would not
     help (unless ``force``), not swapped in where it checks no better. 409 while another
     adapt of it runs; 422 for a multi-tenant collection or one under 300 documents."""
-    svc = service(request)
-    svc.disk.check()
-    info = await svc.call(svc.store.describe, name)
-    if info.multi_tenant:
-        raise ValueError(f"collection {name!r} is multi-tenant: adapt is for single-tenant "
-                         "collections")
-    count = await svc.call(svc.store.count, info.name)
-    from encoder.domain import MIN_DOCS
-
-    if count < MIN_DOCS:
-        raise ValueError(f"collection {name!r} holds {count} documents; adapting needs at "
-                         f"least {MIN_DOCS}")
-    state, job = svc.adapter.start(info, name, body.budget_s, body.force)
+    state, job = await service(request).collections.start_adapt(name, body.budget_s,
+                                                                body.force)
     if body.wait:
         return json_response(await asyncio.wrap_future(job))
     return json_response(state, 202)

@@ -1,5 +1,6 @@
-"""The HTTP routes: translate requests into :class:`api.service.Service` calls and results
-into the response shapes (vector-heavy ones serialised with orjson, straight from numpy)."""
+"""The HTTP routes of operations, collections, aliases and documents: each parses its
+request, makes one call into the wiring (documents: :class:`wiring.collections.Collections`)
+and shapes the answer (vector-heavy ones serialised with orjson, straight from numpy)."""
 
 from __future__ import annotations
 
@@ -13,19 +14,15 @@ from pydantic import AfterValidator
 from api import schemas as s
 from api import tune_schemas as ts
 from api.access import authorize, bound_tenant, current, may_use, redacted
-from api.errors import ApiError, conflict, invalid, not_found, too_large
+from api.errors import ApiError, invalid, not_found
 from api.service import Service
 from index import (
     CollectionInfo,
-    CollectionNotFoundError,
-    EncoderMismatchError,
-    Item,
     collection_name,
-    hybrid_default,
 )
-from index.scale import backend, size_warning
-from index.tenancy import check_tenant
-from wiring.tuning import labels_from, manual
+from index.scale import size_warning
+from wiring.collections import Document
+from wiring.tuning import labels_from
 
 _ERROR_TEXTS = ((401, "Missing, unknown or revoked API key"),
                 (403, "The key's scope, tenants or collections do not allow it"),
@@ -111,6 +108,7 @@ async def metrics(request: Request) -> Response:
 # collections
 def _collection_out(svc: Service, info: CollectionInfo, aliases: dict[str, str],
                     count: int | None = None) -> dict[str, Any]:
+    col = svc.collections
     pointing = sorted(a for a, c in aliases.items() if c == info.name)
     dec = next((svc.decoder_paths[n] for n in (info.name, *pointing) if n in svc.decoder_paths),
                None)
@@ -118,10 +116,9 @@ def _collection_out(svc: Service, info: CollectionInfo, aliases: dict[str, str],
             "encoder": info.encoder.to_dict() if info.encoder else None, "count": count,
             "decoder": str(dec) if dec else None, "hybrid": info.hybrid, "aliases": pointing,
             "multi_tenant": info.multi_tenant, "calibration": redacted(info, info.calibration),
-            "tuning": redacted(info, svc.tuner.state(info.name)), "backend": backend(svc.store),
+            "tuning": redacted(info, col.tune_state(info)), "backend": col.backend,
             # the whole collection's size: a tenant's count says nothing of the backend's load
-            "size_warning": size_warning(backend(svc.store), None if info.multi_tenant
-                                         else count)}
+            "size_warning": size_warning(col.backend, None if info.multi_tenant else count)}
 
 
 @v1.post("/v1/collections", status_code=201, response_model=s.CollectionOut,
@@ -132,30 +129,19 @@ async def create_collection(body: s.CollectionCreate, request: Request) -> Respo
     vectors) unless ``hybrid`` is false or the store has no BM25; ``hybrid: true`` on such a
     store is 409."""
     svc = service(request)
-    svc.disk.check()
-    model = await svc.run(svc.encoders.get, body.model)  # 404 for a model it lacks
-    dims = model.encoder.dims
-    dim = model.info.dim if body.dimensions is None else body.dimensions
-    if dim not in dims:
-        raise invalid(f"dimensions must be one of {', '.join(map(str, dims))} for "
-                      f"{model.name!r} (the sizes it was trained to be cut to), got {dim}")
-    hybrid = await svc.call(hybrid_default, svc.store, body.name, body.hybrid)
-    info = await svc.call(svc.store.create, body.name, dim, svc.info_for(dim, model),
-                          exist_ok=False, hybrid=hybrid, multi_tenant=body.multi_tenant)
+    info = await svc.collections.create(body.name, body.model, body.dimensions, body.hybrid,
+                                        body.multi_tenant)
     return json_response(_collection_out(svc, info, {}, 0), 201)
 
 
 @v1.get("/v1/collections", response_model=s.CollectionList, tags=["collections"])
 async def list_collections(request: Request) -> Response:
     svc = service(request)
-    out = []
-    aliases = await svc.call(svc.store.list_aliases)
-    key = current.get()
-    for name in await svc.call(svc.store.list_collections):
-        info = await svc.call(svc.store.describe, name)
-        if may_use(key, info):  # a key bound to tenants or collections sees its own
-            out.append(_collection_out(svc, info, aliases))
-    return json_response({"collections": out})
+    aliases = await svc.collections.aliases()
+    key = current.get()  # a key bound to tenants or collections sees its own
+    return json_response({"collections": [_collection_out(svc, info, aliases)
+                                          for info in await svc.collections.all()
+                                          if may_use(key, info)]})
 
 
 @v1.get("/v1/collections/{name}", response_model=s.CollectionOut, tags=["collections"])
@@ -165,21 +151,16 @@ async def get_collection(name: CollectionName, request: Request,
     documents in a multi-tenant collection; null without one). ``name`` may be an alias:
     the answer is the collection it points at."""
     svc = service(request)
-    info = await svc.call(svc.store.describe, name)
-    tenant = tenant_of(x_tenant, None)
-    count = (await svc.call(svc.store.count, info.name, tenant)
-             if tenant is not None or not info.multi_tenant else None)
-    aliases = await svc.call(svc.store.list_aliases)
-    return json_response(_collection_out(svc, info, aliases, count))
+    info = await svc.collections.describe(name)
+    count = await svc.collections.count(info, tenant_of(x_tenant, None))
+    return json_response(_collection_out(svc, info, await svc.collections.aliases(), count))
 
 
 @v1.delete("/v1/collections/{name}", response_model=s.Deleted, tags=["collections"])
 async def delete_collection(name: CollectionName, request: Request) -> Response:
     """Drop a collection and its documents; an alias, or a collection that aliases point
     at, is 409."""
-    svc = service(request)
-    await svc.call(svc.store.describe, name)  # 404 when absent
-    await svc.call(svc.store.drop, name)
+    await service(request).collections.drop(name)
     return json_response({"deleted": name})
 
 
@@ -193,32 +174,25 @@ async def tune_collection(name: CollectionName, body: ts.TuneRequest, request: R
     (202; ``GET`` this path or the collection for its state) unless ``wait``. A collection
     without BM25 is 409; labels naming ids it lacks, or an empty collection, 422; a tune of
     it already running, 409."""
-    svc = service(request)
-    svc.disk.check()
-    info = await svc.call(svc.store.describe, name)
+    col = service(request).collections
     if body.dense_weight is not None:
         if body.labels is not None:
             raise invalid("give `labels` or `dense_weight`, not both", "dense_weight")
-        cal = await svc.call(manual, svc.store, info.name, body.dense_weight)
-        return json_response({"collection": info.name, "state": "done",
-                              "reason": "set by hand", "calibration": cal.to_dict()})
+        return json_response(await col.calibrate_by_hand(name, body.dense_weight))
     labels = (labels_from([q.model_dump() for q in body.labels])
               if body.labels is not None else None)
-    await svc.call(svc.tuner.check, info, labels)
-    if svc.tuner.running(info.name):  # checked and started with no await between
-        raise conflict(f"a tune of collection {info.name!r} is already running")
-    job = svc.tuner.start(info, labels, body.seed)
+    info, job = await col.start_tune(name, labels, body.seed)
     if body.wait:
         return json_response(await asyncio.wrap_future(job))
-    return json_response(svc.tuner.state(info.name), 202)
+    return json_response(col.tune_state(info), 202)
 
 
 @v1.get("/v1/collections/{name}/tune", response_model=ts.TuneState, tags=["collections"])
 async def tune_state(name: CollectionName, request: Request) -> Response:
     """This server's last tune job of the collection (404 when there was none)."""
-    svc = service(request)
-    info = await svc.call(svc.store.describe, name)
-    state = svc.tuner.state(info.name)
+    col = service(request).collections
+    info = await col.describe(name)
+    state = col.tune_state(info)
     if state is None:
         raise not_found(f"no tune of collection {info.name!r} has run on this server; its "
                         "stored calibration is in GET /v1/collections/{name}")
@@ -234,24 +208,24 @@ AliasName = Annotated[str, Path(min_length=1, max_length=255, description="Alias
 
 @v1.get("/v1/aliases", response_model=s.AliasList, tags=["collections"])
 async def list_aliases(request: Request) -> Response:
-    svc = service(request)
-    aliases = await svc.call(svc.store.list_aliases)
+    col = service(request).collections
+    aliases = await col.aliases()
     key = current.get()
     if key is not None and (key.tenants is not None or key.collections is not None):
         aliases = {a: c for a, c in aliases.items()
-                   if may_use(key, await svc.call(svc.store.describe, c), a)}
+                   if may_use(key, await col.describe(c), a)}
     return json_response({"aliases": [{"alias": a, "collection": c}
                                       for a, c in aliases.items()]})
 
 
 @v1.get("/v1/aliases/{alias}", response_model=s.AliasOut, tags=["collections"])
 async def get_alias(alias: AliasName, request: Request) -> Response:
-    svc = service(request)
-    aliases = await svc.call(svc.store.list_aliases)
+    col = service(request).collections
+    aliases = await col.aliases()
     key = current.get()
     bound = key is not None and (key.tenants is not None or key.collections is not None)
     if alias not in aliases or bound and not may_use(  # only its collections' aliases
-            key, await svc.call(svc.store.describe, aliases[alias]), alias):
+            key, await col.describe(aliases[alias]), alias):
         raise not_found(f"no alias {alias!r}")
     return json_response({"alias": alias, "collection": aliases[alias]})
 
@@ -262,16 +236,13 @@ async def set_alias(alias: AliasName, body: s.AliasSet, request: Request) -> Res
     route takes the alias as a collection name, so clients that use it switch collections
     without a failed request (a zero-downtime re-index: ``qkv index --alias``). Other
     servers on the same store see the move within a second."""
-    svc = service(request)
-    svc.disk.check()
-    before = await svc.call(svc.store.set_alias, alias, body.collection)
+    before = await service(request).collections.set_alias(alias, body.collection)
     return json_response({"alias": alias, "collection": body.collection, "previous": before})
 
 
 @v1.delete("/v1/aliases/{alias}", response_model=s.Deleted, tags=["collections"])
 async def delete_alias(alias: AliasName, request: Request) -> Response:
-    svc = service(request)
-    await svc.call(svc.store.drop_alias, alias)
+    await service(request).collections.drop_alias(alias)
     return json_response({"deleted": alias})
 
 
@@ -283,33 +254,9 @@ async def upsert_documents(name: CollectionName, body: s.DocumentsUpsert, reques
     ``QKV_MAX_DOCUMENTS`` per request (413); 507 while the store's disk is under the flood
     mark (``QKV_DISK_FLOOD_MB``)."""
     svc = service(request)
-    svc.disk.check()
-    docs = body.documents
-    if len(docs) > svc.settings.max_documents:
-        raise too_large(f"{len(docs)} documents in one request; at most "
-                        f"{svc.settings.max_documents} (QKV_MAX_DOCUMENTS)")
-    info = await svc.call(svc.store.describe, name)  # 404 before any encoding
-    tenant = tenant_of(x_tenant, body.tenant)
-    check_tenant(info, tenant)  # and 422 for the tenant
-    for again in (False, True):
-        model = svc.encoder_of(info)  # 409 when the encoder that made it is gone
-        emb = await svc.embed([d.text for d in docs], body.truncate, dim=info.dim, model=model)
-        items = [Item(d.id, emb.vectors[i], d.text, d.value, d.metadata, tenant)
-                 for i, d in enumerate(docs)]
-        try:
-            n = await svc.call(svc.store.upsert, name, items, svc.info_for(info.dim, model))
-            break
-        except (CollectionNotFoundError, EncoderMismatchError):
-            # an adapt job moved the name onto its new collection meanwhile: embed again
-            # with that one's encoder and write there
-            if again or not svc.adapter.swapped_lately():
-                raise
-            info = await svc.call(svc.store.describe, name)
-    if svc.adapter.shadow(info) is not None:  # being re-indexed by an adapt job: its copy too
-        await svc.call(svc.adapter.mirror_upsert, info, items)
-    await svc.remember(name, info.name, docs, emb.vectors, tenant)
-    svc.tuner.wrote(info, n)  # tuned in the background once it has grown enough
-    cut = [d.id for d, t in zip(docs, emb.truncated, strict=True) if t]
+    docs = [Document(d.id, d.text, d.value, d.metadata) for d in body.documents]
+    n, cut = await svc.collections.upsert(name, docs, tenant_of(x_tenant, body.tenant),
+                                          body.truncate)
     return json_response({"upserted": n, "truncated": cut})
 
 
@@ -317,19 +264,9 @@ async def upsert_documents(name: CollectionName, body: s.DocumentsUpsert, reques
            tags=["documents"])
 async def delete_documents(name: CollectionName, body: s.DocumentsDelete, request: Request,
                            x_tenant: TenantHeader = None) -> Response:
-    svc = service(request)
-    if len(body.ids) > svc.settings.max_documents:
-        raise too_large(f"{len(body.ids)} ids in one request; at most "
-                        f"{svc.settings.max_documents} (QKV_MAX_DOCUMENTS)")
-    tenant = tenant_of(x_tenant, body.tenant)
-    await svc.call(svc.store.delete, name, body.ids, tenant)
-    if svc.adapter.shadows:  # a collection being re-indexed by an adapt job: its copy too
-        info = await svc.call(svc.store.describe, name)
-        await svc.call(svc.adapter.mirror_delete, info, list(body.ids))
-    if svc.parts.token_memories:  # the deleted pairs' tokens stop voting (the tenant's)
-        stored = (await svc.call(svc.store.describe, name)).name
-        await svc.remember(name, stored, removed=list(body.ids), tenant=tenant)
-    return json_response({"deleted": len(set(body.ids))})
+    n = await service(request).collections.delete(name, body.ids,
+                                                   tenant_of(x_tenant, body.tenant))
+    return json_response({"deleted": n})
 
 
 @v1.get("/v1/collections/{name}/documents/{doc_id}", response_model=s.DocumentOut,
@@ -337,11 +274,9 @@ async def delete_documents(name: CollectionName, body: s.DocumentsDelete, reques
 async def get_document(name: CollectionName, doc_id: str, request: Request,
                        include_vector: Annotated[bool, Query()] = False,
                        x_tenant: TenantHeader = None) -> Response:
-    svc = service(request)
-    items = await svc.call(svc.store.get, name, [doc_id], tenant_of(x_tenant, None))
-    if not items:
+    it = await service(request).collections.get(name, doc_id, tenant_of(x_tenant, None))
+    if it is None:
         raise not_found(f"no document {doc_id!r} in collection {name!r}")
-    it = items[0]
     return json_response({"id": it.id, "text": it.text, "value": it.value,
                           "metadata": it.metadata,
                           "vector": it.vector if include_vector else None})

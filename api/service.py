@@ -1,7 +1,9 @@
-"""What the routes call: one :class:`Service` holds the loaded components (the encoder, the
-store, the decoders: :mod:`wiring.components`) and the dynamic batcher, runs store and
-decoding work off the event loop, counts store errors, and raises the API's errors (routes
-only translate HTTP)."""
+"""The server's parts: one :class:`Service` loads the components (the encoder, the store,
+the decoders: :mod:`wiring.components`) from the settings, makes the dynamic batchers and
+the encoder registry, queues texts for an encoder (charging the caller's key), runs store
+and decoding work off the event loop and counts store errors, and hands all of it to the
+wiring's :class:`wiring.collections.Collections`, which the routes call for searches and
+writes."""
 
 from __future__ import annotations
 
@@ -19,16 +21,16 @@ from starlette.concurrency import run_in_threadpool
 from api.access import Limiter, charge_texts
 from api.batcher import DynamicBatcher
 from api.disk import DiskGuard, data_dir
-from api.errors import conflict, invalid
+from api.errors import invalid
 from api.metrics import Metrics
 from api.settings import Settings, encoders_dir
 from encoder.backend_pick import Choice
-from index import CollectionInfo, EncoderInfo, Hit, StoreError, StoreUnavailableError, softmax
+from index import CollectionInfo, StoreError, StoreUnavailableError
 from index.calibration import model_mapping
-from index.fusion import DEFAULT_FUSION, model_dense_weight
-from index.tenancy import stored_id
+from index.fusion import model_dense_weight
 from wiring import memory
 from wiring.adapter import Adapter
+from wiring.collections import Collections, Limits
 from wiring.components import encoder_info, load_components, load_encoder
 from wiring.demo import Seeding
 from wiring.encoders import Encoders, Served, read_card
@@ -105,6 +107,14 @@ class Service:
         self.adapter = Adapter(self.store, self.encoders, self._calibrate,  # its re-embedding
                                workers=self.slot_count if self.batcher.slots else 1)  # per core
         self.adapter.recover()  # an adapt job a previous process left: finished or undone
+        self.collections = Collections(
+            self.store, self.encoders, self.embed, self.call, self.run, self.tuner,
+            self.adapter, self.decoders, self.parts.token_memories, self.disk.check,
+            self.dense_weight, Limits(
+                max_top_k=settings.max_top_k, max_offset=settings.max_offset,
+                max_documents=settings.max_documents, max_searches=settings.max_searches,
+                max_generate_tokens=settings.max_generate_tokens,
+                default_temperature=settings.default_temperature))
 
     def _batcher(self, encoder: Any) -> DynamicBatcher:
         # One batcher per encoder, their forwards free to overlap: a lock serialising them
@@ -244,85 +254,3 @@ class Service:
         """How far a demo collection still being filled is (None once it is complete)."""
         p = self.seeding.get(collection)
         return None if p is None or p.state == "complete" else p.to_dict()
-
-    def info_for(self, dim: int, model: Served | None = None) -> EncoderInfo:
-        """An encoder (the default when None) as a collection of ``dim`` records it: its
-        vectors cut to ``dim`` (a Matryoshka size) are another space than the full ones."""
-        info = (model or self.encoders.default).info
-        return info if dim == info.dim else EncoderInfo(info.name, info.fingerprint, dim)
-
-    async def search_many(self, collection: str, xq: np.ndarray, k: int, filter: Any,
-                          with_vectors: bool, consistency: str,
-                          query_text: list[str] | None = None, mode: str | None = None,
-                          fusion: str = DEFAULT_FUSION, dense_weight: float | None = None,
-                          tenant: str | None = None, model: Served | None = None
-                          ) -> list[list[Hit]]:
-        """The hits of each query row of ``xq`` (nq, d) embedded by ``model`` (the default
-        when None), in one store call."""
-        return await self.call(self.store.search, collection, xq, k, filter,
-                               self.info_for(xq.shape[1], model),
-                               with_vectors, consistency, query_text, mode, fusion,
-                               self.dense_weight if dense_weight is None else dense_weight,
-                               tenant)
-
-    def hybrid_weight(self, info: CollectionInfo, requested: float | None
-                      ) -> tuple[float, str]:
-        """Hybrid's dense weight for a search of ``info``, and where it came from: the
-        request's, else the collection's calibration, else the encoder's default."""
-        if requested is not None:
-            return requested, "request"
-        cal = info.calibration
-        if cal is not None and "dense_weight" in cal:
-            source = "encoder default" if cal.get("source") == "encoder default" else "collection"
-            return float(cal["dense_weight"]), source
-        return self.dense_weight, "encoder default"
-
-    def decoder_for(self, collection: str, *names: str) -> Any:
-        """The decoder configured for ``collection``, or for another name of it (the
-        alias the request used, or the collection an alias points at)."""
-        dec = next((self.decoders[n] for n in (collection, *names) if n in self.decoders), None)
-        if dec is None:
-            configured = ", ".join(sorted(self.decoders)) or "none"
-            raise conflict(
-                f"collection {collection!r} has no decoder (collections with one: "
-                f"{configured}); configure one with QKV_DECODERS='{{\"{collection}\": "
-                "\"models/DECODER\"}'")
-        return dec
-
-    async def remember(self, collection: str, stored: str, docs: Sequence[Any] = (),
-                       vectors: np.ndarray | None = None, tenant: str | None = None,
-                       removed: Sequence[str] = ()) -> None:
-        """Documents just upserted into (``docs``, with their ``vectors``) or deleted from
-        (``removed`` ids) a collection with a token memory: upserted pairs' tokens join it,
-        deleted ones stop voting, and so do a document's without a value (no pair). A
-        decoder that reads neighbours gets each new pair's nearest other pairs, as in
-        training. In a multi-tenant collection the memory holds a pair under
-        ``tenant:id``, as the store does, so a tenant's writes touch its own pairs only."""
-        from wiring.token_memory import remember, trained_retrieval
-
-        memory = self.token_memory_for(collection, stored)
-        if memory is None:
-            return
-        dec = self.decoder_for(collection, stored)
-        valued = [d for d in docs if d.value]
-        pairs = [(stored_id(tenant, d.id), d.text, d.value) for d in valued]
-        rows = [i for i, d in enumerate(docs) if d.value]
-        removed = [stored_id(tenant, i) for i in (*removed, *(d.id for d in docs
-                                                              if not d.value))]
-        k, t = trained_retrieval(dec)
-        nbrs = None
-        if k > 0 and pairs and vectors is not None:
-            found = await self.search_many(collection, vectors[rows], k + 1, None, False,
-                                           "Session", mode="dense", tenant=tenant)
-            nbrs = []
-            for d, hits in zip(valued, found, strict=True):
-                kept = [h for h in hits if h.id != d.id][:k]
-                w = softmax(np.array([h.score for h in kept], np.float32), t)
-                nbrs.append([(h.value or h.text or "", float(x))
-                             for h, x in zip(kept, w, strict=True)])
-        await self.run(remember, dec, memory, pairs, nbrs, removed)
-
-    def token_memory_for(self, collection: str, *names: str) -> Any:
-        """The token memory configured for ``collection`` (or another name of it), or None."""
-        memories = self.parts.token_memories
-        return next((memories[n] for n in (collection, *names) if n in memories), None)

@@ -115,7 +115,7 @@ def build_pairs(
     with a tokenizer trained on them: ``train-encoder --data OUT`` reads the folder, which
     is small enough to carry to a GPU machine."""
     from encoder.dataset import Bundle
-    from encoder.pairs import build_sources
+    from encoder.sources import build_sources
     from encoder.tokenizer import bundle_tokenizer
 
     bundle = Bundle.from_sources(build_sources(data, seed, technical=technical,
@@ -303,7 +303,7 @@ def tune_graded(
     from encoder import graded
     from encoder import pairs as pairs_module
     from encoder.checkpoint import PRECISIONS, save_checkpoint
-    from encoder.pairs import build_sources
+    from encoder.sources import build_sources
 
     if precision not in PRECISIONS:
         raise typer.BadParameter(f"choose among {', '.join(PRECISIONS)}",

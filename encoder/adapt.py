@@ -6,7 +6,10 @@ from __future__ import annotations
 import gzip
 import json
 import random
+from collections.abc import Callable
 from pathlib import Path
+
+import numpy as np
 
 from encoder.pairs import MAX_WORDS, PairSource, span_pairs, title_body_pairs
 
@@ -54,7 +57,6 @@ def corpus_sources(path: str | Path, seed: int = 0, n_queries: int | None = None
     if teacher is None:
         triples = bm25_triples(passages, n, seed=seed)
     else:
-        from encoder.domain import encoder_fn
         from index.fusion import model_dense_weight
 
         triples = bm25_triples(passages, min(n, TEACHER_QUERIES), seed=seed,
@@ -67,3 +69,11 @@ def corpus_sources(path: str | Path, seed: int = 0, n_queries: int | None = None
     if titled:
         sources.append(PairSource("corpus-title-body", titled, 0.2, True))
     return [s for s in sources if s.pairs]
+
+
+def encoder_fn(path: Path) -> Callable[[list[str]], np.ndarray]:
+    """Unit vectors of texts by the checkpoint at ``path``, as served on this machine."""
+    from encoder.text_encoder import load
+
+    enc = load(path)
+    return lambda texts: np.asarray(enc.encode(texts, batch_size=64), dtype=np.float32)

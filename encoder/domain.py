@@ -26,6 +26,7 @@ from typing import Any
 
 import numpy as np
 
+from encoder.adapt import corpus_sources, encoder_fn
 from index.store import Hit
 
 log = logging.getLogger(__name__)
@@ -138,14 +139,6 @@ def hybrid_rr(dense: list[list[Hit]], bm25: list[list[Hit]], answers: Sequence[i
 
     return max(rr([fuse(d, b, 10, "convex", w, depth=DEPTH) for d, b in
                    zip(dense, bm25, strict=True)], answers) for w in GRID)
-
-
-def encoder_fn(path: Path) -> Callable[[list[str]], np.ndarray]:
-    """Unit vectors of texts by the checkpoint at ``path``, as served on this machine."""
-    import encoder
-
-    enc = encoder.load(path)
-    return lambda texts: np.asarray(enc.encode(texts, batch_size=64), dtype=np.float32)
 
 
 @dataclass
@@ -294,7 +287,6 @@ def adapt(base: Path, texts: Sequence[str], titles: Sequence[str], out: Path, na
 
 
 def _train_bag(network: Any, tokenizer: Any, corpus: Path, seed: int) -> Any:
-    from encoder.adapt import corpus_sources
     from encoder.bag_train import BagTraining, train_table
     from encoder.dataset import Bundle
     from encoder.text_encoder import TextEncoder

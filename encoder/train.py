@@ -42,7 +42,7 @@ from encoder.grad_cache import cached_backward
 from encoder.losses import InfoNCE, Matryoshka, duplicates
 from encoder.mining import load_mined, mine_rows, save_mined
 from encoder.model import TransformerEncoder
-from encoder.pairs import build_sources
+from encoder.sources import build_sources
 from encoder.tokenizer import bundle_tokenizer, load_tokenizer
 
 log = logging.getLogger(__name__)

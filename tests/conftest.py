@@ -59,7 +59,8 @@ def tiny_encoder_dir(tmp_path_factory: pytest.TempPathFactory, data_dir: Path) -
     """An untrained tiny encoder checkpoint (random weights, a real BPE tokenizer)."""
     import torch
 
-    from encoder.pairs import build_sources, tokenizer_corpus
+    from encoder.pairs import tokenizer_corpus
+    from encoder.sources import build_sources
 
     torch.manual_seed(0)
     tok = train_tokenizer(tokenizer_corpus(build_sources(data_dir)), vocab_size=400)

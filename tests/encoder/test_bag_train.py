@@ -14,7 +14,7 @@ import encoder
 from cli.app import app
 from encoder.bag_train import BagTraining, TextBags, sample_pairs
 from encoder.dataset import Bundle
-from encoder.pairs import build_sources
+from encoder.sources import build_sources
 from encoder.token_bag import bags
 
 TEXTS = ["copper prices rose as miners struck", "a dog runs in the park",

@@ -5,7 +5,6 @@ import pytest
 from minidata import ANIMALS, PLACES
 
 from encoder.pairs import (
-    build_sources,
     msrp_positives,
     reuters_articles,
     scifact_train_qrels,
@@ -14,6 +13,7 @@ from encoder.pairs import (
     sts_pairs,
     wordnet_glosses,
 )
+from encoder.sources import build_sources
 
 
 def test_every_source_is_built_from_the_data_dir(data_dir: Path) -> None:

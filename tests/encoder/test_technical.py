@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from encoder.devsets import _write
-from encoder.pairs import build_sources
+from encoder.sources import build_sources
 from encoder.technical import held_out, norm, technical_sources
 
 

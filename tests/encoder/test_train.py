@@ -8,7 +8,7 @@ from safetensors.torch import load_file
 import encoder
 from encoder.dataset import Bundle
 from encoder.losses import InfoNCE
-from encoder.pairs import build_sources
+from encoder.sources import build_sources
 from encoder.train import TrainConfig, draw_batch, lr_at, train
 
 ARCH = {"d_model": 32, "n_layers": 1, "n_heads": 2, "d_ff": 64, "max_tokens": 48,

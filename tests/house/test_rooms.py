@@ -1,0 +1,100 @@
+"""The shape of the house (issue 69): no import circles, counting the imports inside
+functions that hide them; HTTP routes reach the store only through the wiring's collections;
+the rooms that DESIGN.md names exist where it puts them."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+PACKAGES = ("encoder", "index", "decoder", "wiring", "api", "cli", "stack")
+
+
+def module_of(path: Path) -> str:
+    parts = path.relative_to(ROOT).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def graph() -> dict[str, set[str]]:
+    """Each module of ours -> the modules of ours it imports (anywhere in the file)."""
+    files = {module_of(p): p for pkg in PACKAGES for p in (ROOT / pkg).rglob("*.py")}
+    out: dict[str, set[str]] = {}
+    for mod, path in files.items():
+        deps: set[str] = set()
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Import):
+                names = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.module:
+                # `from a.b import c`: the module a.b.c when c is one, else a.b
+                names = [f"{node.module}.{a.name}" if f"{node.module}.{a.name}" in files
+                         else node.module for a in node.names]
+            else:
+                continue
+            deps |= {n for n in names if n in files and n != mod}
+        out[mod] = deps
+    return out
+
+
+def circles(g: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected groups of more than one module (Tarjan)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on: set[str] = set()
+    found: list[list[str]] = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on.add(v)
+        for w in g.get(v, ()):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            group = []
+            while True:
+                w = stack.pop()
+                on.discard(w)
+                group.append(w)
+                if w == v:
+                    break
+            if len(group) > 1:
+                found.append(sorted(group))
+
+    for v in sorted(g):
+        if v not in index:
+            visit(v)
+    return found
+
+
+def test_no_import_circles() -> None:
+    g = {m: {d for d in deps if not d.endswith("__init__")} for m, deps in graph().items()}
+    # a package's face (its __init__ handing names on) is not a room of its own
+    faces = {m for m in g if m in PACKAGES}
+    g = {m: deps - faces for m, deps in g.items() if m not in faces}
+    assert circles(g) == []
+
+
+def test_the_circle_check_finds_one() -> None:
+    assert circles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+
+
+def test_routes_reach_the_store_through_the_wiring() -> None:
+    """Searches and document writes are the collections' (wiring/collections.py): no HTTP
+    route module plans a search or writes a document on the store itself."""
+    routes = [p for p in (ROOT / "api").glob("*.py") if p.stem.endswith("routes")]
+    assert len(routes) >= 5
+    stores = {"index.milvus_store", "index.faiss_store", "index.guarded"}
+    for path in routes:
+        text = path.read_text(encoding="utf-8")
+        deps = graph()[module_of(path)]
+        assert not deps & stores, path
+        for call in ("store.search", "store.upsert", "store.delete", "store.get,"):
+            assert f"svc.{call}" not in text, (path, call)
+    wiring = graph()["wiring.collections"]
+    assert {"wiring.encoders", "wiring.tuner", "wiring.adapter"} <= wiring
+    assert not any(d.startswith("api") for d in wiring)
