@@ -89,17 +89,12 @@ def main() -> None:
     rows = []
     base_sts = sts(ROOT / args.model, args.data)
     env = {"QKV_STORE_TIMEOUT_S": "60", "QKV_AUTO_TUNE": "false"}
-    if args.lexical_share is not None:
-        env["QKV_ADAPT_LEXICAL_SHARE"] = str(args.lexical_share)
-    if args.lr is not None:
-        env["QKV_ADAPT_LR"] = str(args.lr)
-    if args.batch is not None:
-        env["QKV_ADAPT_BATCH"] = str(args.batch)
-    if args.bag_only:
-        env["QKV_ADAPT_NETWORK"] = "0"
-    if args.imitate is not None:
-        env["QKV_ADAPT_IMITATE"] = args.imitate
-    server = Server(str(db), args.model, env)
+    knobs = {"BENCH_ADAPT_LEXICAL_SHARE": args.lexical_share, "BENCH_ADAPT_LR": args.lr,
+             "BENCH_ADAPT_BATCH": args.batch, "BENCH_ADAPT_IMITATE": args.imitate,
+             "BENCH_ADAPT_NETWORK": "0" if args.bag_only else None}
+    env.update({k: str(v) for k, v in knobs.items() if v is not None})
+    server = Server(str(db), args.model, env,  # the knobs above: bench/adapt_serve.py
+                    cmd=[sys.executable, str(ROOT / "bench" / "adapt_serve.py")])
     try:
         with httpx.Client(base_url=server.base, timeout=3600) as client:
             for spec in args.sets.split(","):

@@ -165,11 +165,12 @@ def scrape(base: str) -> dict[str, float]:
 class Server:
     """``qkv serve`` in a child process on a free port."""
 
-    def __init__(self, store: str, model: str, env: dict[str, str]) -> None:
+    def __init__(self, store: str, model: str, env: dict[str, str],
+                 cmd: list[str] | None = None) -> None:
         self.port = free_port()
         self.base = f"http://127.0.0.1:{self.port}"
-        self.cmd = [*QKV_CMD, "serve", "--port", str(self.port), "--store", store, "--model", model,
-                    "--log-level", "warning"]
+        self.cmd = [*(cmd or QKV_CMD), "serve", "--port", str(self.port), "--store", store,
+                    "--model", model, "--log-level", "warning"]
         self.env = {**os.environ, **env}
         self.log = open(VAR / f"api-server-{self.port}.log", "w")  # noqa: SIM115
         self.proc = subprocess.Popen(self.cmd, cwd=ROOT, env=self.env, stdout=self.log,

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import random
 import shutil
 import time
@@ -53,18 +52,21 @@ BAG_TEXTS = 18_000
 FIXED_S = 20.0
 MIN_TRAIN_S = 20.0  # however short the budget, training gets this long
 DEFAULT_BUDGET_S = 540.0  # a 10,000-document job in under 10 minutes on 2 cores
+# The training's settings below are read when a job runs: bench/adapt.py's server sets them
+# to compare others (bench/adapt_serve.py); nothing else changes them.
 # the BM25-imitation pairs' share of the training batches (the rest: spans of one document,
-# title -> text); ``QKV_ADAPT_LEXICAL_SHARE`` overrides it for bench/adapt.py's comparisons
+# title -> text)
 LEXICAL_SHARE = 0.5
-LR = 2e-4  # the network's peak learning rate (``QKV_ADAPT_LR`` for bench/adapt.py)
-# pairs a step (``QKV_ADAPT_BATCH`` for bench/adapt.py; above GRAD_CHUNK texts a forward,
-# gradient caching keeps the memory of GRAD_CHUNK: encoder.grad_cache)
+LR = 2e-4  # the network's peak learning rate
+# pairs a step (above GRAD_CHUNK texts a forward, gradient caching keeps the memory of
+# GRAD_CHUNK: encoder.grad_cache)
 BATCH = 32
 GRAD_CHUNK = 64
 # what the lexical pairs imitate: "bm25" (BM25's ranking of pseudo-queries cut from the
 # documents) or "hybrid" (BM25 fused with the base encoder, as the collection's hybrid
-# search ranks them); ``QKV_ADAPT_IMITATE`` overrides it for bench/adapt.py's comparisons
+# search ranks them)
 IMITATE = "bm25"
+NETWORK = True  # False: the token bag's table alone is adapted, the network kept as it is
 MIN_GAIN = 0.005  # the adapted encoder's probe MRR must beat the base's by this much
 HYBRID_TOLERANCE = 0.0  # how much worse the adapted encoder's hybrid may check
 
@@ -233,16 +235,14 @@ def adapt(base: Path, texts: Sequence[str], titles: Sequence[str], out: Path, na
                          + len(probe.docs)) + FIXED_S
     report.train_budget_s = round(max(MIN_TRAIN_S, budget_s - (t_train - t0) - reserve), 1)
     report.per_doc_ms = round(per_doc * 1e3, 2)
-    batch = int(os.environ.get("QKV_ADAPT_BATCH", BATCH))
+    batch = BATCH
     cfg = TrainConfig(data_dir="", out_dir=str(work / "run"), init_from=str(base),
                       corpus=str(corpus), steps=2000, batch_size=batch,
                       grad_cache=GRAD_CHUNK if batch > GRAD_CHUNK else None,
-                      lr=float(os.environ.get("QKV_ADAPT_LR", LR)),
+                      lr=LR,
                       warmup_steps=20, max_doc_tokens=128, hard_negatives=True, mine_at=1.0,
-                      lexical_share=float(os.environ.get("QKV_ADAPT_LEXICAL_SHARE",
-                                                         LEXICAL_SHARE)),
-                      corpus_teacher=str(base) if os.environ.get(
-                          "QKV_ADAPT_IMITATE", IMITATE) == "hybrid" else None,
+                      lexical_share=LEXICAL_SHARE,
+                      corpus_teacher=str(base) if IMITATE == "hybrid" else None,
                       checkpoint_every=100, seed=seed,
                       budget_s=report.train_budget_s)
     last = [0.0]
@@ -252,7 +252,7 @@ def adapt(base: Path, texts: Sequence[str], titles: Sequence[str], out: Path, na
             last[0] = time.time()
             progress("training", 0.1 + 0.7 * done / max(1, steps))
 
-    if os.environ.get("QKV_ADAPT_NETWORK", "1") == "1":
+    if NETWORK:
         run = train(cfg, on_step=step_done)
         report.steps = cfg.steps
     else:  # the token bag alone (bench/adapt.py --bag-only)
