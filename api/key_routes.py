@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from fastapi import APIRouter, Depends, Request, Response
-from pydantic import Field
+from pydantic import ConfigDict, Field
 
 from api.access import authorize, current
 from api.errors import ApiError, conflict, not_found
@@ -25,9 +25,15 @@ keys_v1 = APIRouter(dependencies=[Depends(authorize)], responses=ERRORS, tags=["
 
 
 class KeyCreate(RequestBody):
+    """A new key. Strict: a field it does not know (``tenant`` for ``tenants``) is a 422,
+    never a key made without the binding the caller meant; so is an empty list."""
+
+    model_config = ConfigDict(strict=True, extra="forbid")
     scope: str = Field("read", description=f"One of {', '.join(SCOPES)}.")
-    tenants: list[str] | None = Field(None, description="Bind to these tenants.")
-    collections: list[str] | None = Field(None, description="Bind to these collections.")
+    tenants: list[str] | None = Field(None, min_length=1, description="Bind to these "
+                                      "tenants (at least one; leave it out for none).")
+    collections: list[str] | None = Field(None, min_length=1, description="Bind to these "
+                                          "collections (at least one; leave it out for none).")
     rps: float | None = Field(None, gt=0, description="Requests per second.")
     tps: float | None = Field(None, gt=0, description="Texts encoded per second.")
     name: str = Field("", max_length=200, description="A note: whose key it is.")

@@ -199,6 +199,26 @@ def test_a_keys_file_gone_or_emptied_keeps_the_service_closed(
     assert c.get("/v1/keys/me").json()["open"] is True
 
 
+def test_key_creation_refuses_what_it_would_ignore(make_client: MakeClient,
+                                                   tmp_path: Path) -> None:
+    """Issue 68, finding 3: ``"tenant": "a"`` (singular) or ``"tenants": []`` made an
+    unbound key with 201; the keys file's parser refuses ``[]``: both paths now agree."""
+    path = tmp_path / "keys.jsonl"
+    s = _keys(path, admin={"scope": "admin"})
+    c = make_client(keys_file=path)
+    before = set(read_keys(path))
+    for body, field in (({"scope": "read", "tenant": "a"}, "tenant"),
+                        ({"scope": "read", "tenants": []}, "tenants"),
+                        ({"scope": "read", "collections": []}, "collections"),
+                        ({"scope": "read", "rps": 5, "tenants": ["a"], "note": "x"}, "note")):
+        r = c.post("/v1/keys", json=body, headers=_auth(s["admin"]))
+        assert r.status_code == 422, (body, r.text)
+        assert field in error_of(r)["error"], r.text
+    assert set(read_keys(path)) == before  # no key was made
+    r = c.post("/v1/keys", json={"scope": "read", "tenants": ["a"]}, headers=_auth(s["admin"]))
+    assert r.status_code == 201 and r.json()["tenants"] == ["a"]
+
+
 def test_keys_cli_prints_the_secret_once(tmp_path: Path) -> None:
     path = tmp_path / "keys.jsonl"
     r = CliRunner().invoke(cli, ["keys", "create", "--scope", "write", "--tenant", "acme",
