@@ -169,7 +169,7 @@ async def delete_collection(name: CollectionName, request: Request) -> Response:
 async def tune_collection(name: CollectionName, body: ts.TuneRequest, request: Request
                           ) -> Response:
     """Calibrate hybrid search for this collection and store the result with it: from its
-    own documents (no labels: pseudo-queries, see ``index.calibration``), from judged
+    own documents (no labels: pseudo-queries, see ``index.hybrid.calibration``), from judged
     ``labels`` (chosen by nDCG@10), or by hand (``dense_weight``). Runs in the background
     (202; ``GET`` this path or the collection for its state) unless ``wait``. A collection
     without BM25 is 409; labels naming ids it lacks, or an empty collection, 422; a tune of

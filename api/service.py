@@ -26,8 +26,8 @@ from api.metrics import Metrics
 from api.settings import Settings, encoders_dir
 from encoder.backend_pick import Choice
 from index import CollectionInfo, StoreError, StoreUnavailableError
-from index.calibration import model_mapping
-from index.fusion import model_dense_weight
+from index.hybrid.calibration import model_mapping
+from index.hybrid.fusion import model_dense_weight
 from wiring import memory
 from wiring.adapter import Adapter
 from wiring.collections import Collections, Limits

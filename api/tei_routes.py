@@ -22,8 +22,8 @@ from api.errors import invalid
 from api.routes import TEI_ERRORS, json_response, require_key, service
 from encoder.tokenizer import clean_text
 from index import Hit
-from index.bm25 import BM25Index
-from index.fusion import fuse
+from index.hybrid.bm25 import BM25Index
+from index.hybrid.fusion import fuse
 
 tei = APIRouter(dependencies=[Depends(require_key)], responses=TEI_ERRORS, tags=["tei"])
 

@@ -1,5 +1,5 @@
 """Request and response bodies of hybrid calibration (``POST/GET
-/v1/collections/{name}/tune``, and a collection's ``calibration``): see index.calibration."""
+/v1/collections/{name}/tune``, and a collection's ``calibration``): see index.hybrid.calibration."""
 
 from __future__ import annotations
 

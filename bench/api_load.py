@@ -166,14 +166,14 @@ class Server:
     """``qkv serve`` in a child process on a free port."""
 
     def __init__(self, store: str, model: str, env: dict[str, str],
-                 cmd: list[str] | None = None) -> None:
+                 cmd: list[str] | None = None, cwd: Path = ROOT) -> None:
         self.port = free_port()
         self.base = f"http://127.0.0.1:{self.port}"
         self.cmd = [*(cmd or QKV_CMD), "serve", "--port", str(self.port), "--store", store,
                     "--model", model, "--log-level", "warning"]
         self.env = {**os.environ, **env}
         self.log = open(VAR / f"api-server-{self.port}.log", "w")  # noqa: SIM115
-        self.proc = subprocess.Popen(self.cmd, cwd=ROOT, env=self.env, stdout=self.log,
+        self.proc = subprocess.Popen(self.cmd, cwd=cwd, env=self.env, stdout=self.log,
                                      stderr=subprocess.STDOUT)
         deadline = time.monotonic() + 300
         while time.monotonic() < deadline:

@@ -8,13 +8,13 @@ For each dev collection (the four of ``bench/fusion.py`` and those of
 encoder's fingerprint), and then:
 
 * *real*: its judged queries searched exactly (dense, top 100) and with BM25
-  (:class:`index.bm25.BM25Index`, which scores as Milvus does, top 100), fused by
-  :func:`index.fusion.fuse` at every weight of :data:`index.calibration.GRID`: nDCG@10 per
-  weight, and the best weight in hindsight;
-* *label-free*: :func:`index.calibration.measure` on the corpus alone (what a collection
+  (:class:`index.hybrid.bm25.BM25Index`, which scores as Milvus does, top 100), fused by
+  :func:`index.hybrid.fusion.fuse` at every weight of
+  :data:`index.hybrid.calibration.GRID`: nDCG@10 per weight, and the best weight in hindsight;
+* *label-free*: :func:`index.hybrid.calibration.measure` on the corpus alone (what a collection
   sees of itself when it calibrates), timed.
 
-The mapping from signals to weight (:class:`index.calibration.Mapping`) is fitted on all dev
+The mapping from signals to weight (:class:`index.hybrid.calibration.Mapping`) is fitted on all dev
 collections and checked leave-one-out (fitted without a collection, scored on it): the
 mapping chosen maximises the worst collection's hybrid × BM25, then the mean. SciFact's test
 queries are held out. ``--write`` stores the mapping in the encoder's ``retrieval.json``.
@@ -41,9 +41,9 @@ sys.path.insert(0, str(ROOT / "bench"))
 from machine import add_results_arg, record, stamp  # noqa: E402
 
 from index.beir import load_beir, score_run  # noqa: E402
-from index.bm25 import BM25Index  # noqa: E402
-from index.calibration import GRID, Mapping, measure  # noqa: E402
-from index.fusion import CANDIDATES, RETRIEVAL_FILE, fuse  # noqa: E402
+from index.hybrid.bm25 import BM25Index  # noqa: E402
+from index.hybrid.calibration import GRID, Mapping, measure  # noqa: E402
+from index.hybrid.fusion import CANDIDATES, RETRIEVAL_FILE, fuse  # noqa: E402
 from index.store import Hit  # noqa: E402
 
 PUBLIC_DEV = [("cranfield", "test"), ("multi30k-captions-val", "test")]
@@ -220,7 +220,8 @@ def main() -> None:
              f"{time.strftime('%Y-%m-%d')})", "", f"`{argv}` ({stamp()})", "",
              "nDCG@10 × BM25 on each collection's judged queries (exact dense and BM25, 100 "
              "deep, fused as the stores fuse). Signals: the label-free pseudo-query figures "
-             "(`index.calibration.measure`: dense and BM25 gain at 10, their ratio), and the "
+             "(`index.hybrid.calibration.measure`: dense and BM25 gain at 10, their ratio), "
+             "and the "
              "weight the mapping gives, fitted on the other dev collections (leave-one-out) "
              "and on all of them (`fit`).", "",
              "| collection | docs | queries | dense | bm25 | hybrid, default w | best w "

@@ -4,9 +4,9 @@ Usage: python bench/fusion.py --data ../shared/data [--model models/encoder-defa
        [--dev var/dev] [--write]
 
 For each BEIR set the corpus and queries are encoded with the encoder, each query searched
-exactly (dense, top 100) and with BM25 (bm25s with :mod:`index.analysis`' analysis, scores
+exactly (dense, top 100) and with BM25 (bm25s with :mod:`index.hybrid.analysis`' analysis, scores
 times (k1 + 1) as Milvus and the FAISS store give them, top 100), and the two lists fused
-by :func:`index.fusion.fuse` exactly as the stores fuse them. nDCG@10 is printed relative
+by :func:`index.hybrid.fusion.fuse` exactly as the stores fuse them. nDCG@10 is printed relative
 to BM25 alone and to the better of the two sides, for the two sides, RRF, Milvus'
 atan-weighted fusion and the convex fusion over a grid of dense weights.
 
@@ -39,9 +39,9 @@ sys.path.insert(0, str(ROOT / "bench"))
 
 from machine import add_results_arg, record  # noqa: E402
 
-from index.analysis import BM25_K1, analyze  # noqa: E402
 from index.beir import load_beir, score_run  # noqa: E402
-from index.fusion import CANDIDATES, RETRIEVAL_FILE, fuse  # noqa: E402
+from index.hybrid.analysis import BM25_K1, analyze  # noqa: E402
+from index.hybrid.fusion import CANDIDATES, RETRIEVAL_FILE, fuse  # noqa: E402
 from index.store import Hit  # noqa: E402
 
 PUBLIC_DEV = [("cranfield", "test"), ("multi30k-captions-val", "test")]

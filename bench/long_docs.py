@@ -88,8 +88,8 @@ def run_of(scores: np.ndarray, doc_ids: list[str], q_ids: list[str], k: int = 10
 
 def hybrid(dense: dict[str, dict[str, float]], bm25: dict[str, dict[str, float]],
            weight: float) -> dict[str, dict[str, float]]:
-    """Convex fusion (the service's ``index.fusion.fuse``) of two runs, top 10."""
-    from index.fusion import fuse
+    """Convex fusion (the service's ``index.hybrid.fusion.fuse``) of two runs, top 10."""
+    from index.hybrid.fusion import fuse
     from index.store import Hit
 
     def hits(run: dict[str, float]) -> list[Hit]:
@@ -174,7 +174,7 @@ def main() -> None:
         ap.error("--stride must be between 1 and --window - 1")
 
     import encoder
-    from index.fusion import model_dense_weight
+    from index.hybrid.fusion import model_dense_weight
 
     argv = "python bench/long_docs.py " + " ".join(map(shlex.quote, sys.argv[1:]))
     enc = encoder.load(args.model)

@@ -12,7 +12,7 @@ documents, timed), then each query searched one request at a time in ``dense``, 
 and ``hybrid`` mode (top 10, default fields; hybrid as a user gets it, with the
 collection's calibrated weight), hybrid with the encoder's default weight (the request's
 ``dense_weight``), and embedded by ``POST /v1/embeddings``. Each query's dense and BM25
-lists 100 deep (two more requests) are fused here by :func:`index.fusion.fuse` at every
+lists 100 deep (two more requests) are fused here by :func:`index.hybrid.fusion.fuse` at every
 weight of the calibration grid: the best weight in hindsight, what calibration leaves on
 the table. Reported: nDCG@10 per mode next to bm25s (same analysis) on the same queries,
 and p50/p99 latency per mode next to the p50 of embedding the query. With
@@ -42,8 +42,8 @@ from api_load import QKV_CMD, VAR, Server  # noqa: E402
 from machine import add_results_arg, record, stamp  # noqa: E402
 
 from index.beir import load_beir, score_run  # noqa: E402
-from index.calibration import GRID  # noqa: E402
-from index.fusion import fuse  # noqa: E402
+from index.hybrid.calibration import GRID  # noqa: E402
+from index.hybrid.fusion import fuse  # noqa: E402
 from index.store import Hit  # noqa: E402
 
 MODES = ("dense", "bm25", "hybrid")

@@ -73,8 +73,8 @@ def _local(collection: str, store: str, token: str, model: Path, encoders: Path 
     runtime.configure()
     from api.settings import Settings, encoders_dir
     from index import StoreError, collection_name, open_store
-    from index.calibration import model_mapping
-    from index.fusion import model_dense_weight
+    from index.hybrid.calibration import model_mapping
+    from index.hybrid.fusion import model_dense_weight
     from wiring import adapting
     from wiring.components import encoder_info, load_encoder
     from wiring.tuning import tune

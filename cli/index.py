@@ -105,7 +105,7 @@ def index(
 
     runtime.configure()
     from index import Fields, StoreError, StoreUnavailableError, collection_name
-    from index.corpus import parse_shard
+    from index.bulk.corpus import parse_shard
     from wiring.indexing import alias_target, index_files, job_config, move_alias
 
     inputs = [*input, *(more_inputs or [])]

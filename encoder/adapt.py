@@ -57,7 +57,7 @@ def corpus_sources(path: str | Path, seed: int = 0, n_queries: int | None = None
     if teacher is None:
         triples = bm25_triples(passages, n, seed=seed)
     else:
-        from index.fusion import model_dense_weight
+        from index.hybrid.fusion import model_dense_weight
 
         triples = bm25_triples(passages, min(n, TEACHER_QUERIES), seed=seed,
                                encode=encoder_fn(Path(teacher)),

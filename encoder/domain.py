@@ -136,8 +136,8 @@ def rr(lists: Sequence[Sequence[Hit]], answers: Sequence[int], k: int = 10) -> f
 
 def hybrid_rr(dense: list[list[Hit]], bm25: list[list[Hit]], answers: Sequence[int]) -> float:
     """MRR@10 of hybrid search (convex fusion, as the service fuses) at its best weight."""
-    from index.calibration import GRID
-    from index.fusion import fuse
+    from index.hybrid.calibration import GRID
+    from index.hybrid.fusion import fuse
 
     return max(rr([fuse(d, b, 10, "convex", w, depth=DEPTH) for d, b in
                    zip(dense, bm25, strict=True)], answers) for w in GRID)

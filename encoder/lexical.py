@@ -139,7 +139,7 @@ def _hybrid_rows(queries: list[str], passages: list[str], rows: list[list[int]],
                  dense_weight: float, chunk: int = 1024) -> list[list[int]]:
     """Each query's top ``k`` passages by hybrid search: BM25's ``rows`` (with their
     ``scores``) and the encoder's own top ``k`` over all ``passages``, fused convexly."""
-    from index.fusion import fuse
+    from index.hybrid.fusion import fuse
     from index.store import Hit
 
     p_vecs = np.asarray(encode(passages), dtype=np.float32)

@@ -10,11 +10,11 @@ from typing import TYPE_CHECKING, Any
 
 from index.aliases import ALIAS_TTL_S, DROP_GRACE_S, AliasError
 from index.attend import Attention, attend, attend_hits, softmax
-from index.bulk import JobConfig, JobSummary, bulk_index
-from index.corpus import Fields
+from index.bulk.corpus import Fields
+from index.bulk.job import JobConfig, JobSummary, bulk_index
 from index.filters import And, Condition, Filter, Or, matches, parse_filter, to_milvus_expr
-from index.fusion import DEFAULT_DENSE_WEIGHT, FUSIONS, RRF_K, fuse
-from index.milvus_store import MilvusStore
+from index.hybrid.fusion import DEFAULT_DENSE_WEIGHT, FUSIONS, RRF_K, fuse
+from index.milvus.store import MilvusStore
 from index.store import (
     SEARCH_MODES,
     CollectionExistsError,
@@ -36,12 +36,12 @@ from index.store import (
 )
 
 if TYPE_CHECKING:
-    from index.faiss_store import FaissStore
+    from index.faiss.store import FaissStore
 
 
 def __getattr__(name: str) -> Any:
     if name == "FaissStore":
-        from index.faiss_store import FaissStore
+        from index.faiss.store import FaissStore
 
         return FaissStore
     raise AttributeError(f"module 'index' has no attribute {name!r}")
@@ -51,16 +51,16 @@ def open_store(uri: str, token: str = "", timeout: float = 10.0, bulk: bool = Fa
                ) -> VectorStore:
     """A store from a URI: ``faiss://DIR`` (or ``faiss+hnsw://DIR``) is a :class:`FaissStore`;
     ``http(s)://host:port`` a Milvus server; anything else a Milvus Lite file. ``bulk``: for
-    a bulk job (Milvus Lite seals every :data:`index.sealing.BULK_SEAL_ROWS` rows instead
-    of every :data:`index.sealing.SEAL_ROWS`, fewer and larger segments to merge later, and
-    not after a pause in the writes: :mod:`index.sealing`)."""
-    from index.faiss_store import FaissStore
+    a bulk job (Milvus Lite seals every :data:`index.milvus.sealing.BULK_SEAL_ROWS` rows instead
+    of every :data:`index.milvus.sealing.SEAL_ROWS`, fewer and larger segments to merge later, and
+    not after a pause in the writes: :mod:`index.milvus.sealing`)."""
+    from index.faiss.store import FaissStore
 
     if uri.startswith("faiss://"):
         return FaissStore(uri.removeprefix("faiss://"), index_type="flat")
     if uri.startswith("faiss+hnsw://"):
         return FaissStore(uri.removeprefix("faiss+hnsw://"), index_type="hnsw")
-    from index.sealing import BULK_SEAL_ROWS, SEAL_QUIET_S, SEAL_ROWS
+    from index.milvus.sealing import BULK_SEAL_ROWS, SEAL_QUIET_S, SEAL_ROWS
 
     return MilvusStore(uri, token=token, timeout=timeout,
                        seal_rows=BULK_SEAL_ROWS if bulk else SEAL_ROWS,

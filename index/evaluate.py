@@ -15,9 +15,9 @@ import numpy as np
 from tqdm import tqdm
 
 from index.beir import load_beir, score_run
-from index.bulk import Embed
-from index.fusion import DEFAULT_DENSE_WEIGHT
-from index.milvus_store import MilvusStore
+from index.bulk.job import Embed
+from index.hybrid.fusion import DEFAULT_DENSE_WEIGHT
+from index.milvus.store import MilvusStore
 from index.store import MAX_TEXT_BYTES, SEARCH_MODES, EncoderInfo, Item
 
 log = logging.getLogger(__name__)

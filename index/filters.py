@@ -6,7 +6,7 @@ A filter is a tree: a :class:`Condition` ``(key, op, value)`` on a metadata key,
 ``"abc%"``). No caller string reaches Milvus unparsed: keys and string values are written
 as JSON string literals (quotes, backslashes and control characters escaped), numbers are
 checked finite and in range, booleans become ``true``/``false``. :func:`matches` evaluates
-the same tree in Python (for :class:`index.faiss_store.FaissStore`) with the Milvus
+the same tree in Python (for :class:`index.faiss.store.FaissStore`) with the Milvus
 server's typing: a boolean never equals a number, a number never equals a string, a missing
 key matches nothing but ``ne``, ``nin`` and ``exists: false`` (which are the negations of
 ``eq``, ``in`` and ``exists``).

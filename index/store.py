@@ -8,7 +8,7 @@ higher is better. Every collection records the encoder that made its vectors
 
 A *hybrid* collection also keeps a BM25 index of ``text`` (where the backend has one) and
 is searchable by ``mode``: ``dense`` (the vectors), ``bm25`` (the query text's keywords)
-or ``hybrid`` (both, fused: see :mod:`index.fusion`).
+or ``hybrid`` (both, fused: see :mod:`index.hybrid.fusion`).
 """
 
 from __future__ import annotations
@@ -102,7 +102,7 @@ class CollectionInfo:
     encoder: EncoderInfo | None
     hybrid: bool = False
     multi_tenant: bool = False  # see index.tenancy
-    # hybrid's calibration (index.calibration.Calibration as a dict), None until tuned
+    # hybrid's calibration (index.hybrid.calibration.Calibration as a dict), None until tuned
     calibration: dict[str, Any] | None = None
 
 

@@ -44,7 +44,7 @@ from index import (
     softmax,
 )
 from index import attend as attend_values
-from index.fusion import DEFAULT_FUSION
+from index.hybrid.fusion import DEFAULT_FUSION
 from index.scale import backend
 from index.store import as_matrix  # the store's own checks: 409 wrong dim, 422 not finite
 from index.tenancy import check_tenant, stored_id

@@ -1,5 +1,5 @@
 """The bulk indexing job with the qkv encoder: ``qkv index``'s work. The job itself
-(``index.bulk``) takes any ``embed`` callable; here it gets the encoder, its progress file
+(``index.bulk.job``) takes any ``embed`` callable; here it gets the encoder, its progress file
 is named after the job's identity, and the encoder's threads are laid out for it."""
 
 from __future__ import annotations
@@ -14,14 +14,14 @@ from pathlib import Path
 import numpy as np
 
 from index import DROP_GRACE_S, Fields, JobConfig, JobSummary, bulk_index, open_store
-from index.bulk import job_identity
+from index.bulk.job import job_identity
 from wiring.components import encoder_info, load_encoder
 
 log = logging.getLogger(__name__)
 
 
 def _job_key(collection: str, inputs: list[Path], config: JobConfig, store: str) -> str:
-    """A hash of what makes a job the same job (``index.bulk.job_identity``)."""
+    """A hash of what makes a job the same job (``index.bulk.job.job_identity``)."""
     return hashlib.sha256(json.dumps(job_identity(collection, inputs, config, store),
                                      sort_keys=True).encode()).hexdigest()
 

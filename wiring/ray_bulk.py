@@ -10,7 +10,7 @@ seconds beyond its rows), starts one Milvus import per merged file (at most
 
 Imports do not de-duplicate primary keys, so nothing may be imported twice:
 
-- the inputs' repeated ids are resolved before any file is written (``index.ranges``: the
+- the inputs' repeated ids are resolved before any file is written (``index.bulk.ranges``: the
   last occurrence stays), so no id is in two files;
 - only a collection this job created is imported into: a collection that exists before the
   job's first run is refused (upsert into it instead);
@@ -44,7 +44,7 @@ from pathlib import Path
 from typing import Any
 
 from index import Item, StoreError, StoreUnavailableError, open_store
-from index.ranges import Range, done_reports, mark_done, write_json
+from index.bulk.ranges import Range, done_reports, mark_done, write_json
 from index.store import check_item
 from wiring.bulk_remote import Bucket, is_remote
 
@@ -79,7 +79,7 @@ def write_parquet_range(job: Any, r: Range, meta: dict[str, Any], items: list[It
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    from index.milvus_schema import BM25_FIELD, bm25_text
+    from index.milvus.schema import BM25_FIELD, bm25_text
 
     for it in items:
         check_item(it)  # as an upsert would: the import would fail on the whole file

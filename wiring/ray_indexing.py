@@ -1,5 +1,5 @@
 """``qkv index --engine ray``: the bulk job on a Ray cluster (Ray Data, the optional ``ray``
-extra). The driver plans the job into ranges (``index.ranges``: a manifest, resumable by
+extra). The driver plans the job into ranges (``index.bulk.ranges``: a manifest, resumable by
 markers); a pool of long-lived encoder actors (``map_batches``, the checkpoint loaded once
 per actor; ONNX on a CPU, torch on a GPU) reads and encodes one range per call; and
 
@@ -13,7 +13,7 @@ per actor; ONNX on a CPU, torch on a GPU) reads and encodes one range per call; 
 Either way a range's marker is written only after its upsert was acknowledged, so a kill of
 the driver, a worker or a node, and a rerun of the same command, lose nothing; ranges are
 written at least once (a retried Ray task writes again), which upserts by id make
-harmless, and ids repeated in the input keep their last occurrence (``index.ranges``).
+harmless, and ids repeated in the input keep their last occurrence (``index.bulk.ranges``).
 """
 
 from __future__ import annotations
@@ -33,8 +33,16 @@ from typing import Any, TypeVar
 import numpy as np
 
 from index import EncoderInfo, Fields, Item, VectorStore, open_store
-from index.bulk import retry_unavailable
-from index.ranges import Manifest, Range, done_reports, mark_done, pending, read_range, write_json
+from index.bulk.job import retry_unavailable
+from index.bulk.ranges import (
+    Manifest,
+    Range,
+    done_reports,
+    mark_done,
+    pending,
+    read_range,
+    write_json,
+)
 from index.store import hybrid_default
 from wiring.ray_progress import Progress, tick
 
@@ -68,7 +76,7 @@ class RayJob:
 
 
 def retrying(job: RayJob, what: str, fn: Callable[[], T], counter: list[int]) -> T:
-    """``fn()`` with the job's retries (``index.bulk.retry_unavailable``), counted in
+    """``fn()`` with the job's retries (``index.bulk.job.retry_unavailable``), counted in
     ``counter[0]``."""
     def count() -> None:
         counter[0] += 1
@@ -306,8 +314,8 @@ def index_with_ray(collection: str, inputs: list[Path], fields: Fields, fmt: str
     from tqdm import tqdm
 
     from index import JobSummary
-    from index.corpus import detect_format
-    from index.ranges import load_or_plan
+    from index.bulk.corpus import detect_format
+    from index.bulk.ranges import load_or_plan
     from wiring.components import encoder_info, load_encoder
     from wiring.ray_bulk import BulkLoad
 

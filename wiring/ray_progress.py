@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from index.ranges import done_reports, write_json
+from index.bulk.ranges import done_reports, write_json
 
 
 @dataclass

@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 
 from index import CollectionInfo, StoreError, VectorStore
-from index.calibration import Mapping
+from index.hybrid.calibration import Mapping
 from wiring.tuning import Labels, check_labels, check_tunable, due, tune
 
 EmbedAsync = Callable[..., Coroutine[Any, Any, Any]]

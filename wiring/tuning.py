@@ -1,4 +1,4 @@
-"""Tuning a collection's hybrid calibration (:mod:`index.calibration`) as a job: from its own
+"""Tuning a collection's hybrid calibration (:mod:`index.hybrid.calibration`) as a job: from its own
 documents (no labels), from judged queries, or set by hand; stored with the collection.
 
 Used by ``qkv tune``, at the end of ``qkv index``, by ``POST /v1/collections/{name}/tune``
@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from index.calibration import (
+from index.hybrid.calibration import (
     MIN_DOCS,
     POOL,
     Calibration,
@@ -27,7 +27,7 @@ from index.calibration import (
     from_labels,
     measure,
 )
-from index.fusion import CANDIDATES
+from index.hybrid.fusion import CANDIDATES
 from index.store import CollectionInfo, Item, UnsupportedError, VectorStore
 
 log = logging.getLogger(__name__)
@@ -81,7 +81,7 @@ def tune(store: VectorStore, collection: str, embed: Embed, mapping: Mapping,
          held: Sequence[str] | None = None) -> Calibration:
     """Calibrate ``collection`` and store the result with it (see the module docstring);
     with ``held`` (ids), the pseudo-queries come from those documents only (see
-    :func:`index.calibration.measure`)."""
+    :func:`index.hybrid.calibration.measure`)."""
     t0 = time.perf_counter()
     info = store.describe(collection)
     check_tunable(info)
@@ -228,8 +228,8 @@ def tune_collection(store: str, collection: str, model: Path, token: str = "",
     import os
 
     from index import open_store
-    from index.calibration import model_mapping
-    from index.fusion import model_dense_weight
+    from index.hybrid.calibration import model_mapping
+    from index.hybrid.fusion import model_dense_weight
     from wiring.components import encoder_info, load_encoder
 
     vector_store = open_store(store, token=token, timeout=timeout)

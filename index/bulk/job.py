@@ -26,7 +26,7 @@ from typing import Any, TypeVar
 import numpy as np
 from tqdm import tqdm
 
-from index.corpus import (
+from index.bulk.corpus import (
     Fields,
     Position,
     detect_format,

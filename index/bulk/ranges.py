@@ -28,7 +28,7 @@ from typing import Any
 
 import numpy as np
 
-from index.corpus import Fields, Position, detect_format, parse_record, read_records, reject
+from index.bulk.corpus import Fields, Position, detect_format, parse_record, read_records, reject
 
 
 @dataclass(frozen=True)

@@ -1,4 +1,4 @@
-"""The in-memory side of :class:`index.faiss_store.FaissStore`: one collection's items and
+"""The in-memory side of :class:`index.faiss.store.FaissStore`: one collection's items and
 the faiss and BM25 indexes built over them on demand, and the items' forms on disk (the
 log's records and the snapshot).
 
@@ -24,15 +24,15 @@ from typing import Any
 import faiss
 import numpy as np
 
-from index.analysis import analyze
-from index.bm25 import BM25Index, term_ids
-from index.ranges import write_json
+from index.bulk.ranges import write_json
+from index.hybrid.analysis import analyze
+from index.hybrid.bm25 import BM25Index, term_ids
 from index.store import CollectionInfo, Item
 from index.tenancy import stored_id
 
 
 class Memory:
-    """One collection of a :class:`index.faiss_store.FaissStore` in memory: stored id
+    """One collection of a :class:`index.faiss.store.FaissStore` in memory: stored id
     (:func:`index.tenancy.stored_id`) → item, and a faiss index (and, when hybrid, a BM25
     index) built on demand."""
 

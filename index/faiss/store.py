@@ -1,7 +1,7 @@
 """``FaissStore``: the key-value memory in process, flat (exact) or HNSW, on disk.
 
 Each collection is a directory under the store's root: ``collection.json`` (dim, encoder,
-index type, hybrid), a snapshot (:mod:`index.faiss_memory`) and a write-ahead log
+index type, hybrid), a snapshot (:mod:`index.faiss.memory`) and a write-ahead log
 ``log.jsonl`` that every upsert and delete appends to and fsyncs before returning, so a
 write that returned survives a kill. Opening replays the log, and folds it into a new
 snapshot once it has grown past :data:`COMPACT_LOG_BYTES` (:meth:`FaissStore.compact`), so
@@ -9,11 +9,12 @@ a restart's replay stays short. The faiss index is rebuilt lazily after writes. 
 search is exact over the matching items. With ``index_type="flat"`` this is the exact
 reference that approximate stores' recall is measured against.
 
-A hybrid collection also has a BM25 index of the items' text (:mod:`index.bm25`, over
-:func:`index.analysis.analyze`'s terms, scored as Milvus' BM25 function scores), built in
+A hybrid collection also has a BM25 index of the items' text (:mod:`index.hybrid.bm25`, over
+:func:`index.hybrid.analysis.analyze`'s terms, scored as Milvus' BM25 function scores), built in
 process, lazily after writes like the faiss index; nothing of it is stored but the texts.
 Searches take ``mode`` ``dense``, ``bm25`` or ``hybrid`` as on Milvus: a hybrid search runs
-both sides :func:`index.fusion.candidates` deep and fuses them with :func:`index.fusion.fuse`.
+both sides :func:`index.hybrid.fusion.candidates` deep and fuses them with
+:func:`index.hybrid.fusion.fuse`.
 """
 
 from __future__ import annotations
@@ -32,10 +33,10 @@ from typing import Any
 import numpy as np
 
 from index.aliases import AliasCache, check_create, check_drop, checked_set
-from index.faiss_memory import Memory, decode_item, encode_item, read_snapshot, write_snapshot
+from index.bulk.ranges import write_json
+from index.faiss.memory import Memory, decode_item, encode_item, read_snapshot, write_snapshot
 from index.filters import Filter, matches
-from index.fusion import DEFAULT_DENSE_WEIGHT, DEFAULT_FUSION, candidates, check_fusion, fuse
-from index.ranges import write_json
+from index.hybrid.fusion import DEFAULT_DENSE_WEIGHT, DEFAULT_FUSION, candidates, check_fusion, fuse
 from index.store import (
     CollectionInfo,
     CollectionNotFoundError,
@@ -156,7 +157,7 @@ class FaissStore:
             col.apply(record)
 
     def compact(self, collection: str) -> None:
-        """Fold the log into a fresh snapshot (:func:`index.faiss_memory.write_snapshot`:
+        """Fold the log into a fresh snapshot (:func:`index.faiss.memory.write_snapshot`:
         written aside, then named in one step). Opening a collection does it by itself
         when the log has grown past :data:`COMPACT_LOG_BYTES`."""
         col = self._load(collection)

@@ -1,4 +1,4 @@
-"""An in-process BM25 index over analysed text (:func:`index.analysis.analyze`), for stores
+"""An in-process BM25 index over analysed text (:func:`index.hybrid.analysis.analyze`), for stores
 without their own (FAISS).
 
 Scoring is BM25 with Lucene's idf, as Milvus' BM25 function computes it::
@@ -24,7 +24,7 @@ from collections.abc import Callable, Sequence
 import numpy as np
 import scipy.sparse as sp
 
-from index.analysis import BM25_B, BM25_K1, analyze
+from index.hybrid.analysis import BM25_B, BM25_K1, analyze
 
 TF_SCALE = BM25_K1 + 1.0  # Milvus' (and Robertson's) numerator factor; bm25s leaves it out
 

@@ -13,7 +13,7 @@ its own weight from its documents, without labels:
 2. *Signals* (:func:`measure`): the pseudo-queries are searched, dense and BM25, over a
    pool of sampled documents (the targets re-embedded without their query sentence), and
    the source's reciprocal-rank gain at 10 is taken for each side alone and for the convex
-   fusion (:func:`index.fusion.fuse`, exactly as the stores fuse) at every weight of
+   fusion (:func:`index.hybrid.fusion.fuse`, exactly as the stores fuse) at every weight of
    :data:`GRID`.
 3. *The weight* (:class:`Mapping`): pseudo-queries are easier for BM25 than
    real queries are, so the signals are not the answer: a mapping learned on labelled dev
@@ -38,8 +38,8 @@ from typing import Any
 
 import numpy as np
 
-from index.bm25 import BM25Index
-from index.fusion import CANDIDATES, RETRIEVAL_FILE, check_fusion, fuse
+from index.hybrid.bm25 import BM25Index
+from index.hybrid.fusion import CANDIDATES, RETRIEVAL_FILE, check_fusion, fuse
 from index.store import Hit
 
 Embed = Callable[[Sequence[str]], np.ndarray]
@@ -67,7 +67,7 @@ class PseudoQuery:
 class Calibration:
     """A collection's hybrid calibration, stored with it (JSON).
 
-    ``dense_weight`` is hybrid's ``w`` (see :mod:`index.fusion`); ``source`` says where it
+    ``dense_weight`` is hybrid's ``w`` (see :mod:`index.hybrid.fusion`); ``source`` says where it
     came from (:data:`SOURCES`); ``signals`` what it was chosen from; ``docs`` how many
     documents the collection had then (so that a collection that has grown a lot is tuned
     again); ``queries`` how many pseudo- or judged queries were used; ``seconds`` its cost.

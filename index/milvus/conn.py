@@ -96,7 +96,8 @@ def connect(uri: str, token: str, timeout: float) -> Any:
     from pymilvus import MilvusClient  # heavy import, paid on first use only
 
     if "://" not in uri:
-        from index import lite_fixes, lite_speed
+        from index.milvus.lite import fixes as lite_fixes
+        from index.milvus.lite import speed as lite_speed
 
         lite_fixes.install()  # Lite runs in this process: its races mended,
         lite_speed.install()  # and its search paths without the rescans

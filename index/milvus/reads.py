@@ -1,4 +1,4 @@
-"""Reads a :class:`index.milvus_store.MilvusStore` shares: strong reads of a collection's
+"""Reads a :class:`index.milvus.store.MilvusStore` shares: strong reads of a collection's
 rows by id for ``get``, ``scan`` and ``sample`` (every id after one, in id order; the rows
 of a list of ids, a thousand a query), and the aliases."""
 

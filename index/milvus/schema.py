@@ -14,12 +14,12 @@ from typing import Any
 
 import numpy as np
 
-from index.analysis import BM25_B, BM25_K1, STOP_WORDS, analyzed
+from index.hybrid.analysis import BM25_B, BM25_K1, STOP_WORDS, analyzed
 from index.store import MAX_ID_BYTES, MAX_TEXT_BYTES, CollectionInfo, EncoderInfo, Hit, Item
 from index.tenancy import MAX_TENANT_CHARS, TENANT_FIELD, local_id
 
 ENCODER_PROPERTY = "qkv.encoder"
-CALIBRATION_PROPERTY = "qkv.calibration"  # hybrid's calibration (index.calibration)
+CALIBRATION_PROPERTY = "qkv.calibration"  # hybrid's calibration (index.hybrid.calibration)
 OUTPUT_FIELDS = ["id", "text", "value", "metadata"]
 SPARSE_FIELD = "sparse"
 BM25_FIELD = "bm25_text"  # the analysed copy of ``text`` that BM25 indexes
@@ -81,7 +81,7 @@ def described(name: str, d: dict[str, Any]) -> tuple[CollectionInfo, bool]:
 
 
 def bm25_text(text: str) -> str:
-    """What ``bm25_text`` holds for ``text``: :func:`index.analysis.analyzed`, cut at a space
+    """What ``bm25_text`` holds for ``text``: :func:`index.hybrid.analysis.analyzed`, cut at a space
     to fit a VARCHAR of MAX_TEXT_BYTES (lower-casing can lengthen a text in UTF-8)."""
     out = analyzed(text)
     raw = out.encode()

@@ -1,4 +1,4 @@
-"""The two searches a :class:`index.milvus_store.MilvusStore` sends Milvus: nearest vectors
+"""The two searches a :class:`index.milvus.store.MilvusStore` sends Milvus: nearest vectors
 (``dense``) and BM25 over the analysed text; each returns every query's hits."""
 
 from __future__ import annotations
@@ -8,8 +8,8 @@ from typing import Any
 
 import numpy as np
 
-from index.analysis import analyzed
-from index.milvus_schema import SPARSE_FIELD, bm25_query, hit
+from index.hybrid.analysis import analyzed
+from index.milvus.schema import SPARSE_FIELD, bm25_query, hit
 from index.store import Hit
 
 

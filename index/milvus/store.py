@@ -8,16 +8,16 @@ collection's properties. Writes are upserts; counts and gets are strong reads; s
 default to Session consistency (sees this client's writes, fast otherwise).
 
 A hybrid collection adds full-text search: the store fills a hidden ``bm25_text`` field with
-:func:`index.analysis.analyzed` (lower-cased, stop words dropped, Snowball-stemmed: Milvus'
+:func:`index.hybrid.analysis.analyzed` (lower-cased, stop words dropped, Snowball-stemmed: Milvus'
 analyzers do not stem), and Milvus' BM25 function turns it into a ``sparse``
 SPARSE_FLOAT_VECTOR field (inverted index, BM25 metric, k1/b as bm25s), in Milvus Lite 3.x
 and Milvus ≥ 2.5. Queries are analysed the same way, so Milvus' BM25 ranks as bm25s does. A
 hybrid search runs the dense and the BM25 search in Milvus, each ``candidates(k)`` deep, and
-fuses them with :func:`index.fusion.fuse`. (Hybrid collections made before ``bm25_text``
+fuses them with :func:`index.hybrid.fusion.fuse`. (Hybrid collections made before ``bm25_text``
 analyse ``text`` itself and are still searched, without stemming.)
 
-On Milvus Lite the store seals what it writes (:mod:`index.sealing`), and its searches run
-on :mod:`index.lite_speed`'s paths (no per-search rescan of the collection)."""
+On Milvus Lite the store seals what it writes (:mod:`index.milvus.sealing`), and its searches run
+on :mod:`index.milvus.lite.speed`'s paths (no per-search rescan of the collection)."""
 
 from __future__ import annotations
 
@@ -33,10 +33,10 @@ import numpy as np
 
 from index.aliases import AliasCache, check_create, check_drop, checked_set
 from index.filters import Filter, quote, to_milvus_expr
-from index.fusion import DEFAULT_DENSE_WEIGHT, DEFAULT_FUSION, candidates, check_fusion, fuse
-from index.milvus_conn import connect, failure, is_io_failure, restart_lite, version_at_least
-from index.milvus_reads import ids_after, read_aliases, rows_of
-from index.milvus_schema import (
+from index.hybrid.fusion import DEFAULT_DENSE_WEIGHT, DEFAULT_FUSION, candidates, check_fusion, fuse
+from index.milvus.conn import connect, failure, is_io_failure, restart_lite, version_at_least
+from index.milvus.reads import ids_after, read_aliases, rows_of
+from index.milvus.schema import (
     BM25_FIELD,
     CALIBRATION_PROPERTY,
     OUTPUT_FIELDS,
@@ -46,8 +46,8 @@ from index.milvus_schema import (
     item,
     item_fields,
 )
-from index.milvus_search import bm25_search, dense_search
-from index.sealing import SEAL_QUIET_S, SEAL_ROWS, Sealer
+from index.milvus.sealing import SEAL_QUIET_S, SEAL_ROWS, Sealer
+from index.milvus.search import bm25_search, dense_search
 from index.store import (
     CollectionInfo,
     CollectionNotFoundError,

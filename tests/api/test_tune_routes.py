@@ -16,7 +16,7 @@ from test_routes import assert_error
 
 ROOT = Path(__file__).resolve().parents[2]
 MODEL = ROOT / "models" / "encoder-default"
-N_DOCS = 240  # above index.calibration.MIN_DOCS
+N_DOCS = 240  # above index.hybrid.calibration.MIN_DOCS
 
 
 def demo_docs(n: int) -> list[dict[str, str]]:

@@ -83,12 +83,29 @@ def test_the_circle_check_finds_one() -> None:
     assert circles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
 
 
+def test_index_has_its_sub_rooms() -> None:
+    """index/ (issue 69): the contract and the steps every backend shares at its top, and
+    one folder each for hybrid search, Milvus (with Lite's replacements), FAISS and the
+    bulk job; Milvus-specific code lives under milvus/ only."""
+    top = {p.stem for p in (ROOT / "index").glob("*.py")}
+    assert {"store", "filters", "tenancy", "attend"} <= top
+    assert not {t for t in top if t.startswith(("milvus", "lite", "faiss"))}
+    for room, has in (("hybrid", "fusion"), ("milvus", "store"), ("milvus/lite", "speed"),
+                      ("faiss", "store"), ("bulk", "job")):
+        assert (ROOT / "index" / room / f"{has}.py").is_file(), room
+    g = graph()
+    lower = {m: d for m, d in g.items() if m.startswith("index.")}
+    for m, deps in lower.items():  # the contract does not reach into a backend
+        if m.count(".") == 1 and m != "index.evaluate":
+            assert not {d for d in deps if d.startswith(("index.milvus", "index.faiss"))}, m
+
+
 def test_routes_reach_the_store_through_the_wiring() -> None:
     """Searches and document writes are the collections' (wiring/collections.py): no HTTP
     route module plans a search or writes a document on the store itself."""
     routes = [p for p in (ROOT / "api").glob("*.py") if p.stem.endswith("routes")]
     assert len(routes) >= 5
-    stores = {"index.milvus_store", "index.faiss_store", "index.guarded"}
+    stores = {"index.milvus.store", "index.faiss.store", "index.guarded"}
     for path in routes:
         text = path.read_text(encoding="utf-8")
         deps = graph()[module_of(path)]

@@ -223,7 +223,7 @@ def test_a_metadata_object_is_the_metadata() -> None:
     """A row in the API's document shape indexes as the API stores it: its ``metadata``
     object is the metadata (so a filter on ``course`` finds it), merged with any other
     field, its own keys winning."""
-    from index.corpus import Fields, to_fields
+    from index.bulk.corpus import Fields, to_fields
 
     row = {"id": "r1", "text": "cake", "source": "book",
            "metadata": {"course": "dessert", "source": "web"}}

@@ -9,7 +9,7 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from index.ranges import Position, Range, mark_done
+from index.bulk.ranges import Position, Range, mark_done
 from wiring.ray_bulk import files_to_import
 
 

@@ -1,4 +1,4 @@
-"""Per-collection hybrid calibration (index.calibration): pseudo-queries, the label-free
+"""Per-collection hybrid calibration (index.hybrid.calibration): pseudo-queries, the label-free
 signals, the mapping to a weight, the choice on judged queries, and the fusion's edge."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import random
 import numpy as np
 import pytest
 
-from index.calibration import (
+from index.hybrid.calibration import (
     GRID,
     Calibration,
     Mapping,
@@ -19,7 +19,7 @@ from index.calibration import (
     pseudo_queries,
     sentences,
 )
-from index.fusion import fuse
+from index.hybrid.fusion import fuse
 from index.store import Hit
 
 WORDS = [f"w{i}" for i in range(400)]

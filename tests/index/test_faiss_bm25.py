@@ -1,4 +1,4 @@
-"""Hybrid FAISS collections: the in-process BM25 index (index.bm25) checked against bm25s,
+"""Hybrid FAISS collections: the in-process BM25 index (index.hybrid.bm25) checked against bm25s,
 its stemming and stop words, filters, writes, fusion with the dense side, persistence, and
 what is refused on a collection made without it."""
 
@@ -13,9 +13,9 @@ import pytest
 import Stemmer
 
 from index import CollectionExistsError, Condition, FaissStore, Hit, Item, UnsupportedError
-from index.analysis import BM25_B, BM25_K1
-from index.bm25 import TF_SCALE, BM25Index, term_ids
-from index.fusion import candidates, fuse
+from index.hybrid.analysis import BM25_B, BM25_K1
+from index.hybrid.bm25 import TF_SCALE, BM25Index, term_ids
+from index.hybrid.fusion import candidates, fuse
 
 DIM = 8
 CORPUS = [

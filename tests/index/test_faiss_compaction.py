@@ -1,5 +1,5 @@
 """The faiss store's snapshot and log: a long log is folded at open, and a compaction
-killed at any point leaves the collection whole (:func:`index.faiss_memory.write_snapshot`)."""
+killed at any point leaves the collection whole (:func:`index.faiss.memory.write_snapshot`)."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from index import faiss_store
-from index.faiss_store import FaissStore
+from index.faiss import store as faiss_store
+from index.faiss.store import FaissStore
 from index.store import Item
 
 DIM = 4

@@ -11,8 +11,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from index import faiss_memory
-from index.faiss_store import FaissStore
+from index.faiss import memory as faiss_memory
+from index.faiss.store import FaissStore
 from index.store import Item
 
 DIM = 8
@@ -112,7 +112,7 @@ def test_aliases_set_at_once_are_all_kept(tmp_path: Path,
                                           monkeypatch: pytest.MonkeyPatch) -> None:
     """Each alias change reads aliases.json and writes it back whole: two at once each kept
     only their own. The read is held open here so that every change overlaps the others."""
-    import index.faiss_store as faiss_store
+    import index.faiss.store as faiss_store
 
     store = FaissStore(tmp_path)
     store.create("docs", DIM)

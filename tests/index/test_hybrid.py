@@ -22,9 +22,9 @@ from index import (
     UnsupportedError,
     fuse,
 )
-from index.analysis import BM25_K1, analyzed
-from index.fusion import candidates, query_weight
-from index.milvus_schema import BM25_FIELD, bm25_query
+from index.hybrid.analysis import BM25_K1, analyzed
+from index.hybrid.fusion import candidates, query_weight
+from index.milvus.schema import BM25_FIELD, bm25_query
 
 MODEL = Path(__file__).resolve().parents[2] / "models" / "encoder-default"
 DOCS = ["a physician examined the patient in the hospital",

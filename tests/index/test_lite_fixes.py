@@ -1,5 +1,5 @@
 """Milvus Lite opened a collection twice when two threads touched it at once after a start
-(:mod:`index.lite_fixes`): the load went to one object, queries to the other ("in state
+(:mod:`index.milvus.lite.fixes`): the load went to one object, queries to the other ("in state
 'released'"). With the mend, every concurrent opener gets the one cached object."""
 
 from __future__ import annotations
@@ -12,7 +12,8 @@ from typing import Any
 import numpy as np
 import pytest
 
-from index import MilvusStore, lite_fixes
+from index import MilvusStore
+from index.milvus.lite import fixes as lite_fixes
 from index.store import Item
 
 
@@ -78,7 +79,7 @@ def test_a_missing_graph_is_built_after_the_load_not_during_it(
     import milvus_lite.index.factory as factory
     from milvus_lite.server_manager import server_manager_instance
 
-    from index import lite_speed
+    from index.milvus.lite import speed as lite_speed
 
     monkeypatch.setattr(lite_speed, "HNSW_MIN_ROWS", 500)
     path = tmp_path / "m.db"

@@ -1,4 +1,4 @@
-"""Milvus Lite's fast search paths (:mod:`index.lite_speed`) answer exactly what Lite's own
+"""Milvus Lite's fast search paths (:mod:`index.milvus.lite.speed`) answer exactly what Lite's own
 answer: on one engine, through random upserts (new keys and overwrites, sealed and in the
 memtable), deletes (sealed and pending), flushes, compactions and filters, every dense and
 BM25 search is run both ways and compared field by field."""
@@ -17,9 +17,10 @@ import pytest
 from milvus_lite.analyzer.sparse import sparse_to_bytes
 from milvus_lite.index.sparse_inverted import SparseInvertedIndex
 
-from index import MilvusStore, lite_speed
-from index.analysis import analyzed
-from index.lite_bm25 import FastBM25Index
+from index import MilvusStore
+from index.hybrid.analysis import analyzed
+from index.milvus.lite import speed as lite_speed
+from index.milvus.lite.bm25 import FastBM25Index
 from index.store import Item
 
 WORDS = ("dog cat man woman child ball street red blue green runs jumps sits plays water "
@@ -130,7 +131,7 @@ def test_searches_equal_lites_own_through_writes(store: MilvusStore, seed: int) 
             store.flush("c")
         compare(step)
     # the cached views of this collection: its latest generation's, never a pile of old ones
-    from index.lite_dense import VIEWS
+    from index.milvus.lite.dense import VIEWS
 
     home = f"{Path(store.uri).resolve()}/collections/c"
     mine = [v for v in VIEWS._views.values() if home in v.home]

@@ -18,7 +18,7 @@ import pytest
 from test_index_cli import BAD_LINES, N_DISTINCT, N_DUPLICATES, qkv_index, write_corpus
 
 from index import Fields, open_store
-from index.ranges import load_or_plan, mark_done, pending, plan, read_range
+from index.bulk.ranges import load_or_plan, mark_done, pending, plan, read_range
 
 
 def test_the_plan_cuts_ranges_and_keeps_the_last_of_each_id(tmp_path: Path) -> None:

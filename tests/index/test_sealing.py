@@ -6,7 +6,7 @@ import time
 from pathlib import Path
 
 from index import open_store
-from index.sealing import BULK_SEAL_ROWS, SEAL_QUIET_S, SEAL_ROWS, Sealer
+from index.milvus.sealing import BULK_SEAL_ROWS, SEAL_QUIET_S, SEAL_ROWS, Sealer
 
 
 def test_a_pause_seals_what_waits() -> None:

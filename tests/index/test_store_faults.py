@@ -1,6 +1,6 @@
 """A store that failed at the file level is healed before it takes writes again
 (:class:`index.guarded.GuardedStore`), and a Milvus server's disk quota is a full store, not
-a failure (:func:`index.milvus_conn.failure`)."""
+a failure (:func:`index.milvus.conn.failure`)."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ import pytest
 
 from index import open_store
 from index.guarded import GuardedStore
-from index.milvus_conn import failure
+from index.milvus.conn import failure
 from index.store import (
     Item,
     StoreDamagedError,

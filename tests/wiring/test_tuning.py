@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from index import EncoderInfo, FaissStore, Item
-from index.calibration import Mapping
+from index.hybrid.calibration import Mapping
 from wiring.tuning import read_labels, tune
 
 D = 64

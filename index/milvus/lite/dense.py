@@ -1,9 +1,9 @@
 """Milvus Lite 3.x's dense search executor, with row visibility from a cached
-:class:`index.lite_visibility.SealedView` instead of a per-search loop over every row.
+:class:`index.milvus.lite.visibility.SealedView` instead of a per-search loop over every row.
 
 A copy of ``milvus_lite.search.executor_indexed.execute_search_with_index`` (Apache-2.0,
 milvus-lite 3.2.2) with the same signature and results; only steps 1 and the local mask
-differ (see :mod:`index.lite_visibility`). ``tests/index/test_lite_speed.py`` holds the two
+differ (see :mod:`index.milvus.lite.visibility`). ``tests/index/test_lite_speed.py`` holds the two
 equal on random workloads of upserts, deletes, flushes and filters.
 """
 
@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 from milvus_lite.index.brute_force import BruteForceIndex
 
-from index.lite_visibility import ViewCache
+from index.milvus.lite.visibility import ViewCache
 
 VIEWS = ViewCache()
 

@@ -2,9 +2,9 @@
 
 A copy of ``milvus_lite.engine.collection.Collection._search_sparse`` (Apache-2.0,
 milvus-lite 3.2.2) for the BM25 metric, with the same results: each sealed segment's rows
-made visible by :class:`index.lite_visibility.SealedView` (cached per generation of
+made visible by :class:`index.milvus.lite.visibility.SealedView` (cached per generation of
 segments) instead of a per-search Python loop over every row, and scored by
-:class:`index.lite_bm25.FastBM25Index` (cached on the segment, as Lite caches its own)
+:class:`index.milvus.lite.bm25.FastBM25Index` (cached on the segment, as Lite caches its own)
 instead of Lite's per-posting Python loop. Other sparse metrics go to Lite's own method.
 """
 
@@ -16,10 +16,10 @@ from typing import Any
 
 import numpy as np
 
-from index.lite_bm25 import FastBM25Index
-from index.lite_dense import VIEWS
+from index.milvus.lite.bm25 import FastBM25Index
+from index.milvus.lite.dense import VIEWS
 
-ORIGINAL: dict[str, Callable[..., Any]] = {}  # set by index.lite_speed.install
+ORIGINAL: dict[str, Callable[..., Any]] = {}  # set by index.milvus.lite.speed.install
 
 
 def search_sparse(self: Any, query_vectors: list, vector_field: str, top_k: int,

@@ -5,10 +5,11 @@ Milvus Lite 3.x is pure Python and runs in this process (pymilvus starts its gRP
 in a thread). Its searches first walk every primary key of every segment in Python to
 decide which rows are visible, and score BM25 posting by posting in Python: per search,
 linear in the collection (146 ms dense and 223 ms BM25 at 174,000 captions, 556 ms dense
-at 522,000). :mod:`index.lite_dense` and :mod:`index.lite_sparse` are the same two search
-paths with visibility cached per generation of segments (:mod:`index.lite_visibility`)
-and array postings (:mod:`index.lite_bm25`); their results are equal to Lite's own (a
-test holds them so on random workloads). They are written to go upstream as they are.
+at 522,000). :mod:`index.milvus.lite.dense` and :mod:`index.milvus.lite.sparse` are the
+same two search paths with visibility cached per generation of segments
+(:mod:`index.milvus.lite.visibility`) and array postings (:mod:`index.milvus.lite.bm25`);
+their results are equal to Lite's own (a test holds them so on random workloads). They are
+written to go upstream as they are.
 
 They replace Lite's functions only when the installed Lite is the one they were copied
 from (the replaced functions' source hashes to what is recorded here): any other version
@@ -88,7 +89,8 @@ def install() -> bool:
         from milvus_lite.engine import collection
         from milvus_lite.search import executor_indexed
 
-        from index import lite_dense, lite_sparse
+        from index.milvus.lite import dense as lite_dense
+        from index.milvus.lite import sparse as lite_sparse
 
         _state["originals"] = targets
         lite_sparse.ORIGINAL["search_sparse"] = targets["Collection._search_sparse"]
