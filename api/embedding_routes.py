@@ -137,7 +137,8 @@ async def pooling(body: ps.PoolingRequest, request: Request) -> Response:
     svc = service(request)
     texts = texts_of(body.input, svc.settings.max_inputs)
     svc.tokenize(texts, body.truncate)  # 422 over the token limit without truncate
-    _, explained = await svc.run(svc.encoder.encode, texts, return_weights=True)
+    _, explained = await svc.encode_aside(texts, svc.encoder.encode, texts,
+                                          return_weights=True)
     data = [{"index": i, "text": tw.text, "tokens": tw.tokens, "weights": tw.weights,
              "offsets": tw.offsets, "truncated": tw.truncated,
              "segments": [{"text": t, "weight": w} for t, w in tw.segments()]}

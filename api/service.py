@@ -21,7 +21,7 @@ from starlette.concurrency import run_in_threadpool
 from api.access import Limiter, charge_texts
 from api.batcher import DynamicBatcher
 from api.disk import DiskGuard, data_dir
-from api.errors import invalid
+from api.errors import QueueFullError, invalid
 from api.metrics import Metrics
 from api.settings import Settings, encoders_dir
 from encoder.backend_pick import Choice
@@ -211,6 +211,25 @@ class Service:
         if normalize:
             x = x / np.maximum(np.linalg.norm(x, axis=1, keepdims=True), 1e-12)
         return Embedded(np.ascontiguousarray(x, dtype=np.float32), [len(i) for i in ids], cut)
+
+    async def encode_aside(self, texts: Sequence[str], fn: Callable[..., T], *args: Any,
+                           **kwargs: Any) -> T:
+        """Work on ``texts`` that runs the encoder (or its tokenizer) outside the batcher
+        (``/embed_all``'s token vectors, ``/v1/pooling``'s weights, ``/tokenize``): the
+        texts are charged to the caller's key as embeddings are, the work is refused (429)
+        while the encoder's queue is full, and it runs holding one of the encoder's slots,
+        so it takes its turn with the batches instead of crowding them."""
+        await charge_texts(self.limiter, len(texts), self.metrics)  # the caller's key
+        queue = self.batcher
+        if queue.depth + len(texts) > queue.queue_max:
+            self.metrics.rejected.inc(len(texts))
+            raise QueueFullError(f"the encoder queue is full ({queue.depth} texts waiting, at "
+                                 f"most {queue.queue_max}); retry shortly")
+
+        def held() -> T:
+            with self.encode_slots:
+                return fn(*args, **kwargs)
+        return await run_in_threadpool(held)
 
     async def embed_for(self, texts: Sequence[str], truncate: bool, dim: int | None = None,
                         collection: CollectionInfo | None = None) -> Embedded:

@@ -58,7 +58,7 @@ async def embed_all(body: t.TeiEmbedAllRequest, request: Request) -> Response:
     svc = service(request)
     texts = texts_of(body.inputs, svc.settings.max_inputs)
     svc.tokenize(texts, body.truncate)  # 422 over the token limit without truncate
-    return json_response(await svc.run(svc.encoder.token_vectors, texts))
+    return json_response(await svc.encode_aside(texts, svc.encoder.token_vectors, texts))
 
 
 @tei.post("/rerank", response_model=list[t.Rank])
@@ -103,15 +103,20 @@ async def tokenize(body: t.TokenizeRequest, request: Request) -> Response:
     text it covers, whether it is special, and its byte span in the input."""
     svc = service(request)
     texts = texts_of(body.inputs, svc.settings.max_inputs)
-    tok = svc.encoder.tokenizer
+    return json_response(await svc.encode_aside(texts, _tokens, svc.encoder.tokenizer, texts,
+                                                body.add_special_tokens))
+
+
+def _tokens(tok: Any, texts: list[str], special: bool) -> list[list[dict[str, Any]]]:
+    """Each text's tokens: id, the text it covers, whether it is special, its byte span."""
     out = []
     for text in texts:
         clean = clean_text(text)
-        enc = tok.encode(clean, add_special_tokens=body.add_special_tokens)
-        tokens = []
-        for i, special, (a, b) in zip(enc.ids, enc.special_tokens_mask, enc.offsets,
-                                      strict=True):
-            if special:
+        enc = tok.encode(clean, add_special_tokens=special)
+        tokens: list[dict[str, Any]] = []
+        for i, is_special, (a, b) in zip(enc.ids, enc.special_tokens_mask, enc.offsets,
+                                         strict=True):
+            if is_special:
                 tokens.append({"id": i, "text": tok.id_to_token(i), "special": True,
                                "start": None, "stop": None})
             else:
@@ -119,7 +124,7 @@ async def tokenize(body: t.TokenizeRequest, request: Request) -> Response:
                 tokens.append({"id": i, "text": clean[a:b], "special": False,
                                "start": start, "stop": start + len(clean[a:b].encode())})
         out.append(tokens)
-    return json_response(out)
+    return out
 
 
 @tei.post("/decode", response_model=list[str])

@@ -219,6 +219,26 @@ def test_key_creation_refuses_what_it_would_ignore(make_client: MakeClient,
     assert r.status_code == 201 and r.json()["tenants"] == ["a"]
 
 
+def test_every_route_that_encodes_charges_its_texts(make_client: MakeClient,
+                                                    tmp_path: Path) -> None:
+    """Issue 68, finding 4: /embed_all, /v1/pooling and /tokenize ran the encoder (or its
+    tokenizer) outside the batcher and never charged the key's texts/s: 8,192 texts in 3 s
+    on a key limited to 5 texts/s. Now each charges them: the first request of 20 texts
+    takes the burst (and goes into debt), the next is refused."""
+    path = tmp_path / "keys.jsonl"
+    texts = [f"text number {i} about limits" for i in range(20)]
+    routes = (("/embed_all", {"inputs": texts}), ("/v1/pooling", {"input": texts}),
+              ("/tokenize", {"inputs": texts}))
+    for route, body in routes:
+        s = _keys(path, slow={"scope": "read", "tps": 5})  # a fresh key: a full bucket
+        c = make_client(keys_file=path)
+        first = c.post(route, json=body, headers=_auth(s["slow"]))
+        assert first.status_code == 200, (route, first.text)
+        second = c.post(route, json=body, headers=_auth(s["slow"]))
+        assert second.status_code == 429, (route, second.status_code)
+        assert "texts/s" in error_of(second)["error"] and "Retry-After" in second.headers
+
+
 def test_keys_cli_prints_the_secret_once(tmp_path: Path) -> None:
     path = tmp_path / "keys.jsonl"
     r = CliRunner().invoke(cli, ["keys", "create", "--scope", "write", "--tenant", "acme",
