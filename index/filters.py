@@ -32,6 +32,12 @@ OPS: tuple[str, ...] = ("eq", "ne", "in", "nin", "lt", "lte", "gt", "gte", "exis
 _RANGE_SYMBOL = {"lt": "<", "lte": "<=", "gt": ">", "gte": ">="}
 MAX_IN_VALUES = 1024
 MAX_KEY_CHARS = 256
+# A filter's size: "and"/"or" nested at most this deep, and at most this many comparisons
+# in all (an "in" or "nin" counts its values: each is one comparison in the store's
+# expression). Larger filters kept a store busy for seconds and ended in 5xx for everyone
+# (issue 68); the limits are checked before a store sees the filter.
+MAX_FILTER_DEPTH = 8
+MAX_FILTER_TERMS = 1024
 _INT64 = 2**63
 
 
@@ -158,22 +164,37 @@ def parse_filter(obj: Any) -> Filter:
     """Build a filter from its JSON form.
 
     ``{"key": "lang", "op": "eq", "value": "en"}``, ``{"and": [...]}``, ``{"or": [...]}``;
-    ``{"key": "lang", "op": "exists"}`` means ``"value": true``.
+    ``{"key": "lang", "op": "exists"}`` means ``"value": true``. At most
+    :data:`MAX_FILTER_DEPTH` levels of ``and``/``or`` and :data:`MAX_FILTER_TERMS`
+    comparisons (``ValueError`` naming the limit otherwise).
     """
+    terms = [0]
+    return _parse(obj, 0, terms)
+
+
+def _parse(obj: Any, depth: int, terms: list[int]) -> Filter:
     if not isinstance(obj, dict):
         raise ValueError(f"a filter is a JSON object, got {type(obj).__name__}")
-    if set(obj) == {"and"}:
-        return And(tuple(parse_filter(c) for c in _as_list(obj["and"], "and")))
-    if set(obj) == {"or"}:
-        return Or(tuple(parse_filter(c) for c in _as_list(obj["or"], "or")))
+    if set(obj) in ({"and"}, {"or"}):
+        (name,) = obj
+        if depth >= MAX_FILTER_DEPTH:
+            raise ValueError(f"a filter nests 'and' and 'or' at most {MAX_FILTER_DEPTH} deep")
+        clauses = tuple(_parse(c, depth + 1, terms) for c in _as_list(obj[name], name))
+        return And(clauses) if name == "and" else Or(clauses)
     if set(obj) == {"key", "op", "value"}:
-        return Condition(obj["key"], obj["op"], obj["value"])
-    if set(obj) == {"key", "op"} and obj["op"] == "exists":
-        return Condition(obj["key"], "exists", True)
-    raise ValueError(
-        "a filter is {'key', 'op', 'value'} (op one of " + ", ".join(OPS) + "), "
-        f"{{'and': [...]}} or {{'or': [...]}}; got keys {sorted(obj)}"
-    )
+        cond = Condition(obj["key"], obj["op"], obj["value"])
+    elif set(obj) == {"key", "op"} and obj["op"] == "exists":
+        cond = Condition(obj["key"], "exists", True)
+    else:
+        raise ValueError(
+            "a filter is {'key', 'op', 'value'} (op one of " + ", ".join(OPS) + "), "
+            f"{{'and': [...]}} or {{'or': [...]}}; got keys {sorted(obj)}"
+        )
+    terms[0] += len(cond.value) if cond.op in ("in", "nin") else 1  # type: ignore[arg-type]
+    if terms[0] > MAX_FILTER_TERMS:
+        raise ValueError(f"a filter makes at most {MAX_FILTER_TERMS} comparisons (an 'in' or "
+                         "'nin' counts each of its values)")
+    return cond
 
 
 def _as_list(v: Any, name: str) -> list[Any]:

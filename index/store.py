@@ -24,6 +24,9 @@ from index.filters import Filter
 
 MAX_ID_BYTES = 512
 MAX_TEXT_BYTES = 65_535  # Milvus VARCHAR limit; `value` shares it
+# objects and lists nested in metadata: deeper ones were stored and then broke every read of
+# the collection (JSON encoders stop at ~255 levels; issue 68)
+MAX_METADATA_DEPTH = 32
 CONSISTENCY_LEVELS = ("Strong", "Session", "Bounded", "Eventually")
 SEARCH_MODES = ("dense", "bm25", "hybrid")
 
@@ -264,10 +267,11 @@ def check_item(item: Item) -> None:
     _check_json(item.metadata, f"item {item.id!r}: metadata")
 
 
-def _check_json(v: Any, where: str) -> None:
-    """Refuse JSON that some backend cannot store as given: integers beyond 64 bits (Milvus'
-    JSON field refuses them), non-finite numbers, strings or keys that are not valid UTF-8
-    (lone surrogates) and keys that are not strings."""
+def _check_json(v: Any, where: str, depth: int = 0) -> None:
+    """Refuse JSON that some backend cannot store as given, or that could not be read back:
+    integers beyond 64 bits (Milvus' JSON field refuses them), non-finite numbers, strings or
+    keys that are not valid UTF-8 (lone surrogates), keys that are not strings, and objects
+    or lists nested deeper than :data:`MAX_METADATA_DEPTH`."""
     if v is None or isinstance(v, bool):
         return
     if isinstance(v, str):
@@ -278,15 +282,19 @@ def _check_json(v: Any, where: str) -> None:
     elif isinstance(v, float):
         if not math.isfinite(v):
             raise ValueError(f"{where}: numbers must be finite, got {v}")
-    elif isinstance(v, dict):
-        for key, x in v.items():
-            if not isinstance(key, str):
-                raise ValueError(f"{where}: keys must be strings, got {key!r}")
-            key.encode()
-            _check_json(x, where)
-    elif isinstance(v, list | tuple):
-        for x in v:
-            _check_json(x, where)
+    elif isinstance(v, dict | list | tuple):
+        if depth >= MAX_METADATA_DEPTH:
+            raise ValueError(f"{where}: objects and lists nest at most {MAX_METADATA_DEPTH} "
+                             "deep")
+        if isinstance(v, dict):
+            for key, x in v.items():
+                if not isinstance(key, str):
+                    raise ValueError(f"{where}: keys must be strings, got {key!r}")
+                key.encode()
+                _check_json(x, where, depth + 1)
+        else:
+            for x in v:
+                _check_json(x, where, depth + 1)
 
 
 def dedupe_last(items: Iterable[Item]) -> list[Item]:

@@ -90,3 +90,21 @@ def test_matches_uses_strict_json_typing() -> None:
     assert matches(Condition("f", "lte", 2.5), meta)
     assert not matches(Condition("f", "lt", 2.5), meta)
     assert not matches(Condition("missing", "in", [1, "1"]), meta)
+
+
+def test_a_filter_has_a_size_limit() -> None:
+    from index.filters import MAX_FILTER_DEPTH, MAX_FILTER_TERMS
+
+    eq = {"key": "k", "op": "eq", "value": 1}
+    deep: dict = eq  # type: ignore[type-arg]
+    for _ in range(MAX_FILTER_DEPTH):
+        deep = {"or": [deep]}
+    parse_filter(deep)  # MAX_FILTER_DEPTH levels: taken
+    with pytest.raises(ValueError, match=f"at most {MAX_FILTER_DEPTH} deep"):
+        parse_filter({"and": [deep]})
+    values = list(range(MAX_FILTER_TERMS // 2))
+    full = {"and": [{"key": "a", "op": "in", "value": values},
+                    {"key": "b", "op": "nin", "value": values}]}
+    parse_filter(full)  # exactly MAX_FILTER_TERMS comparisons
+    with pytest.raises(ValueError, match=f"at most {MAX_FILTER_TERMS} comparisons"):
+        parse_filter({"and": [*full["and"], eq]})
