@@ -179,30 +179,40 @@ async def authorize(
     route = getattr(request.scope.get("route"), "path", request.url.path)
     need = required_scope(request.method, route)
     name = request.path_params.get("name")
+    # what the audit line names: the collection, and the alias or key a call acts on
+    entry = {"key": None, "scope": None, "route": route, "collection": name,
+             "target": request.path_params.get("alias") or request.path_params.get("key_id"),
+             "tenant": None}
     if ring.open:  # no keys: writes are audited all the same, with no key
         if need != "read":
-            request.state.audit = {"key": None, "route": route, "collection": name,
-                                   "tenant": None}
+            request.state.audit = entry
         return None
     key = ring.find(credentials.credentials) if credentials else None
     if key is None:
         metrics.key_requests.labels("unknown", "unauthorized").inc()
+        request.state.audit = {**entry, "refused": "unauthorized"}
         raise unauthorized()
+    entry.update(key=key.id, scope=key.scope,
+                 tenant=key.tenants[0] if key.tenants else None)
     if not key.allows(need):
         metrics.key_requests.labels(key.id, "forbidden").inc()
+        request.state.audit = {**entry, "refused": "forbidden"}
         raise forbidden(f"key {key.id} has scope '{key.scope}'; {request.method} {route} "
                         f"needs scope '{need}'")
     if name is not None and (key.tenants is not None or key.collections is not None):
-        await _check_collection(request, key, name, route)
+        try:
+            await _check_collection(request, key, name, route)
+        except ApiError:
+            request.state.audit = {**entry, "refused": "forbidden"}
+            raise
     err = request.app.state.service.limiter.take(key, "requests")
     if err is not None:
         raise await held(err, metrics, key)
     metrics.key_requests.labels(key.id, "ok").inc()
     request.state.key = key
     current.set(key)
-    if need != "read":
-        request.state.audit = {"key": key.id, "route": route, "collection": name,
-                               "tenant": key.tenants[0] if key.tenants else None}
+    if need != "read":  # writes and admin calls, reads of keys included
+        request.state.audit = entry
     return key
 
 
@@ -237,21 +247,23 @@ def audit_facts(body: bytes) -> tuple[int | None, str | None]:
 
 
 class AuditMiddleware:
-    """Pure ASGI: after each call that :func:`authorize` marked (writes and admin calls),
-    one line to ``qkv.audit`` with the outcome."""
+    """Pure ASGI: after each call that :func:`authorize` marked (writes, admin calls, reads
+    of keys among them, and every refusal: 401 and 403), one line to ``qkv.audit`` with the
+    key, its scope, the route, the collection, the alias or key acted on, and the outcome."""
 
     def __init__(self, app: Any) -> None:
         self.app = app
 
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
-        if scope["type"] != "http" or scope["method"] in ("GET", "HEAD", "OPTIONS"):
+        if scope["type"] != "http" or scope["method"] == "OPTIONS":
             await self.app(scope, receive, send)
             return
         status, body = [500], bytearray()
+        copy = scope["method"] not in ("GET", "HEAD")  # a body to count documents in
 
         async def receive_copy() -> Any:
             message = await receive()
-            if message["type"] == "http.request" and len(body) < 2**24:
+            if copy and message["type"] == "http.request" and len(body) < 2**24:
                 body.extend(message.get("body", b""))
             return message
 

@@ -9,9 +9,11 @@ from typing import Any, Literal
 from fastapi import APIRouter, Depends, Request, Response
 from pydantic import BaseModel, Field
 
-from api.access import authorize
+from api.access import authorize, current, may_use
+from api.errors import not_found
 from api.routes import ERRORS, CollectionName, json_response, service
 from api.schemas import RequestBody
+from index import CollectionNotFoundError
 
 adapt_v1 = APIRouter(dependencies=[Depends(authorize)], responses=ERRORS)
 PHASES = Literal["queued", "reading", "training", "re-indexing", "calibrating", "swapping",
@@ -68,5 +70,17 @@ async def adapt_collection(name: CollectionName, body: AdaptRequest, request: Re
 
 @adapt_v1.get("/v1/jobs/{job_id}", response_model=JobState, tags=["collections"])
 async def job_state(job_id: str, request: Request) -> Response:
-    """A background job's phase and progress (it outlives a restart of the service)."""
-    return json_response(service(request).adapter.state(job_id))
+    """A background job's phase and progress (it outlives a restart of the service). A key
+    bound to tenants or collections sees only the jobs of collections it may use (another's
+    is a 404, as an unknown job)."""
+    svc = service(request)
+    state = svc.adapter.state(job_id)
+    key = current.get()
+    if key is not None and (key.tenants is not None or key.collections is not None):
+        try:
+            info = await svc.collections.describe(state["collection"])
+        except CollectionNotFoundError:
+            info = None
+        if info is None or not may_use(key, info, state["collection"]):
+            raise not_found(f"no job {job_id!r}")
+    return json_response(state)

@@ -78,6 +78,9 @@ async def create_key(body: KeyCreate, request: Request) -> Response:
         raise ApiError(422, "invalid_request", str(e)) from e
     with locked(_file(request)) as keys:
         keys[key.id] = key
+    audit = getattr(request.state, "audit", None)
+    if audit is not None:  # the audit line names the key made
+        audit["target"] = key.id
     request.app.state.keys.reload()  # this replica at once, the others within a second
     out: dict[str, Any] = {**key.to_public(), "secret": secret}
     return json_response(out, 201)

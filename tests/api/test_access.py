@@ -9,6 +9,7 @@ import logging
 import time
 import uuid
 from pathlib import Path
+from typing import Any
 
 import pytest
 from api_errors import error_of
@@ -237,6 +238,69 @@ def test_every_route_that_encodes_charges_its_texts(make_client: MakeClient,
         second = c.post(route, json=body, headers=_auth(s["slow"]))
         assert second.status_code == 429, (route, second.status_code)
         assert "texts/s" in error_of(second)["error"] and "Retry-After" in second.headers
+
+
+def test_the_audit_names_refusals_reads_of_keys_and_targets(
+        make_client: MakeClient, tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """Issue 68, finding 6: refusals (401, 403) and admin reads were not audited, and key
+    and alias lines did not say which key or alias."""
+    path = tmp_path / "keys.jsonl"
+    s = _keys(path, admin={"scope": "admin"}, read={"scope": "read"})
+    c = make_client(keys_file=path)
+    name = "au_" + uuid.uuid4().hex[:8]
+    admin = _auth(s["admin"])
+    assert c.post("/v1/collections", json={"name": name}, headers=admin).status_code == 201
+
+    def lines(call: Any) -> list[dict[str, Any]]:
+        caplog.clear()
+        with caplog.at_level(logging.INFO, logger="qkv.audit"):
+            call()
+        return [json.loads(r.message) for r in caplog.records if r.name == "qkv.audit"]
+
+    (line,) = lines(lambda: c.get("/v1/collections"))  # no key: refused, and said
+    assert line["refused"] == "unauthorized" and line["status"] == 401 and line["key"] is None
+    read_id = next(k.id for k in read_keys(path).values() if k.scope == "read")
+    (line,) = lines(lambda: c.delete(f"/v1/collections/{name}", headers=_auth(s["read"])))
+    assert line["refused"] == "forbidden" and line["status"] == 403
+    assert line["key"] == read_id and line["scope"] == "read" and line["collection"] == name
+    (line,) = lines(lambda: c.get("/v1/keys", headers=admin))  # an admin read
+    assert line["status"] == 200 and line["scope"] == "admin" and line["method"] == "GET"
+    made: list[Any] = []
+    (line,) = lines(lambda: made.append(c.post("/v1/keys", json={"scope": "read"},
+                                                headers=admin)))
+    assert line["target"] == made[0].json()["id"] and line["status"] == 201
+    (line,) = lines(lambda: c.post(f"/v1/keys/{made[0].json()['id']}/revoke", headers=admin))
+    assert line["target"] == made[0].json()["id"]
+    (line,) = lines(lambda: c.put("/v1/aliases/au_alias", json={"collection": name},
+                                  headers=admin))
+    assert line["target"] == "au_alias" and line["status"] == 200
+    assert lines(lambda: c.post(f"/v1/collections/{name}/search", json={"query": "x"},
+                                headers=_auth(s["read"]))) == []  # reads that pass: not
+    c.delete("/v1/aliases/au_alias", headers=admin)
+    c.delete(f"/v1/collections/{name}", headers=admin)
+
+
+def test_a_bound_key_sees_only_its_collections_jobs(make_client: MakeClient,
+                                                    tmp_path: Path) -> None:
+    """Issue 68, finding 6: ``GET /v1/jobs/{id}`` had no collection or tenant check."""
+    from wiring.adapting import Journal
+
+    path = tmp_path / "keys.jsonl"
+    mine, other = ("jb_" + uuid.uuid4().hex[:8] for _ in range(2))
+    s = _keys(path, admin={"scope": "admin"},
+              bound={"scope": "read", "tenants": ["t"], "collections": [mine]})
+    c = make_client(keys_file=path)
+    for n in (mine, other):
+        assert c.post("/v1/collections", json={"name": n},
+                      headers=_auth(s["admin"])).status_code == 201
+    root = c.app.state.service.adapter.root  # type: ignore[attr-defined]
+    jobs = {n: Journal.new(root, n, {}).state["id"] for n in (mine, other)}
+    assert c.get(f"/v1/jobs/{jobs[mine]}", headers=_auth(s["bound"])).status_code == 200
+    r = c.get(f"/v1/jobs/{jobs[other]}", headers=_auth(s["bound"]))
+    assert r.status_code == 404 and other not in r.text
+    assert c.get(f"/v1/jobs/{jobs[other]}", headers=_auth(s["admin"])).status_code == 200
+    for n in (mine, other):
+        c.delete(f"/v1/collections/{n}", headers=_auth(s["admin"]))
 
 
 def test_keys_cli_prints_the_secret_once(tmp_path: Path) -> None:

@@ -96,6 +96,10 @@ def test_pages_need_no_key_but_the_api_does(make_client: MakeClient) -> None:
     page = client.get("/ui/search")
     assert page.status_code == 200 and config(page.text)["key_required"] is True
     assert "s3cret" not in page.text
+    # issue 68, finding 6: no other site may frame it, and it runs only its own scripts
+    csp = page.headers["Content-Security-Policy"]
+    assert "frame-ancestors 'none'" in csp and "script-src 'self'" in csp
+    assert page.headers["X-Frame-Options"] == "DENY"
     assert client.post("/v1/pooling", json={"input": "a dog"}).status_code == 401
     ok = client.post("/v1/pooling", json={"input": "a dog"},
                      headers={"Authorization": "Bearer s3cret"})
