@@ -89,7 +89,8 @@ def two_nodes(docs: Path, n: int, store: str) -> dict[str, object]:
     import ray
     from ray.cluster_utils import Cluster
 
-    from index import Fields
+    from index import Fields, JobConfig
+    from wiring.index_job import IndexJob, RayOptions
     from wiring.ray_indexing import index_with_ray
 
     cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 1})
@@ -98,9 +99,12 @@ def two_nodes(docs: Path, n: int, store: str) -> dict[str, object]:
     shutil.rmtree(state, ignore_errors=True)
     try:
         ray.init(address=cluster.address, include_dashboard=False, log_to_driver=False)
-        summary = index_with_ray("bench_nodes", [docs], Fields(), None, store, MODEL, "", 30.0,
-                                 state, "nodes", state / "rejects.jsonl", False, 500, 2, 0.0,
-                                 None, None, 5, 1.0, False)
+        config = JobConfig(state_path=state / "nodes.progress.json",
+                           rejects_path=state / "rejects.jsonl", fields=Fields(),
+                           batch_size=500, retries=5, backoff_s=1.0, progress_bar=False)
+        summary = index_with_ray(IndexJob(inputs=[docs], store=store, model=MODEL,
+                                          collection="bench_nodes", timeout=30.0,
+                                          engine="ray", ray=RayOptions(workers=2)), config)
     finally:
         ray.shutdown()
         cluster.shutdown()

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import logging
 from pathlib import Path
-from typing import Any
 
 import typer
 
@@ -106,7 +105,7 @@ def index(
     runtime.configure()
     from index import Fields, StoreError, StoreUnavailableError, collection_name
     from index.bulk.corpus import parse_shard
-    from wiring.indexing import alias_target, index_files, job_config, move_alias
+    from wiring.indexing import IndexJob, RayOptions, run_index
 
     inputs = [*input, *(more_inputs or [])]
     try:
@@ -123,13 +122,12 @@ def index(
             alias = collection_name(alias)
         except ValueError as e:
             raise typer.BadParameter(str(e), param_hint="--alias") from e
-        collection = collection or alias_target(alias, inputs, store, fields, format)
     elif drop_old:
         raise typer.BadParameter("--drop-old goes with --alias", param_hint="--drop-old")
-    if collection is None:
+    if collection is None and alias is None:
         raise typer.BadParameter("give --collection (or --alias)", param_hint="--collection")
     try:  # `tm-en-fr` is stored as `tm_en_fr`, as the API stores it
-        collection = collection_name(collection)
+        collection = collection_name(collection) if collection is not None else None
     except ValueError as e:
         raise typer.BadParameter(str(e), param_hint="--collection") from e
     if engine not in ("local", "ray"):
@@ -152,76 +150,45 @@ def index(
     if engine == "ray" and n_shards != 1:
         raise typer.BadParameter("Ray splits the job itself: no --shard with --engine ray",
                                  param_hint="--shard")
-    config = job_config(collection, inputs, store, fields, format, batch_size,
-                        (shard_i, n_shards), state_dir, rejects, restart, retries, backoff,
-                        progress, hybrid)
+    if engine == "ray":
+        try:
+            import ray  # noqa: F401
+        except ImportError as e:  # the optional extra
+            raise typer.BadParameter(f"--engine ray needs Ray: pip install -e '.[ray]' ({e})",
+                                     param_hint="--engine") from e
+    job = IndexJob(
+        inputs=inputs, store=store, model=model, collection=collection, alias=alias,
+        drop_old=drop_old, token=token, timeout=timeout, fields=fields, format=format,
+        batch_size=batch_size, shard=(shard_i, n_shards), state_dir=state_dir, rejects=rejects,
+        restart=restart, retries=retries, backoff_s=backoff, progress=progress, hybrid=hybrid,
+        tune=tune, device=device, encode_workers=workers, engine=engine,
+        ray=RayOptions(workers=ray_workers, gpus_per_worker=gpus_per_worker, address=address,
+                       bulk_dir=bulk_dir, bulk_rows=bulk_rows, s3_endpoint=s3_endpoint))
     try:
-        if engine == "ray":
-            summary = index_on_ray(collection, inputs, config, store, model, token, timeout,
-                                   restart, ray_workers, gpus_per_worker, address, device,
-                                   bulk_dir, bulk_rows, s3_endpoint)
-        else:
-            summary = index_files(collection, inputs, config, store, model, token, timeout,
-                                  device, workers)
+        out = run_index(job)
     except StoreUnavailableError as e:
         typer.echo(f"error: {explain(e)}", err=True)
         raise typer.Exit(EXIT_UNAVAILABLE) from e
     except (StoreError, ValueError) as e:
         typer.echo(f"error: {explain(e)}", err=True)
         raise typer.Exit(1) from e
-    typer.echo(summary.line())
-    if tune and summary.complete and n_shards == 1:
-        tune_after(store, collection, model, token, timeout)
-    if alias is not None and summary.complete:
-        try:
-            typer.echo(move_alias(store, token, timeout, alias, collection, drop_old))
-        except StoreError as e:
-            typer.echo(f"error: the job is complete but alias {alias} did not move: {e}",
-                       err=True)
-            raise typer.Exit(EXIT_UNAVAILABLE if isinstance(e, StoreUnavailableError)
-                             else 1) from e
-    if summary.total_rejected:
-        typer.echo(f"{summary.total_rejected} rows rejected; see {config.rejects_path}", err=True)
+    typer.echo(out.summary.line())
+    if out.calibration is not None:
+        typer.echo(out.calibration)
+    if out.calibration_error is not None:
+        typer.echo(f"warning: hybrid calibration failed ({out.calibration_error}); run "
+                   f"`qkv tune {out.collection}`", err=True)
+    if out.alias_line is not None:
+        typer.echo(out.alias_line)
+    if out.alias_error is not None:
+        typer.echo(f"error: the job is complete but alias {alias} did not move: "
+                   f"{out.alias_error}", err=True)
+        raise typer.Exit(EXIT_UNAVAILABLE if isinstance(out.alias_error, StoreUnavailableError)
+                         else 1) from out.alias_error
+    if out.summary.total_rejected:
+        typer.echo(f"{out.summary.total_rejected} rows rejected; see "
+                   f"{out.config.rejects_path}", err=True)
         raise typer.Exit(EXIT_REJECTED)
-
-
-def index_on_ray(collection: str, inputs: list[Path], config: Any, store: str, model: Path,
-                 token: str, timeout: float, restart: bool, workers: int, gpus: float,
-                 address: str | None, device: str | None, bulk_dir: str | None = None,
-                 bulk_rows: int = 250_000, s3_endpoint: str | None = None) -> Any:
-    """The job on Ray (wiring/ray_indexing.py), its files beside the local engine's."""
-    try:
-        import ray  # noqa: F401
-
-        from wiring.ray_indexing import index_with_ray
-    except ImportError as e:  # the optional extra
-        raise typer.BadParameter(f"--engine ray needs Ray: pip install -e '.[ray]' ({e})",
-                                 param_hint="--engine") from e
-    stem = config.state_path.name.removesuffix(".progress.json")
-    return index_with_ray(collection, inputs, config.fields, config.format, store, model,
-                          token, timeout, config.state_path.parent, stem,
-                          config.rejects_path, restart, config.batch_size, workers, gpus,
-                          address, config.hybrid, config.retries, config.backoff_s,
-                          config.progress_bar, device, bulk_dir, bulk_rows, s3_endpoint)
-
-
-def tune_after(store: str, collection: str, model: Path, token: str, timeout: float) -> None:
-    """Calibrate a just-indexed hybrid collection (a dense-only one has nothing to
-    calibrate); a failure is said, not fatal (the index is complete: `qkv tune` can run
-    again later)."""
-    from index import StoreError, UnsupportedError
-    from wiring.tuning import tune_collection
-
-    try:
-        cal = tune_collection(store, collection, model, token, timeout)
-    except UnsupportedError:
-        return
-    except (StoreError, ValueError) as e:
-        typer.echo(f"warning: hybrid calibration failed ({e}); run `qkv tune {collection}`",
-                   err=True)
-        return
-    typer.echo(f"hybrid calibration: dense weight {cal.dense_weight} ({cal.source}; "
-               f"{cal.note}) in {cal.seconds:.1f} s")
 
 
 def register(app: typer.Typer) -> None:

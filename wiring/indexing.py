@@ -1,6 +1,8 @@
-"""The bulk indexing job with the qkv encoder: ``qkv index``'s work. The job itself
-(``index.bulk.job``) takes any ``embed`` callable; here it gets the encoder, its progress file
-is named after the job's identity, and the encoder's threads are laid out for it."""
+"""The bulk indexing job with the qkv encoder: ``qkv index``'s work, in one call
+(:func:`run_index` of an :class:`IndexJob`): the collection an alias fills, the job here or
+on Ray, the hybrid calibration after it and the alias's move. The job itself
+(``index.bulk.job``) takes any ``embed`` callable; here it gets the encoder, its progress
+file is named after the job's identity, and the encoder's threads are laid out for it."""
 
 from __future__ import annotations
 
@@ -8,14 +10,25 @@ import hashlib
 import json
 import logging
 import time
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
 
-from index import DROP_GRACE_S, Fields, JobConfig, JobSummary, bulk_index, open_store
+from index import (
+    DROP_GRACE_S,
+    Fields,
+    JobConfig,
+    JobSummary,
+    StoreError,
+    bulk_index,
+    open_store,
+)
 from index.bulk.job import job_identity
 from wiring.components import encoder_info, load_encoder
+from wiring.index_job import IndexJob, RayOptions
+
+__all__ = ["IndexJob", "IndexOutcome", "RayOptions", "run_index"]
 
 log = logging.getLogger(__name__)
 
@@ -115,3 +128,69 @@ def move_alias(store: str, token: str, timeout: float, alias: str, collection: s
         return line
     finally:
         vector_store.close()
+
+
+@dataclass
+class IndexOutcome:
+    """What a job did: its summary and settings, the collection it filled, the hybrid
+    calibration after it (or why it failed), and the alias move (or why it failed)."""
+
+    summary: JobSummary
+    config: JobConfig
+    collection: str
+    calibration: str | None = None
+    calibration_error: str | None = None
+    alias_line: str | None = None
+    alias_error: StoreError | None = None
+
+
+def run_index(job: IndexJob) -> IndexOutcome:
+    """``qkv index``: the whole job in one call. Raises ``StoreUnavailableError`` when the
+    store stays down (progress is saved: run it again), ``StoreError`` or ``ValueError``
+    otherwise; a failed calibration or alias move after a complete job is reported in the
+    outcome, not raised (the index is complete)."""
+    collection = job.collection
+    if job.alias is not None:
+        collection = collection or alias_target(job.alias, job.inputs, job.store, job.fields,
+                                                job.format)
+    if collection is None:
+        raise ValueError("give a collection (or an alias)")
+    config = job_config(collection, job.inputs, job.store, job.fields, job.format,
+                        job.batch_size, job.shard, job.state_dir, job.rejects, job.restart,
+                        job.retries, job.backoff_s, job.progress, job.hybrid)
+    job = replace(job, collection=collection)
+    if job.engine == "ray":
+        from wiring.ray_indexing import index_with_ray
+
+        summary = index_with_ray(job, config)
+    else:
+        summary = index_files(collection, job.inputs, config, job.store, job.model, job.token,
+                              job.timeout, job.device, job.encode_workers)
+    out = IndexOutcome(summary, config, collection)
+    if job.tune and summary.complete and job.shard[1] == 1:
+        out.calibration, out.calibration_error = tune_after(job.store, collection, job.model,
+                                                            job.token, job.timeout)
+    if job.alias is not None and summary.complete:
+        try:
+            out.alias_line = move_alias(job.store, job.token, job.timeout, job.alias,
+                                        collection, job.drop_old)
+        except StoreError as e:
+            out.alias_error = e
+    return out
+
+
+def tune_after(store: str, collection: str, model: Path, token: str, timeout: float
+               ) -> tuple[str | None, str | None]:
+    """Calibrate a just-indexed hybrid collection (a dense-only one has nothing to
+    calibrate): (what was chosen, in a line; None) or (None, why it failed)."""
+    from index import UnsupportedError
+    from wiring.tuning import tune_collection
+
+    try:
+        cal = tune_collection(store, collection, model, token, timeout)
+    except UnsupportedError:
+        return None, None
+    except (StoreError, ValueError) as e:
+        return None, str(e)
+    return (f"hybrid calibration: dense weight {cal.dense_weight} ({cal.source}; "
+            f"{cal.note}) in {cal.seconds:.1f} s"), None

@@ -32,7 +32,7 @@ from typing import Any, TypeVar
 
 import numpy as np
 
-from index import EncoderInfo, Fields, Item, VectorStore, open_store
+from index import EncoderInfo, Fields, Item, JobConfig, VectorStore, open_store
 from index.bulk.job import retry_unavailable
 from index.bulk.ranges import (
     Manifest,
@@ -44,6 +44,7 @@ from index.bulk.ranges import (
     write_json,
 )
 from index.store import hybrid_default
+from wiring.index_job import IndexJob
 from wiring.ray_progress import Progress, tick
 
 log = logging.getLogger(__name__)
@@ -297,23 +298,31 @@ def _pipeline(job: RayJob, todo: list[Range], workers: int, gpus: float,
             write_encoded(job, driver_store(), row)
 
 
-def index_with_ray(collection: str, inputs: list[Path], fields: Fields, fmt: str | None,
-                   store: str, model: Path, token: str, timeout: float, state_dir: Path,
-                   stem: str, rejects_path: Path, restart: bool, per_range: int,
-                   workers: int, gpus_per_worker: float, address: str | None,
-                   hybrid: bool | None, retries: int, backoff_s: float, show: bool,
-                   device: str | None = None, bulk_dir: str | None = None,
-                   bulk_rows: int = 250_000, s3_endpoint: str | None = None) -> Any:
+def index_with_ray(job: IndexJob, config: JobConfig) -> Any:
     """``qkv index --engine ray``: plan (or read) the job's manifest, run what is pending on
     Ray, write the rejects file from the markers; returns an ``index.JobSummary``. With
-    ``bulk_dir`` (a new collection on a Milvus server) the driver writes Parquet files there
-    and imports them (``wiring.ray_bulk``) instead of upserting."""
+    ``job.ray.bulk_dir`` (a new collection on a Milvus server) the driver writes Parquet
+    files there and imports them (``wiring.ray_bulk``) instead of upserting. Its files lie
+    beside the local engine's (``config``'s progress path, less its suffix)."""
     import shutil
 
     import ray
     from tqdm import tqdm
 
     from index import JobSummary
+
+    collection = job.collection
+    assert collection is not None, "run_index names the collection"
+    inputs, fields, fmt = job.inputs, config.fields, config.format
+    store, model, token, timeout = job.store, job.model, job.token, job.timeout
+    state_dir = config.state_path.parent
+    stem = config.state_path.name.removesuffix(".progress.json")
+    rejects_path, restart, per_range = config.rejects_path, job.restart, config.batch_size
+    workers, gpus_per_worker = job.ray.workers, job.ray.gpus_per_worker
+    address = job.ray.address
+    hybrid, retries, backoff_s = config.hybrid, config.retries, config.backoff_s
+    show, device = config.progress_bar, job.device
+    bulk_dir, bulk_rows, s3_endpoint = job.ray.bulk_dir, job.ray.bulk_rows, job.ray.s3_endpoint
     from index.bulk.corpus import detect_format
     from index.bulk.ranges import load_or_plan
     from wiring.components import encoder_info, load_encoder
@@ -352,10 +361,10 @@ def index_with_ray(collection: str, inputs: list[Path], fields: Fields, fmt: str
                 start_ray(address)
                 started_here = True
             manifest, before, info = planned.result()
-            job = RayJob(collection, [f["path"] for f in manifest.inputs],
-                         [detect_format(p, fmt) for p in inputs], fields,
-                         str(model.resolve()), store, token, timeout, info,
-                         str(done_dir.resolve()), device, retries, backoff_s)
+            ray_job = RayJob(collection, [f["path"] for f in manifest.inputs],
+                             [detect_format(p, fmt) for p in inputs], fields,
+                             str(model.resolve()), store, token, timeout, info,
+                             str(done_dir.resolve()), device, retries, backoff_s)
             with tqdm(total=manifest.records, unit="doc", desc=collection,
                       disable=not show, dynamic_ncols=True) as bar:
                 def show_progress(figures: dict[str, Any]) -> None:
@@ -363,9 +372,9 @@ def index_with_ray(collection: str, inputs: list[Path], fields: Fields, fmt: str
                     bar.set_postfix(written=figures["written"], retries=figures["retries"],
                                     eta=f"{figures['eta_s']:.0f}s", refresh=True)
 
-                final = run_ray(job, manifest, state_path, workers, gpus_per_worker,
+                final = run_ray(ray_job, manifest, state_path, workers, gpus_per_worker,
                                 address, hybrid, show_progress,
-                                bulk.writer(job) if bulk else None, shutdown=started_here)
+                                bulk.writer(ray_job) if bulk else None, shutdown=started_here)
         finally:
             if started_here:
                 ray.shutdown()

@@ -38,6 +38,8 @@ def test_a_whole_node_killed_mid_run(tmp_path: Path, tiny_model_dir: Path,
     from ray.cluster_utils import Cluster
     psutil = pytest.importorskip("psutil")
 
+    from index import JobConfig
+    from wiring.index_job import IndexJob, RayOptions
     from wiring.ray_indexing import index_with_ray
 
     monkeypatch.setenv("RAY_DISABLE_USAGE_STATS", "1")
@@ -49,10 +51,14 @@ def test_a_whole_node_killed_mid_run(tmp_path: Path, tiny_model_dir: Path,
 
     def job() -> None:
         try:
+            config = JobConfig(state_path=state / "nodes.progress.json",
+                               rejects_path=state / "nodes.rejects.jsonl",
+                               fields=Fields(value="tgt"), batch_size=20, retries=5,
+                               backoff_s=1.0, progress_bar=False)
             result["summary"] = index_with_ray(
-                "docs", [src], Fields(value="tgt"), None, str(db), tiny_model_dir, "", 30.0,
-                state, "nodes", state / "nodes.rejects.jsonl", False, 20, 2, 0.0, None, None,
-                5, 1.0, False, device="cpu")
+                IndexJob(inputs=[src], store=str(db), model=tiny_model_dir, collection="docs",
+                         timeout=30.0, device="cpu", engine="ray", ray=RayOptions(workers=2)),
+                config)
         except BaseException as e:  # noqa: BLE001  (reported by the test below)
             result["error"] = e
 
