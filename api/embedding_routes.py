@@ -10,7 +10,6 @@ from typing import Any
 
 from fastapi import APIRouter, Depends, Request, Response
 
-from api import pooling_schemas as ps
 from api import schemas as s
 from api.errors import invalid, not_found, too_large
 from api.routes import ERRORS, json_response, require_key, service
@@ -128,8 +127,8 @@ async def get_model(model_id: str, request: Request) -> Response:
     return json_response(card)
 
 
-@embedding_v1.post("/v1/pooling", response_model=ps.PoolingResponse, tags=["embeddings"])
-async def pooling(body: ps.PoolingRequest, request: Request) -> Response:
+@embedding_v1.post("/v1/pooling", response_model=s.PoolingResponse, tags=["embeddings"])
+async def pooling(body: s.PoolingRequest, request: Request) -> Response:
     """Each text's tokens with their attention-pooling weights (they sum to 1 over the
     tokens, ``<s>`` included): which words made the vector. ``segments`` cut the text as
     the encoder read it into pieces that join back to ``text``, each with its token's

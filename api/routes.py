@@ -12,7 +12,6 @@ from fastapi import APIRouter, Depends, Header, Path, Query, Request, Response
 from pydantic import AfterValidator
 
 from api import schemas as s
-from api import tune_schemas as ts
 from api.access import authorize, bound_tenant, current, may_use, redacted
 from api.errors import ApiError, invalid, not_found
 from api.service import Service
@@ -164,9 +163,9 @@ async def delete_collection(name: CollectionName, request: Request) -> Response:
     return json_response({"deleted": name})
 
 
-@v1.post("/v1/collections/{name}/tune", response_model=ts.TuneState, tags=["collections"],
-         responses={202: {"model": ts.TuneState, "description": "Tune started."}})
-async def tune_collection(name: CollectionName, body: ts.TuneRequest, request: Request
+@v1.post("/v1/collections/{name}/tune", response_model=s.TuneState, tags=["collections"],
+         responses={202: {"model": s.TuneState, "description": "Tune started."}})
+async def tune_collection(name: CollectionName, body: s.TuneRequest, request: Request
                           ) -> Response:
     """Calibrate hybrid search for this collection and store the result with it: from its
     own documents (no labels: pseudo-queries, see ``index.hybrid.calibration``), from judged
@@ -187,7 +186,7 @@ async def tune_collection(name: CollectionName, body: ts.TuneRequest, request: R
     return json_response(col.tune_state(info), 202)
 
 
-@v1.get("/v1/collections/{name}/tune", response_model=ts.TuneState, tags=["collections"])
+@v1.get("/v1/collections/{name}/tune", response_model=s.TuneState, tags=["collections"])
 async def tune_state(name: CollectionName, request: Request) -> Response:
     """This server's last tune job of the collection (404 when there was none)."""
     col = service(request).collections

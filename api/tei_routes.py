@@ -16,7 +16,6 @@ import numpy as np
 from fastapi import APIRouter, Depends, Request, Response
 
 from api import schemas as s
-from api import tei_schemas as t
 from api.embedding_routes import texts_of
 from api.errors import invalid
 from api.routes import TEI_ERRORS, json_response, require_key, service
@@ -52,7 +51,7 @@ async def tei_root(body: s.TeiEmbedRequest, request: Request) -> Response:
 
 
 @tei.post("/embed_all", response_model=list[list[list[float]]])
-async def embed_all(body: t.TeiEmbedAllRequest, request: Request) -> Response:
+async def embed_all(body: s.TeiEmbedAllRequest, request: Request) -> Response:
     """Each input's token vectors (the encoder's last states, ``<s>`` first): an array of
     (tokens × dim) arrays."""
     svc = service(request)
@@ -61,8 +60,8 @@ async def embed_all(body: t.TeiEmbedAllRequest, request: Request) -> Response:
     return json_response(await svc.encode_aside(texts, svc.encoder.token_vectors, texts))
 
 
-@tei.post("/rerank", response_model=list[t.Rank])
-async def rerank(body: t.RerankRequest, request: Request) -> Response:
+@tei.post("/rerank", response_model=list[s.Rank])
+async def rerank(body: s.RerankRequest, request: Request) -> Response:
     """``texts`` ranked for ``query``, best first: ``[{index, score, text?}]``."""
     svc = service(request)
     texts = texts_of(body.texts, svc.settings.max_inputs)
@@ -86,7 +85,7 @@ async def rerank(body: t.RerankRequest, request: Request) -> Response:
 
 
 @tei.post("/similarity", response_model=list[float])
-async def similarity(body: t.SimilarityRequest, request: Request) -> Response:
+async def similarity(body: s.SimilarityRequest, request: Request) -> Response:
     """The cosine of ``source_sentence`` with each of ``sentences``, in their order."""
     svc = service(request)
     truncate = (body.parameters or {}).get("truncate", False)
@@ -97,8 +96,8 @@ async def similarity(body: t.SimilarityRequest, request: Request) -> Response:
     return json_response((emb.vectors[1:] @ emb.vectors[0]).astype(np.float32))
 
 
-@tei.post("/tokenize", response_model=list[list[t.SimpleToken]])
-async def tokenize(body: t.TokenizeRequest, request: Request) -> Response:
+@tei.post("/tokenize", response_model=list[list[s.SimpleToken]])
+async def tokenize(body: s.TokenizeRequest, request: Request) -> Response:
     """Each input's tokens, as the encoder cuts them (whole: no token limit here): id, the
     text it covers, whether it is special, and its byte span in the input."""
     svc = service(request)
@@ -128,7 +127,7 @@ def _tokens(tok: Any, texts: list[str], special: bool) -> list[list[dict[str, An
 
 
 @tei.post("/decode", response_model=list[str])
-async def decode(body: t.DecodeRequest, request: Request) -> Response:
+async def decode(body: s.DecodeRequest, request: Request) -> Response:
     """Token ids (one list, or a list of lists) back to text, one string per list."""
     svc = service(request)
     tok = svc.encoder.tokenizer
@@ -143,7 +142,7 @@ async def decode(body: t.DecodeRequest, request: Request) -> Response:
                           for ids in lists])
 
 
-@tei.get("/info", response_model=t.Info)
+@tei.get("/info", response_model=s.Info)
 async def info(request: Request) -> Response:
     """The served encoder and this server's limits, in TEI's shape."""
     svc = service(request)

@@ -45,7 +45,7 @@ def corpus(n: int) -> list[dict[str, str]]:
 
 def worktree(ref: str) -> Path:
     """``ref`` checked out under var/ (made once; moved to ``ref`` when it exists)."""
-    path = VAR / "request-path" / "ref"
+    path = VAR / "request-path" / "tree"
     if not path.is_dir():
         path.parent.mkdir(parents=True, exist_ok=True)
         subprocess.run(["git", "worktree", "add", "--force", "--detach", str(path), ref],
@@ -113,7 +113,7 @@ def main() -> None:
     ref = subprocess.run(["git", "rev-parse", "--short", args.against], cwd=ROOT, check=True,
                          capture_output=True, text=True).stdout.strip()
     old_tree = worktree(ref)
-    folder = VAR / "request-path"
+    folder = VAR / "request-path" / "stores"  # beside the worktree, not in it
     for arm in ("this", "ref"):
         shutil.rmtree(folder / arm, ignore_errors=True)
         (folder / arm).mkdir(parents=True)
@@ -135,9 +135,12 @@ def main() -> None:
     finally:
         for s in servers.values():
             s.stop()
-    figures: dict[str, float | str | int] = {"against": ref, "docs": args.docs,
-                                             "fill_s_this": fills["this"],
-                                             "fill_s_ref": fills["ref"]}
+    # the ratios first: the summary page shows a run's first six figures
+    figures: dict[str, float | str | int] = {
+        f"{kind}_p50_ratio": round(pct(lat["this"][kind], 0.5) / pct(lat["ref"][kind], 0.5), 3)
+        for kind in KINDS}
+    figures.update({"fill_ratio": round(fills["this"] / fills["ref"], 3), "against": ref,
+                    "docs": args.docs, "fill_s_this": fills["this"], "fill_s_ref": fills["ref"]})
     lines = [f"## The request path: this checkout against {ref}", "",
              f"{args.docs} demo chunks in each of two Milvus Lite files; {args.rounds} rounds "
              f"x {args.requests} requests of each kind per server, one at a time, the "
@@ -149,8 +152,7 @@ def main() -> None:
     for kind in KINDS:
         a, b = lat["this"][kind], lat["ref"][kind]
         figures.update({f"{kind}_p50_this": pct(a, 0.5), f"{kind}_p50_ref": pct(b, 0.5),
-                        f"{kind}_p99_this": pct(a, 0.99), f"{kind}_p99_ref": pct(b, 0.99),
-                        f"{kind}_p50_ratio": round(pct(a, 0.5) / pct(b, 0.5), 3)})
+                        f"{kind}_p99_this": pct(a, 0.99), f"{kind}_p99_ref": pct(b, 0.99)})
         lines.append(f"| {kind} | {pct(a, 0.5)} | {pct(b, 0.5)} | "
                      f"{pct(a, 0.5) / pct(b, 0.5):.3f} | {pct(a, 0.99)} | {pct(b, 0.99)} |")
     section = "\n".join(lines)

@@ -1,6 +1,6 @@
-"""Request and response bodies of the Text Embeddings Inference routes (``POST /``,
-``/embed_all``, ``/rerank``, ``/similarity``, ``/tokenize``, ``/decode``, ``/info``), as TEI
-writes them, so that TEI's clients work unchanged; ``/embed``'s are in :mod:`api.schemas`."""
+"""The bodies of the Text Embeddings Inference routes (``POST /``, ``/embed``,
+``/embed_all``, ``/rerank``, ``/similarity``, ``/tokenize``, ``/decode``, ``/info``), as
+TEI writes them, so that TEI's clients work unchanged."""
 
 from __future__ import annotations
 
@@ -8,7 +8,19 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, Field
 
-from api.schemas import RequestBody, Texts
+from api.schemas.common import (
+    RequestBody,
+    Texts,
+)
+
+
+# embeddings (TEI)
+class TeiEmbedRequest(RequestBody):
+    inputs: str | Texts
+    truncate: bool = False
+    normalize: bool = True
+    truncation_direction: Literal["Right", "right"] = "Right"
+
 
 Direction = Literal["Right", "right"]
 

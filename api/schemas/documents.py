@@ -1,0 +1,50 @@
+"""The bodies of a collection's documents (upsert, delete, get)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from api.schemas.common import (
+    TENANT_HELP,
+    RequestBody,
+)
+
+
+# documents
+class Document(RequestBody):
+    model_config = ConfigDict(strict=True, extra="forbid")
+    id: str = Field(min_length=1, max_length=512)
+    text: str = Field(min_length=1)
+    value: str | None = None
+    metadata: dict[str, Any] = Field(default_factory=dict)
+
+
+class DocumentsUpsert(RequestBody):
+    documents: list[Document] = Field(min_length=1)
+    tenant: str | None = Field(None, description=TENANT_HELP)
+    truncate: bool = Field(True, description="Cut texts over the token limit (listed in "
+                           "`truncated`); false answers 422 instead.")
+
+
+class UpsertResult(BaseModel):
+    upserted: int
+    truncated: list[str] = Field(description="Ids whose text was cut to the token limit.")
+
+
+class DocumentsDelete(RequestBody):
+    ids: list[str] = Field(min_length=1)
+    tenant: str | None = Field(None, description=TENANT_HELP)
+
+
+class DeleteResult(BaseModel):
+    deleted: int = Field(description="Number of ids asked to delete (absent ids are no-ops).")
+
+
+class DocumentOut(BaseModel):
+    id: str
+    text: str
+    value: str | None
+    metadata: dict[str, Any]
+    vector: list[float] | None = None
