@@ -1,6 +1,6 @@
 """The HTTP routes of operations, collections, aliases and documents: each parses its
-request, makes one call into the wiring (documents: :class:`wiring.collections.Collections`)
-and shapes the answer (vector-heavy ones serialised with orjson, straight from numpy)."""
+request, makes one call into the wiring's :class:`wiring.collections.Collections` and shapes
+the answer (vector-heavy ones serialised with orjson, straight from numpy)."""
 
 from __future__ import annotations
 
@@ -15,10 +15,7 @@ from api import schemas as s
 from api.access import authorize, bound_tenant, current, may_use, redacted
 from api.errors import ApiError, invalid, not_found
 from api.service import Service
-from index import (
-    CollectionInfo,
-    collection_name,
-)
+from index import CollectionInfo, collection_name
 from index.scale import size_warning
 from wiring.collections import Document
 from wiring.tuning import labels_from

@@ -1,8 +1,8 @@
 """The collections: the one place that plans and runs searches (one or a batch), attend and
 generate, and performs writes and deletes with all their side effects (the disk guard, the
 copy of a collection being re-indexed by an adapt job, the token memory, the tuner's
-count). HTTP routes parse a request, make one call here and shape the answer; the command
-line would make the same calls.
+count). HTTP routes parse a request, make one call here and shape the answer. (``qkv index``
+and the demo seeding still write through the bulk job, ``index.bulk.job``.)
 
 :class:`Collections` is built from the store and the parts the server hands in: the
 encoder registry, an ``embed`` that queues texts for an encoder (and charges the caller),
