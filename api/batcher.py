@@ -94,16 +94,26 @@ class DynamicBatcher:
         with self._cond:
             if self._stopped:
                 raise RuntimeError("the encoder is shut down")
-            if len(self._queue) + len(ids) > self.queue_max:
-                if self.metrics:
-                    self.metrics.rejected.inc(len(ids))
-                raise QueueFullError(
-                    f"the encoder queue is full ({len(self._queue)} texts waiting, at most "
-                    f"{self.queue_max}); retry shortly")
+            self._check_room(len(ids))
             self._queue.extend(_Text(list(x), request, row) for row, x in enumerate(ids))
             self._set_depth()
             self._cond.notify()
         return await request.future
+
+    def admit(self, n: int) -> None:
+        """Raise :class:`QueueFullError` (counted as rejected) when ``n`` more texts would
+        not fit in the queue now: for work on the encoder outside the queue, refused as
+        the queue's own texts would be."""
+        with self._cond:
+            self._check_room(n)
+
+    def _check_room(self, n: int) -> None:  # under self._cond
+        if len(self._queue) + n > self.queue_max:
+            if self.metrics:
+                self.metrics.rejected.inc(n)
+            raise QueueFullError(
+                f"the encoder queue is full ({len(self._queue)} texts waiting, at most "
+                f"{self.queue_max}); retry shortly")
 
     def close(self) -> None:
         """Stop the worker after the batch in progress; waiting requests get an error."""

@@ -21,7 +21,7 @@ from starlette.concurrency import run_in_threadpool
 from api.access import Limiter, charge_texts
 from api.batcher import DynamicBatcher
 from api.disk import DiskGuard, data_dir
-from api.errors import QueueFullError, invalid
+from api.errors import invalid
 from api.metrics import Metrics
 from api.settings import Settings, encoders_dir
 from encoder.backend_pick import Choice
@@ -185,10 +185,6 @@ class Service:
                 "send shorter text or set truncate to true", "input")
         return ids, cut
 
-    def encoder_of(self, info: CollectionInfo) -> Served:
-        """The encoder that made collection ``info``; 409 when this service lacks it."""
-        return self.encoders.of(info)
-
     async def embed(self, texts: Sequence[str], truncate: bool, normalize: bool = True,
                     dim: int | None = None, model: Served | None = None) -> Embedded:
         """Vectors of ``texts`` by ``model`` (the default encoder when None), queued for
@@ -220,11 +216,7 @@ class Service:
         while the encoder's queue is full, and it runs holding one of the encoder's slots,
         so it takes its turn with the batches instead of crowding them."""
         await charge_texts(self.limiter, len(texts), self.metrics)  # the caller's key
-        queue = self.batcher
-        if queue.depth + len(texts) > queue.queue_max:
-            self.metrics.rejected.inc(len(texts))
-            raise QueueFullError(f"the encoder queue is full ({queue.depth} texts waiting, at "
-                                 f"most {queue.queue_max}); retry shortly")
+        self.batcher.admit(len(texts))
 
         def held() -> T:
             with self.encode_slots:
@@ -234,7 +226,7 @@ class Service:
     async def embed_for(self, texts: Sequence[str], truncate: bool, dim: int | None = None,
                         collection: CollectionInfo | None = None) -> Embedded:
         """:meth:`embed` by the encoder that made ``collection``."""
-        model = self.encoder_of(collection) if collection is not None else None
+        model = self.encoders.of(collection) if collection is not None else None
         return await self.embed(texts, truncate, dim=dim, model=model)
 
     # the store, off the event loop

@@ -175,19 +175,10 @@ class TokenMemory:
                 if not bits.any():  # nothing of this tenant's: no voter
                     return (np.full((len(x), k), np.inf, np.float32),
                             np.full((len(x), k), -1, np.int64))
-                if hasattr(self.index, "nprobe"):
-                    params = _faiss().SearchParametersIVF(nprobe=nprobe, sel=sel)
-                else:
-                    params = _faiss().SearchParameters(sel=sel)
-                d, i = self.index.search(x, k, params=params)
-                return d, i
+                return self.index.search(x, k, params=self._params(nprobe, sel))
             dead = self.dead.any()
             deep = 2 * k + 16 if dead else k  # removed pairs' keys come first, then are cut
-            if hasattr(self.index, "nprobe"):
-                params = _faiss().SearchParametersIVF(nprobe=nprobe)
-                d, i = self.index.search(x, deep, params=params)
-            else:
-                d, i = self.index.search(x, deep)
+            d, i = self.index.search(x, deep, params=self._params(nprobe))
             if dead:  # removed pairs' tokens: as if absent
                 gone = (i >= 0) & self.dead[self.rows[np.maximum(i, 0)]]
                 i = np.where(gone, -1, i)
@@ -196,6 +187,13 @@ class TokenMemory:
                 d = np.take_along_axis(d, order, 1)[:, :k]
                 i = np.take_along_axis(i, order, 1)[:, :k]
         return d, i
+
+    def _params(self, nprobe: int, sel: Any = None) -> Any:
+        """FAISS's search parameters: ``nprobe`` lists for IVF, and the keys ``sel`` lets
+        through (None: every key)."""
+        if hasattr(self.index, "nprobe"):
+            return _faiss().SearchParametersIVF(nprobe=nprobe, sel=sel)
+        return _faiss().SearchParameters(sel=sel)
 
     def keys_of(self, tenant: str | None) -> int:
         """The keys that may vote for ``tenant`` (None: every key the memory holds)."""
