@@ -135,10 +135,12 @@ def main() -> None:
     finally:
         for s in servers.values():
             s.stop()
+    stats = {kind: {f"{q}_{arm}": pct(lat[arm][kind], x)
+                    for q, x in (("p50", 0.5), ("p99", 0.99)) for arm in servers}
+             for kind in KINDS}
     # the ratios first: the summary page shows a run's first six figures
     figures: dict[str, float | str | int] = {
-        f"{kind}_p50_ratio": round(pct(lat["this"][kind], 0.5) / pct(lat["ref"][kind], 0.5), 3)
-        for kind in KINDS}
+        f"{kind}_p50_ratio": round(st["p50_this"] / st["p50_ref"], 3) for kind, st in stats.items()}
     figures.update({"fill_ratio": round(fills["this"] / fills["ref"], 3), "against": ref,
                     "docs": args.docs, "fill_s_this": fills["this"], "fill_s_ref": fills["ref"]})
     lines = [f"## The request path: this checkout against {ref}", "",
@@ -148,13 +150,12 @@ def main() -> None:
              "| requests | p50 this (ms) | p50 ref (ms) | ratio | p99 this | p99 ref |",
              "|---|---|---|---|---|---|",
              f"| fill ({args.docs} docs, upserts of 64) | {fills['this']} s | "
-             f"{fills['ref']} s | {fills['this'] / fills['ref']:.3f} | | |"]
-    for kind in KINDS:
-        a, b = lat["this"][kind], lat["ref"][kind]
-        figures.update({f"{kind}_p50_this": pct(a, 0.5), f"{kind}_p50_ref": pct(b, 0.5),
-                        f"{kind}_p99_this": pct(a, 0.99), f"{kind}_p99_ref": pct(b, 0.99)})
-        lines.append(f"| {kind} | {pct(a, 0.5)} | {pct(b, 0.5)} | "
-                     f"{pct(a, 0.5) / pct(b, 0.5):.3f} | {pct(a, 0.99)} | {pct(b, 0.99)} |")
+             f"{fills['ref']} s | {figures['fill_ratio']:.3f} | | |"]
+    for kind, st in stats.items():
+        figures.update({f"{kind}_{name}": v for name, v in st.items()})
+        lines.append(f"| {kind} | {st['p50_this']} | {st['p50_ref']} | "
+                     f"{figures[f'{kind}_p50_ratio']:.3f} | {st['p99_this']} | "
+                     f"{st['p99_ref']} |")
     section = "\n".join(lines)
     print(section)
     record("request_path", " ".join(["python", "bench/request_path.py", *sys.argv[1:]]),
