@@ -52,6 +52,7 @@ TITLES = {
     "ingest": "Ingest: `qkv index` against the encoder alone",
     "keys_load": "API keys under load",
     "knn": "Token memory (kNN-MT) on or off",
+    "filter_cost": "A large filter's cost on Milvus Lite",
     "long_docs": "Long documents: the whole vector against its windows",
     "precision": "Weights stored in fp16, embedding tables in 8 bits",
     "races": "Races: data and admin calls at once",
@@ -166,21 +167,20 @@ def table(run: list[dict[str, Any]], limit: int | None = None) -> list[str]:
         lines = ["| " + " | ".join(cell(k) for k in shown) + " |", "|---" * len(shown) + "|"]
         lines += ["| " + " | ".join(cell(r["figures"].get(k)) for k in shown) + " |"
                   for r in run]
-    if len(shown) < len(keys):
-        more = len(keys) - len(shown)
-        lines += ["", f"(+{more} figure{'s' if more > 1 else ''} in the history.)"]
     return lines
 
 
-def about(run: list[dict[str, Any]], history: str, runs_n: int) -> list[str]:
-    """A run's date, machine, commit, history link and command, for the summary page (a
-    backfilled row is only marked; its source is on the history page)."""
+def about(run: list[dict[str, Any]], history: str, runs_n: int, more: int = 0) -> list[str]:
+    """A run's date, machine, commit, history link (with the runs there and the figures the
+    summary leaves out, ``more``) and command, for the summary page (a backfilled row is
+    only marked; its source is on the history page)."""
     row = run[0]
     date = row["date"] or "date not recorded"
     at = f"commit `{row['commit']}`" if row["commit"] else "commit not recorded"
+    extra = f", +{more} figure{'s' if more > 1 else ''}" if more > 0 else ""
     head = (f"**{date}** · {machine_text(row['machine'], flags=False)} · {at} · "
             f"[history]({history}) "
-            f"({runs_n} run{'s' if runs_n > 1 else ''})")
+            f"({runs_n} run{'s' if runs_n > 1 else ''}{extra})")
     if row.get("backfilled"):
         head += " · copied from the older hand-written notes"
     return [head, "", f"`{row['command']}`" + (f" ({len(run)} rows)" if len(run) > 1 else "")]
@@ -209,8 +209,11 @@ def render_page(results_dir: Path, links: str = "../bench/history/") -> str:
              f"[{NARRATIVE}]({links}{NARRATIVE})."]
     for n in order:
         run = newest[n][0]
-        lines += ["", f"## {title(n)}", "", *about(run, f"{links}{n}.md", len(newest[n])), "",
-                  *table(run, SLIM_FIGURES if len(run) == 1 else SLIM_COLUMNS)]
+        limit = SLIM_FIGURES if len(run) == 1 else SLIM_COLUMNS
+        more = max(0, len(keys_of(run)) - limit)
+        lines += ["", f"## {title(n)}", "",
+                  *about(run, f"{links}{n}.md", len(newest[n]), more), "",
+                  *table(run, limit)]
     return "\n".join(lines) + "\n"
 
 
