@@ -43,7 +43,8 @@ def search_of(body: s.SearchRequest, x_tenant: str | None, where: str = "") -> S
     return Search(query=body.query, vector=body.vector, top_k=body.top_k, offset=body.offset,
                   filter=body.filter, mode=body.mode, fusion=body.fusion,
                   dense_weight=body.dense_weight, consistency=body.consistency,
-                  score_threshold=body.score_threshold, truncate=body.truncate, tenant=tenant)
+                  score_threshold=body.score_threshold, truncate=body.truncate, tenant=tenant,
+                  group_by_document=body.group_by_document)
 
 
 def hits_out(hits: list[Hit], weights: np.ndarray, fields: Sequence[str]) -> list[dict[str, Any]]:
@@ -59,6 +60,9 @@ def hits_out(hits: list[Hit], weights: np.ndarray, fields: Sequence[str]) -> lis
             d["metadata"] = h.metadata
         if "vector" in fields and h.vector is not None:
             d["vector"] = h.vector
+        if h.passages is not None:
+            d["passages"] = (h.passages if "text" in fields else
+                             [{k: v for k, v in p.items() if k != "text"} for p in h.passages])
         out.append(d)
     return out
 

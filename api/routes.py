@@ -111,7 +111,8 @@ def _collection_out(svc: Service, info: CollectionInfo, aliases: dict[str, str],
     return {"name": info.name, "dim": info.dim,
             "encoder": info.encoder.to_dict() if info.encoder else None, "count": count,
             "decoder": str(dec) if dec else None, "hybrid": info.hybrid, "aliases": pointing,
-            "multi_tenant": info.multi_tenant, "calibration": redacted(info, info.calibration),
+            "multi_tenant": info.multi_tenant, "passages": info.passages,
+            "calibration": redacted(info, info.calibration),
             "tuning": redacted(info, col.tune_state(info)), "backend": col.backend,
             # the whole collection's size: a tenant's count says nothing of the backend's load
             "size_warning": size_warning(col.backend, None if info.multi_tenant else count)}
@@ -125,8 +126,9 @@ async def create_collection(body: s.CollectionCreate, request: Request) -> Respo
     vectors) unless ``hybrid`` is false or the store has no BM25; ``hybrid: true`` on such a
     store is 409."""
     svc = service(request)
+    chunks = (body.passage_tokens, body.passage_overlap) if body.chunking else None
     info = await svc.collections.create(body.name, body.model, body.dimensions, body.hybrid,
-                                        body.multi_tenant)
+                                        body.multi_tenant, chunks)
     return json_response(_collection_out(svc, info, {}, 0), 201)
 
 

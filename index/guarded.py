@@ -29,7 +29,8 @@ from typing import Any, cast
 from index.store import StoreDamagedError, StoreUnavailableError, VectorStore
 
 log = logging.getLogger(__name__)
-EXCLUSIVE = frozenset({"create", "drop", "set_alias", "drop_alias", "set_calibration"})
+EXCLUSIVE = frozenset({"create", "drop", "set_alias", "drop_alias", "set_calibration",
+                       "set_passages"})
 WRITES = EXCLUSIVE | {"upsert", "delete", "flush"}
 
 

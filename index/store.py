@@ -107,6 +107,9 @@ class CollectionInfo:
     multi_tenant: bool = False  # see index.tenancy
     # hybrid's calibration (index.hybrid.calibration.Calibration as a dict), None until tuned
     calibration: dict[str, Any] | None = None
+    # how its documents are cut into passages (index.passages.Settings as a dict); None: a
+    # document is one row, cut at the encoder's token limit
+    passages: dict[str, Any] | None = None
 
 
 @dataclass
@@ -135,6 +138,8 @@ class Hit:
     metadata: dict[str, Any]
     vector: np.ndarray | None = None
     sources: dict[str, float] | None = None
+    # a document of a collection with passages: its passages that matched (index.passages)
+    passages: list[dict[str, Any]] | None = None
 
 
 @runtime_checkable
@@ -215,13 +220,20 @@ class VectorStore(Protocol):
         given, else ``dense``; ``bm25`` and ``hybrid`` need ``query_text``."""
         ...
 
-    def count(self, collection: str, tenant: str | None = None) -> int:
-        """Exact number of items (the tenant's, in a multi-tenant collection; strong read)."""
+    def count(self, collection: str, tenant: str | None = None, filter: Filter | None = None
+              ) -> int:
+        """Exact number of items (the tenant's, in a multi-tenant collection; those matching
+        ``filter`` when given; strong read)."""
         ...
 
     def set_calibration(self, collection: str, calibration: dict[str, Any] | None) -> None:
         """Store hybrid's calibration with the collection (a JSON object; None removes it):
         every later ``describe`` of it, from any client, returns it as ``calibration``."""
+        ...
+
+    def set_passages(self, collection: str, passages: dict[str, Any] | None) -> None:
+        """Store how the collection's documents are cut into passages (a JSON object; None:
+        not cut): every later ``describe`` returns it as ``passages``."""
         ...
 
     def sample(self, collection: str, n: int, seed: int = 0) -> tuple[list[Item], int]:

@@ -44,6 +44,7 @@ from index import (
     softmax,
 )
 from index import attend as attend_values
+from index import passages as long_docs
 from index.hybrid.fusion import DEFAULT_FUSION
 from index.scale import backend
 from index.store import as_matrix  # the store's own checks: 409 wrong dim, 422 not finite
@@ -87,6 +88,7 @@ class Search:
     score_threshold: float | None = None
     truncate: bool = True
     tenant: str | None = None
+    group_by_document: bool = True  # a collection with passages: documents (else passages)
 
 
 @dataclass
@@ -174,6 +176,15 @@ class _Plan:
     depth: int
 
 
+def token_counter(model: Served) -> Callable[[Sequence[str]], list[int]]:
+    """The token counts of texts by ``model``'s tokenizer (what cuts passages to size)."""
+    tok = model.encoder.tokenizer
+
+    def count(texts: Sequence[str]) -> list[int]:
+        return [len(e.ids) for e in tok.encode_batch(list(texts))]
+    return count
+
+
 def reads_neighbours(dec: Any) -> bool:
     """Whether the decoder reads retrieved neighbours: unless its training record says it
     was trained without them (k = 0); a checkpoint without one (an untrained test
@@ -250,11 +261,20 @@ class Collections:
         return backend(self.store)
 
     async def create(self, name: str, model: str | None = None, dimensions: int | None = None,
-                     hybrid: bool | None = None, multi_tenant: bool = False) -> CollectionInfo:
+                     hybrid: bool | None = None, multi_tenant: bool = False,
+                     passages: tuple[int, int] | None = (long_docs.DEFAULT_SIZE,
+                                                         long_docs.DEFAULT_OVERLAP)
+                     ) -> CollectionInfo:
         """A new collection for the encoder ``model`` (the default when None) at one of its
-        sizes; hybrid unless the store has no BM25 (``hybrid: True`` there is a conflict).
-        An existing name is a conflict; writes are refused while the disk is full."""
+        sizes; hybrid unless the store has no BM25 (``hybrid: True`` there is a conflict);
+        its documents cut into ``passages`` of (size, overlap) tokens (None: one row each,
+        cut at the encoder's limit). An existing name is a conflict; writes are refused
+        while the disk is full."""
         self.writable()
+        try:
+            chunks = long_docs.Settings(*passages) if passages is not None else None
+        except ValueError as e:
+            raise InvalidError(str(e), "passage_overlap") from e
         served: Served = await self.run(self.encoders.get, model)  # not found: a model it lacks
         dims = served.encoder.dims
         dim = served.info.dim if dimensions is None else dimensions
@@ -266,6 +286,9 @@ class Collections:
         info: CollectionInfo = await self.call(
             self.store.create, name, dim, self.info_for(dim, served), exist_ok=False,
             hybrid=hybrid, multi_tenant=multi_tenant)
+        if chunks is not None:
+            await self.call(self.store.set_passages, info.name, chunks.to_dict())
+            info = await self.describe(info.name)
         return info
 
     async def all(self) -> list[CollectionInfo]:
@@ -278,7 +301,8 @@ class Collections:
         one; None there without a tenant)."""
         if tenant is None and info.multi_tenant:
             return None
-        n: int = await self.call(self.store.count, info.name, tenant)
+        heads = long_docs.count_filter() if info.passages else None
+        n: int = await self.call(self.store.count, info.name, tenant, heads)
         return n
 
     async def drop(self, name: str) -> None:
@@ -414,12 +438,19 @@ class Collections:
         for rows in groups.values():
             p = plans[rows[0]]
             texts = [searches[i].query or "" for i in rows] if p.mode != "dense" else None
-            res = await self.call(self.store.search, name, xq[rows], p.depth, p.filter,
+            depth = p.depth
+            if info.passages:  # passages, enough of them to make ``depth`` documents
+                depth = long_docs.depth(p.depth, max(p.depth, self.limits.max_top_k * 4))
+            res = await self.call(self.store.search, name, xq[rows], depth, p.filter,
                                   self.info_for(info.dim, model),
                                   with_vectors or p.mode != "dense", p.search.consistency,
                                   texts, p.mode, p.search.fusion, weights[rows[0]][0],
                                   p.search.tenant)
             for i, hits in zip(rows, res, strict=True):
+                if info.passages:
+                    shape = (long_docs.group if searches[i].group_by_document
+                             else long_docs.as_passages)
+                    hits = await self.call(shape, self.store, name, hits, searches[i].tenant)
                 found[i] = hits
         out = []
         for i, p in enumerate(plans):
@@ -515,6 +546,8 @@ class Collections:
                                 f"{self.limits.max_documents} (QKV_MAX_DOCUMENTS)")
         info = await self.describe(name)  # 404 before any encoding
         check_tenant(info, tenant)  # a ValueError: 422
+        if info.passages:
+            return await self._upsert_documents(name, info, docs, tenant)
         for again in (False, True):
             model = self.encoder_of(info)  # a conflict when the encoder that made it is gone
             emb = await self.embed([d.text for d in docs], truncate, dim=info.dim, model=model)
@@ -536,23 +569,73 @@ class Collections:
         self.tuner.wrote(info, n)  # tuned in the background once it has grown enough
         return n, [d.id for d, cut in zip(docs, emb.truncated, strict=True) if cut]
 
+    async def _upsert_documents(self, name: str, info: CollectionInfo,
+                                docs: Sequence[Document], tenant: str | None
+                                ) -> tuple[int, list[str]]:
+        """Upsert into a collection with passages (:mod:`index.passages`): each document cut
+        into passages, embedded, and written whole (none is cut at the token limit)."""
+        settings = long_docs.Settings.of(info.passages)
+        assert settings is not None
+        changed: list[tuple[list[Item], list[str]]] = []
+
+        def note(rows: list[Item], gone: list[str]) -> None:
+            changed[:] = [(rows, gone)]
+        for again in (False, True):
+            model = self.encoder_of(info)
+            enc = self.info_for(info.dim, model)
+            count = token_counter(model)
+            try:
+                planned = await self.run(long_docs.plan, [(d.id, d.text, d.value, d.metadata)
+                                                          for d in docs], settings, count, enc)
+            except OverflowError as e:
+                raise TooLargeError(str(e)) from e
+            except ValueError as e:
+                raise InvalidError(str(e)) from e
+            emb = await self.embed(planned.embed_texts, True, dim=info.dim, model=model)
+            try:
+                n: int = await self.call(long_docs.commit, self.store, name, planned,
+                                         emb.vectors, enc, tenant, note)
+                break
+            except (CollectionNotFoundError, EncoderMismatchError):
+                if again or not self.adapter.swapped_lately():
+                    raise
+                info = await self.describe(name)
+        if self.adapter.shadow(info) is not None and changed:  # being re-indexed: its copy too
+            rows, gone = changed[0]
+            await self.call(self.adapter.mirror_upsert, info, rows)
+            if gone:
+                await self.call(self.adapter.mirror_delete, info, gone)
+        firsts = np.cumsum([0] + [len(x) for x in planned.passages[:-1]])
+        await self._remember(name, info.name, docs, emb.vectors[firsts], tenant, model=model)
+        self.tuner.wrote(info, n)
+        return n, []
+
     async def delete(self, name: str, ids: Sequence[str], tenant: str | None = None) -> int:
-        """Delete documents by id (the tenant's), from the copy an adapt job is making too,
-        and their pairs from the token memory; returns the distinct ids asked for."""
+        """Delete documents by id (the tenant's) with all their passages, from the copy an
+        adapt job is making too, and their pairs from the token memory; returns the distinct
+        ids asked for."""
         if len(ids) > self.limits.max_documents:
             raise TooLargeError(f"{len(ids)} ids in one request; at most "
                                 f"{self.limits.max_documents} (QKV_MAX_DOCUMENTS)")
-        await self.call(self.store.delete, name, ids, tenant)
+        info = await self.describe(name)
+        rows = list(ids)
+        if info.passages:
+            rows = await self.call(long_docs.remove, self.store, name, ids, tenant)
+        else:
+            await self.call(self.store.delete, name, ids, tenant)
         if self.adapter.shadows:  # a collection being re-indexed by an adapt job: its copy too
-            info = await self.describe(name)
-            await self.call(self.adapter.mirror_delete, info, list(ids))
+            await self.call(self.adapter.mirror_delete, info, rows)
         if self.token_memories:  # the deleted pairs' tokens stop voting (the tenant's)
             stored = (await self.describe(name)).name
             await self._remember(name, stored, removed=list(ids), tenant=tenant)
         return len(set(ids))
 
     async def get(self, name: str, doc_id: str, tenant: str | None = None) -> Item | None:
-        """The document ``doc_id`` (the tenant's), or None."""
+        """The document ``doc_id`` (the tenant's), whole, or None."""
+        info = await self.describe(name)
+        if info.passages:
+            found = await self.call(long_docs.read, self.store, name, doc_id, tenant)
+            return found[0] if found else None
         items: list[Item] = await self.call(self.store.get, name, [doc_id], tenant)
         return items[0] if items else None
 

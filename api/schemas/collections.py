@@ -13,6 +13,9 @@ from api.schemas.common import (
     RequestBody,
 )
 from index import collection_name
+from index.passages import Settings
+
+PASSAGE_DEFAULT = Settings()
 
 
 class Seeding(BaseModel):
@@ -116,6 +119,22 @@ class CollectionCreate(RequestBody):
     model: str | None = Field(None, max_length=128, description="The encoder that embeds "
                               "for this collection, for good: one of GET /v1/models (default "
                               "the service's own).")
+    chunking: bool = Field(True, description="Cut each document into passages that follow "
+                           "its paragraphs and headings, so that a document of any length "
+                           "(up to 10 MB of text) is searched whole: searches return "
+                           "documents with their best passages. false: a document is one "
+                           "row, its text cut at the encoder's token limit.")
+    passage_tokens: int = Field(PASSAGE_DEFAULT.size, ge=16, le=4096, description="A "
+                                "passage's size in the encoder's tokens (at most).")
+    passage_overlap: int = Field(PASSAGE_DEFAULT.overlap, ge=0, description="Tokens that "
+                                 "windows cut out of one over-long sentence share (the last "
+                                 "resort: passages otherwise end at paragraphs and "
+                                 "sentences); under half of passage_tokens.")
+
+
+class PassagesOut(BaseModel):
+    size: int = Field(description="A passage's size in tokens (at most).")
+    overlap: int = Field(description="Tokens shared by windows of one over-long sentence.")
 
 
 class EncoderOut(BaseModel):
@@ -135,6 +154,8 @@ class CollectionOut(BaseModel):
                          "modes bm25 and hybrid).")
     aliases: list[str] = Field(default_factory=list, description="Aliases pointing at it.")
     multi_tenant: bool = False
+    passages: PassagesOut | None = Field(None, description="How its documents are cut into "
+                                         "passages (null: a document is one row).")
     calibration: CalibrationOut | None = calibration_field()
     tuning: TuneState | None = tuning_field()
     backend: str = Field("", description="milvus-lite, milvus, faiss-flat or faiss-hnsw.")

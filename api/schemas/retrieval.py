@@ -118,6 +118,10 @@ class SearchRequest(RequestBody):
     dense_weight: float | None = Field(None, ge=0, le=1, description="w of the convex and "
                                        "weighted fusions. Default: the collection's (POST "
                                        ".../tune), else the encoder's (GET /v1/models).")
+    group_by_document: bool = Field(True, description="In a collection with passages: one "
+                                    "hit per document, scored by its best passage, with its "
+                                    "best passages (true), or one hit per passage (false). "
+                                    "Hits carry `passages` either way.")
 
 
 class SearchBatchRequest(RequestBody):
@@ -126,6 +130,15 @@ class SearchBatchRequest(RequestBody):
                                           "their texts are encoded together, and searches "
                                           "that differ only in the query go to the store "
                                           "as one.")
+
+
+class PassageOut(BaseModel):
+    index: int = Field(description="The passage's place in its document (0 first).")
+    start: int = Field(description="Where it starts in the document's text (characters).")
+    end: int = Field(description="Where it ends (exclusive).")
+    score: float = Field(description="The passage's score in the ranking.")
+    sources: dict[str, float] = Field(description="Its score on each side that found it.")
+    text: str | None = Field(None, description="The passage's text (with `text` in fields).")
 
 
 class HitOut(BaseModel):
@@ -142,6 +155,10 @@ class HitOut(BaseModel):
     value: str | None = None
     metadata: dict[str, Any] | None = None
     vector: list[float] | None = None
+    passages: list[PassageOut] | None = Field(None, description="In a collection with "
+                                              "passages: the hit's best passages, best first "
+                                              "(its `text` is the best one's; GET the "
+                                              "document for all of it).")
 
 
 class SearchResponse(BaseModel):

@@ -103,7 +103,8 @@ class FaissStore:
         meta = json.loads((path / "collection.json").read_text())
         enc = EncoderInfo.from_dict(meta["encoder"]) if meta["encoder"] else None
         info = CollectionInfo(name, int(meta["dim"]), enc, bool(meta.get("hybrid", False)),
-                              bool(meta.get("multi_tenant", False)), meta.get("calibration"))
+                              bool(meta.get("multi_tenant", False)), meta.get("calibration"),
+                              meta.get("passages"))
         col = Memory(info, self.index_type, self.hnsw_m)
         for it in read_snapshot(path):
             col.items[stored_id(it.tenant, it.id)] = it
@@ -209,13 +210,20 @@ class FaissStore:
         return self._load(collection).info
 
     def set_calibration(self, collection: str, calibration: dict[str, Any] | None) -> None:
+        self._set_meta(collection, "calibration", calibration)
+
+    def set_passages(self, collection: str, passages: dict[str, Any] | None) -> None:
+        self._set_meta(collection, "passages", passages)
+
+    def _set_meta(self, collection: str, key: str, value: dict[str, Any] | None) -> None:
         col = self._load(collection)
         path = self._dir(col.info.name)
         with self._lock(col.info.name):  # read, change, rewrite: one at a time
             meta = json.loads((path / "collection.json").read_text())
-            meta["calibration"] = calibration
+            meta[key] = value
             write_json(path / "collection.json", meta)
-            col.info = replace(col.info, calibration=calibration)
+            changed: dict[str, Any] = {key: value}
+            col.info = replace(col.info, **changed)
 
     def sample(self, collection: str, n: int, seed: int = 0) -> tuple[list[Item], int]:
         col = self._load(collection)
@@ -281,12 +289,15 @@ class FaissStore:
         keys = [stored_id(tenant, i) for i in dict.fromkeys(ids)]
         return [col.items[k] for k in keys if k in col.items]
 
-    def count(self, collection: str, tenant: str | None = None) -> int:
+    def count(self, collection: str, tenant: str | None = None, filter: Filter | None = None
+              ) -> int:
         col = self._load(collection)
         check_tenant(col.info, tenant)
-        if tenant is None:
+        if tenant is None and filter is None:
             return len(col.items)
-        return sum(it.tenant == tenant for it in list(col.items.values()))
+        return sum((tenant is None or it.tenant == tenant)
+                   and (filter is None or matches(filter, it.metadata))
+                   for it in list(col.items.values()))
 
     def scan(self, collection: str, after: str | None = None, batch_size: int = 1000
              ) -> Iterator[list[Item]]:

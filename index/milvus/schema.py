@@ -20,6 +20,7 @@ from index.tenancy import MAX_TENANT_CHARS, TENANT_FIELD, local_id
 
 ENCODER_PROPERTY = "qkv.encoder"
 CALIBRATION_PROPERTY = "qkv.calibration"  # hybrid's calibration (index.hybrid.calibration)
+PASSAGES_PROPERTY = "qkv.passages"  # how documents are cut (index.passages.Settings)
 OUTPUT_FIELDS = ["id", "text", "value", "metadata"]
 SPARSE_FIELD = "sparse"
 BM25_FIELD = "bm25_text"  # the analysed copy of ``text`` that BM25 indexes
@@ -73,10 +74,12 @@ def described(name: str, d: dict[str, Any]) -> tuple[CollectionInfo, bool]:
     props = d.get("properties", {})
     raw = json.loads(props.get(ENCODER_PROPERTY, "null"))
     calibration = json.loads(props.get(CALIBRATION_PROPERTY, "null"))
+    passages = json.loads(props.get(PASSAGES_PROPERTY, "null"))
     names = {f["name"] for f in d["fields"]}
     info = CollectionInfo(name, dim, EncoderInfo.from_dict(raw) if raw else None,
                           SPARSE_FIELD in names, TENANT_FIELD in names,
-                          calibration if isinstance(calibration, dict) else None)
+                          calibration if isinstance(calibration, dict) else None,
+                          passages if isinstance(passages, dict) else None)
     return info, BM25_FIELD in names
 
 

@@ -40,6 +40,7 @@ from index.milvus.schema import (
     BM25_FIELD,
     CALIBRATION_PROPERTY,
     OUTPUT_FIELDS,
+    PASSAGES_PROPERTY,
     bm25_text,
     create_collection,
     described,
@@ -251,11 +252,17 @@ class MilvusStore:
         return info
 
     def set_calibration(self, collection: str, calibration: dict[str, Any] | None) -> None:
+        self._set_property(collection, CALIBRATION_PROPERTY, calibration)
+
+    def set_passages(self, collection: str, passages: dict[str, Any] | None) -> None:
+        self._set_property(collection, PASSAGES_PROPERTY, passages)
+
+    def _set_property(self, collection: str, key: str, value: dict[str, Any] | None) -> None:
         collection = self._aliases.resolve(collection)
         self.describe(collection)  # 404 first
-        value = json.dumps(calibration)
+        raw = json.dumps(value)
         self._call("alter_collection_properties", lambda c: c.alter_collection_properties(
-            collection, properties={CALIBRATION_PROPERTY: value}, timeout=self.timeout))
+            collection, properties={key: raw}, timeout=self.timeout))
         self._info.pop(collection, None)
 
     def sample(self, collection: str, n: int, seed: int = 0) -> tuple[list[Item], int]:
@@ -344,12 +351,14 @@ class MilvusStore:
         by_id = {str(r["id"]): r for r in rows}
         return [item(by_id[k], info.multi_tenant) for k in keys if k in by_id]
 
-    def count(self, collection: str, tenant: str | None = None) -> int:
+    def count(self, collection: str, tenant: str | None = None, filter: Filter | None = None
+              ) -> int:
         collection = self._aliases.resolve(collection)
         check_tenant(self._ready(collection), tenant)
+        expr = tenant_expr(tenant, to_milvus_expr(filter) if filter is not None else "")
         with self._flushing:
             res = self._call("count", lambda c: c.query(
-                collection, filter=tenant_expr(tenant, ""), output_fields=["count(*)"],
+                collection, filter=expr, output_fields=["count(*)"],
                 consistency_level="Strong",
                 timeout=self.timeout))
         return int(res[0]["count(*)"])

@@ -223,9 +223,19 @@ def test_document_errors(make_client: MakeClient, collection: str) -> None:
     assert_error(client.post(base, json={"documents": [{"id": "x", "text": "t",
                                                         "metadata": [1]}]}), 422)
     long = {"id": "long", "text": " ".join(["word"] * 200)}
+    # a collection with passages (the default) takes it whole, cut into passages
+    r = client.post(base, json={"documents": [long], "truncate": False})
+    assert r.status_code == 200 and r.json() == {"upserted": 1, "truncated": []}
+    assert client.get(f"{base}/long").json()["text"] == long["text"]
+    # one without cuts it at the encoder's limit, or refuses it with truncate false
+    one_row = "c_" + uuid.uuid4().hex[:10]
+    assert client.post("/v1/collections", json={"name": one_row, "hybrid": False,
+                                                "chunking": False}).status_code == 201
+    base = f"/v1/collections/{one_row}/documents"
     assert_error(client.post(base, json={"documents": [long], "truncate": False}), 422)
     r = client.post(base, json={"documents": [long]})
     assert r.status_code == 200 and r.json() == {"upserted": 1, "truncated": ["long"]}
+    client.delete(f"/v1/collections/{one_row}")
 
 
 def test_encoder_mismatch_is_409(client: TestClient, lite_path: str) -> None:
@@ -249,7 +259,12 @@ def test_search(client: TestClient, collection: str) -> None:
     assert r.status_code == 200 and body["truncated"] is False and len(body["hits"]) == 3
     top = body["hits"][0]
     assert top["id"] == "d3" and top["score"] == pytest.approx(1.0, abs=5e-3)
-    assert set(top) == {"id", "score", "weight", "sources", "text", "value", "metadata"}
+    assert set(top) == {"id", "score", "weight", "sources", "text", "value", "metadata",
+                        "passages"}
+    # a short document is one passage: all of its text
+    (p,) = top["passages"]
+    assert (p["index"], p["start"], p["end"], p["text"]) == (0, 0, len(DOCS[2]["text"]),
+                                                              DOCS[2]["text"])
     assert body["mode"] == "dense" and top["sources"] == {"dense": top["score"]}
     assert sum(h["weight"] for h in body["hits"]) == pytest.approx(1.0, abs=1e-5)
     scores = [h["score"] for h in body["hits"]]

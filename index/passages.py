@@ -1,0 +1,467 @@
+"""Long documents as passages: how a document of any length is cut, laid out as rows, and
+written, read, deleted and searched as one whole.
+
+**Cutting** (:func:`split`). A document is cut where its structure allows: at blank lines
+(paragraphs) and Markdown headings; a paragraph longer than a passage is cut between
+sentences, and a sentence longer than a passage into windows of words that overlap by
+``overlap`` tokens (the last resort). Small paragraphs are packed together up to ``size``
+tokens, never across a heading. The passages' spans cover the text exactly, in order (the
+whitespace between two passages belongs to the first), so the whole text is their
+concatenation; what is embedded is the span's text after the heading it sits under.
+
+**Rows.** Passage 0 is the *head*: the row with the document's own id, holding its first
+passage, its ``value`` and, in ``metadata["_qkv"]``, the document's version (``s``, a hash of
+its content), its passage count (``n``), passage 0's character span (``o``) and the version
+it replaced (``prev``). Passage i ≥ 1 is the row ``{id}§{s}§{i}`` with
+``metadata["_qkv_p"] = [id, s, i, start, end]``. Every passage carries the document's
+metadata, so filters and tenants apply to passages as to short documents. A document of
+one passage with nothing to clean up is stored exactly as a short one always was.
+
+**Atomic from a reader's view** (:func:`commit`, :func:`remove`). An upsert writes the new
+version's passages 1..n-1 first, then the head (the commit: one row), then deletes the old
+version's passages. A reader keeps a passage only when its document's head names its
+version, so it sees the old document whole or the new one whole. A kill -9 leaves either
+uncommitted passages (a rerun of the same write makes the same ids and commits them) or the
+old version's (the head's ``prev``: the next write of the document deletes them). A delete
+removes the passages first and the head last; a document whose head is there but not all
+its passages is being deleted, and reads as absent; a rerun finishes it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from index.filters import Condition
+from index.store import MAX_ID_BYTES, EncoderInfo, Hit, Item, VectorStore
+
+HEAD_KEY = "_qkv"  # on a head: {"s", "n", "o", "prev"}
+PART_KEY = "_qkv_p"  # on passage i >= 1: [document id, version, i, start, end]
+RESERVED_PREFIX = "_qkv"  # metadata keys the caller may not use
+SEP = "§"
+MAX_DOCUMENT_BYTES = 10_000_000
+SUFFIX_BYTES = 24  # what a passage id adds to its document's: §, 12 hex, §, up to 8 digits
+DEFAULT_SIZE = 200  # tokens (measured in bench/long_documents.py)
+DEFAULT_OVERLAP = 32
+ROWS_PER_CALL = 512
+Count = Callable[[Sequence[str]], list[int]]  # token counts of texts
+
+_BLANK = re.compile(r"\n[ \t]*\n\s*")
+_HEADING = re.compile(r"^#{1,6}[ \t]+\S")
+_SENTENCE = re.compile(r"(?<=[.!?;:])[\"')\]]*\s+(?=\S)")
+_WORD = re.compile(r"\S+")
+
+
+@dataclass(frozen=True)
+class Settings:
+    """A collection's chunking: passages of at most ``size`` tokens; ``overlap`` tokens
+    shared between windows cut out of one long sentence."""
+
+    size: int = DEFAULT_SIZE
+    overlap: int = DEFAULT_OVERLAP
+
+    def __post_init__(self) -> None:
+        if not 16 <= self.size <= 4096:
+            raise ValueError(f"passage size must be 16..4096 tokens, got {self.size}")
+        if not 0 <= self.overlap < self.size // 2:
+            raise ValueError(f"passage overlap must be 0..{self.size // 2 - 1} tokens (under "
+                             f"half the size), got {self.overlap}")
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"size": self.size, "overlap": self.overlap}
+
+    @classmethod
+    def of(cls, d: dict[str, Any] | None) -> Settings | None:
+        """A collection's settings from its record (None: a collection without chunking)."""
+        return None if not d else cls(int(d["size"]), int(d["overlap"]))
+
+
+@dataclass(frozen=True)
+class Passage:
+    """``text[start:end]`` of its document; ``embed`` what is embedded for it."""
+
+    start: int
+    end: int
+    embed: str
+
+
+# cutting
+@dataclass
+class _Block:
+    start: int
+    end: int
+    heading: bool
+
+
+def _blocks(text: str) -> list[_Block]:
+    """Paragraphs (between blank lines), with each Markdown heading line a block of its own."""
+    out: list[_Block] = []
+    pos = 0
+    for m in [*_BLANK.finditer(text), None]:
+        end = m.start() if m else len(text)
+        para_start = pos
+        line_start = pos
+        for line in text[pos:end].split("\n"):
+            line_end = line_start + len(line)
+            if _HEADING.match(line.strip()):
+                if line_start > para_start:
+                    out.append(_Block(para_start, line_start, False))
+                out.append(_Block(line_start, line_end, True))
+                para_start = line_end + 1
+            line_start = line_end + 1
+        if para_start < end and text[para_start:end].strip():
+            out.append(_Block(para_start, end, False))
+        pos = m.end() if m else len(text)
+    return out
+
+
+def _pieces(text: str, start: int, end: int, tokens: int, s: Settings, count: Count
+            ) -> list[tuple[int, int, int]]:
+    """A block of ``tokens`` tokens as (start, end, tokens) pieces of at most ``s.size``:
+    itself, else its sentences, else windows of words over a sentence too long."""
+    if tokens <= s.size:
+        return [(start, end, tokens)]
+    cuts = [start] + [start + m.end() for m in _SENTENCE.finditer(text[start:end])] + [end]
+    spans = [(a, b) for a, b in zip(cuts, cuts[1:], strict=False) if b > a]
+    counts = count([text[a:b] for a, b in spans]) if len(spans) > 1 else [tokens]
+    out: list[tuple[int, int, int]] = []
+    for (a, b), n in zip(spans, counts, strict=True):
+        if n <= s.size:
+            out.append((a, b, n))
+            continue
+        words = [(a + m.start(), a + m.end()) for m in _WORD.finditer(text[a:b])]
+        per = max(1, round(len(words) * s.size / n))  # words in one window of size tokens
+        step = max(1, per - round(len(words) * s.overlap / n))
+        for i in range(0, len(words), step):
+            w = words[i:i + per]
+            out.append((w[0][0], w[-1][1], round(n * len(w) / len(words))))
+            if i + per >= len(words):
+                break
+    return out
+
+
+def split(text: str, settings: Settings, count: Count) -> list[Passage]:
+    """Cut ``text`` into passages of at most ``settings.size`` tokens (``count`` gives the
+    token counts of texts); their spans cover ``text``, in order. A text with nothing but
+    whitespace is one passage."""
+    blocks = _blocks(text)
+    if not blocks:
+        return [Passage(0, len(text), text)]
+    counts = count([text[b.start:b.end] for b in blocks])
+    groups: list[tuple[int, int, str]] = []  # (start, end, heading above it)
+    heading, cur, cur_tokens = "", None, 0
+    for b, n in zip(blocks, counts, strict=True):
+        if b.heading:
+            if cur is not None:
+                groups.append((*cur, heading))
+            heading = text[b.start:b.end].strip().lstrip("#").strip()
+            cur, cur_tokens = (b.start, b.end), n
+            continue
+        for a, e, k in _pieces(text, b.start, b.end, n, settings, count):
+            overlapping = cur is not None and a < cur[1]
+            if cur is not None and (cur_tokens + k > settings.size or overlapping):
+                groups.append((*cur, heading))
+                cur = None
+            if cur is None:
+                cur, cur_tokens = (a, e), k
+            else:
+                cur, cur_tokens = (cur[0], e), cur_tokens + k
+    if cur is not None:
+        groups.append((*cur, heading))
+    out: list[Passage] = []
+    for j, (a, e, head) in enumerate(groups):
+        start = 0 if j == 0 else max(a, out[-1].end)  # windows overlap: spans may not
+        end = len(text) if j == len(groups) - 1 else max(start, groups[j + 1][0])
+        body = text[a:e].strip()
+        if head and not body.startswith("#"):
+            body = f"{head}\n{body}"
+        out.append(Passage(start, end, body or text[start:end]))
+    return out
+
+
+# rows
+def version(doc_text: str, value: str | None, metadata: dict[str, Any], settings: Settings,
+            encoder: EncoderInfo | None) -> str:
+    """A document's version: the hash of everything its rows are made of."""
+    h = hashlib.blake2b(digest_size=6)
+    blob = json.dumps([doc_text, value, metadata, settings.to_dict(),
+                       encoder.to_dict() if encoder else None], sort_keys=True,
+                      ensure_ascii=False)
+    h.update(blob.encode())
+    return h.hexdigest()
+
+
+def part_id(doc_id: str, ver: str, i: int) -> str:
+    return f"{doc_id}{SEP}{ver}{SEP}{i}"
+
+
+def is_reserved(key: str) -> bool:
+    return key.startswith(RESERVED_PREFIX)
+
+
+def user_metadata(metadata: dict[str, Any]) -> dict[str, Any]:
+    """A row's metadata without qkv's own keys."""
+    if not any(is_reserved(k) for k in metadata):
+        return metadata
+    return {k: v for k, v in metadata.items() if not is_reserved(k)}
+
+
+def check_document(doc_id: str, text: str, metadata: dict[str, Any]) -> None:
+    """A document a collection with passages can take (``ValueError`` naming what not)."""
+    if SEP in doc_id:
+        raise ValueError(f"document id {doc_id[:40]!r} contains {SEP!r}, which a collection "
+                         "with passages keeps for its passages' ids")
+    if len(doc_id.encode()) > MAX_ID_BYTES - SUFFIX_BYTES:
+        raise ValueError(f"document id {doc_id[:40]!r}... is longer than "
+                         f"{MAX_ID_BYTES - SUFFIX_BYTES} bytes (a collection with passages "
+                         "keeps the rest for its passages' ids)")
+    if len(text.encode()) > MAX_DOCUMENT_BYTES:
+        raise OverflowError(f"document {doc_id[:40]!r}: text is longer than "
+                            f"{MAX_DOCUMENT_BYTES:,} bytes")
+    bad = [k for k in metadata if is_reserved(k)]
+    if bad:
+        raise ValueError(f"document {doc_id[:40]!r}: metadata keys starting with "
+                         f"{RESERVED_PREFIX!r} are qkv's own ({bad[0]!r})")
+
+
+@dataclass
+class Head:
+    """What a head row says of its document (a short document: one passage, version '')."""
+
+    version: str
+    n: int
+    span: tuple[int, int] | None
+    prev: tuple[str, int] | None
+
+    @classmethod
+    def of(cls, item_or_hit: Item | Hit) -> Head:
+        d = item_or_hit.metadata.get(HEAD_KEY)
+        if not isinstance(d, dict):
+            return cls("", 1, None, None)
+        prev = d.get("prev")
+        return cls(str(d.get("s", "")), int(d.get("n", 1)),
+                   tuple(d["o"]) if d.get("o") else None,  # type: ignore[arg-type]
+                   (str(prev[0]), int(prev[1])) if prev else None)
+
+    def part_ids(self, doc_id: str) -> list[str]:
+        """The ids of passages 1..n-1 of this version and of the one it replaced."""
+        ids = [part_id(doc_id, self.version, i) for i in range(1, self.n)]
+        if self.prev is not None and self.prev[0] != self.version:
+            ids += [part_id(doc_id, self.prev[0], i) for i in range(1, self.prev[1])]
+        return ids
+
+
+@dataclass
+class Planned:
+    """Documents cut into passages, before their passages are embedded."""
+
+    ids: list[str]
+    texts: list[str]
+    values: list[str | None]
+    metadata: list[dict[str, Any]]
+    versions: list[str]
+    passages: list[list[Passage]]
+    embed_texts: list[str] = field(default_factory=list)  # every passage, in order
+
+    def rows(self) -> int:
+        return len(self.embed_texts)
+
+
+def plan(docs: Sequence[tuple[str, str, str | None, dict[str, Any]]], settings: Settings,
+         count: Count, encoder: EncoderInfo | None) -> Planned:
+    """Cut ``docs`` ((id, text, value, metadata), the last of duplicate ids winning) into
+    passages; ``ValueError``/``OverflowError`` for a document a collection cannot take."""
+    last = {d[0]: d for d in docs}
+    p = Planned([], [], [], [], [], [])
+    for doc_id, text, value, meta in last.values():
+        check_document(doc_id, text, meta)
+        parts = split(text, settings, count)
+        p.ids.append(doc_id)
+        p.texts.append(text)
+        p.values.append(value)
+        p.metadata.append(meta)
+        p.versions.append(version(text, value, meta, settings, encoder))
+        p.passages.append(parts)
+        p.embed_texts.extend(x.embed for x in parts)
+    return p
+
+
+def _heads(store: VectorStore, collection: str, ids: Sequence[str], tenant: str | None
+           ) -> dict[str, Item]:
+    out: dict[str, Item] = {}
+    for a in range(0, len(ids), ROWS_PER_CALL):
+        for it in store.get(collection, list(ids[a:a + ROWS_PER_CALL]), tenant):
+            out[it.id] = it
+    return out
+
+
+def _chunks(xs: Sequence[Any]) -> list[Sequence[Any]]:
+    return [xs[a:a + ROWS_PER_CALL] for a in range(0, len(xs), ROWS_PER_CALL)]
+
+
+def commit(store: VectorStore, collection: str, p: Planned, vectors: np.ndarray,
+           encoder: EncoderInfo | None, tenant: str | None = None,
+           written: Callable[[list[Item], list[str]], None] | None = None) -> int:
+    """Write planned documents with their passages' ``vectors`` (in ``p.embed_texts``
+    order): new passages, then the heads, then the old versions' passages deleted. A
+    document whose head already names this version is left as it is (a rerun), but for
+    what an interrupted write left behind. ``written(rows, deleted ids)`` is told what was
+    written and deleted (a copy being made of the collection follows it). Returns the
+    number of documents."""
+    old = _heads(store, collection, p.ids, tenant)
+    parts: list[Item] = []
+    heads: list[Item] = []
+    stale: list[str] = []
+    row = 0
+    for j, doc_id in enumerate(p.ids):
+        ver, passages, meta = p.versions[j], p.passages[j], p.metadata[j]
+        rows = range(row, row + len(passages))
+        row += len(passages)
+        before = Head.of(old[doc_id]) if doc_id in old else None
+        if before is not None and before.version == ver and before.n == len(passages):
+            if before.prev is not None and before.prev[0] != ver:  # a write cut short
+                stale += [part_id(doc_id, before.prev[0], i) for i in range(1, before.prev[1])]
+            continue
+        prev = (before.version, before.n) if before is not None and before.n > 1 else None
+        if before is not None and before.prev is not None:
+            stale += [part_id(doc_id, before.prev[0], i) for i in range(1, before.prev[1])
+                      if before.prev[0] != ver]
+        text = p.texts[j]
+        for i, (x, r) in enumerate(zip(passages, rows, strict=True)):
+            if i == 0:
+                continue
+            pm = {**meta, PART_KEY: [doc_id, ver, i, x.start, x.end]}
+            parts.append(Item(part_id(doc_id, ver, i), vectors[r], text[x.start:x.end],
+                              None, pm, tenant))
+        hm = dict(meta)
+        if len(passages) > 1 or prev is not None:
+            hm[HEAD_KEY] = {"s": ver, "n": len(passages),
+                            "o": [passages[0].start, passages[0].end],
+                            "prev": list(prev) if prev else None}
+        heads.append(Item(doc_id, vectors[rows[0]], text[passages[0].start:passages[0].end],
+                          p.values[j], hm, tenant))
+        if prev is not None and prev[0] != ver:
+            stale += [part_id(doc_id, prev[0], i) for i in range(1, prev[1])]
+    for chunk in _chunks(parts):
+        store.upsert(collection, list(chunk), encoder)
+    for chunk in _chunks(heads):
+        store.upsert(collection, list(chunk), encoder)
+    for chunk in _chunks(stale):
+        store.delete(collection, list(chunk), tenant)
+    if written is not None:
+        written(parts + heads, stale)
+    return len(p.ids)
+
+
+def remove(store: VectorStore, collection: str, ids: Sequence[str], tenant: str | None = None
+           ) -> list[str]:
+    """Delete documents with all their passages: the passages first, the heads last. Returns
+    every row id deleted."""
+    heads = _heads(store, collection, list(dict.fromkeys(ids)), tenant)
+    parts = [i for doc_id, h in heads.items() for i in Head.of(h).part_ids(doc_id)]
+    for chunk in _chunks(parts):
+        store.delete(collection, list(chunk), tenant)
+    store.delete(collection, list(ids), tenant)
+    return parts + list(ids)
+
+
+def read(store: VectorStore, collection: str, doc_id: str, tenant: str | None = None
+         ) -> tuple[Item, int] | None:
+    """The whole document ``doc_id`` (its text the concatenation of its passages, its
+    metadata the caller's, its vector passage 0's) and its passage count; None when absent
+    or being deleted (a passage of its version missing)."""
+    got = store.get(collection, [doc_id], tenant)
+    if not got:
+        return None
+    head = got[0]
+    h = Head.of(head)
+    meta = user_metadata(head.metadata)
+    if h.n == 1:
+        return Item(head.id, head.vector, head.text, head.value, meta, head.tenant), 1
+    ids = [part_id(doc_id, h.version, i) for i in range(1, h.n)]
+    parts = {it.id: it for chunk in _chunks(ids)
+             for it in store.get(collection, list(chunk), tenant)}
+    if len(parts) < len(ids):
+        return None
+    text = head.text + "".join(parts[i].text for i in ids)
+    return Item(head.id, head.vector, text, head.value, meta, head.tenant), h.n
+
+
+def count_filter() -> Condition:
+    """The filter that counts documents (heads) among a collection's rows."""
+    return Condition(PART_KEY, "exists", False)
+
+
+# searching
+def depth(documents: int, limit: int) -> int:
+    """How many passages to search for ``documents`` documents."""
+    return min(limit, max(documents * 4, documents + 20))
+
+
+def _valid(store: VectorStore, collection: str, hits: Sequence[Hit], tenant: str | None
+           ) -> tuple[list[tuple[Hit, str, int, int, int]], dict[str, Hit | Item]]:
+    """Each passage hit whose version its document's head names, with its document's id,
+    its index and span; and the heads (those among the hits, the others fetched in one
+    call). A passage of another version is left out: an unfinished write, or the old
+    version of a replaced document."""
+    heads: dict[str, Hit | Item] = {h.id: h for h in hits
+                                    if not isinstance(h.metadata.get(PART_KEY), list)}
+    need = sorted({str(h.metadata[PART_KEY][0]) for h in hits
+                   if isinstance(h.metadata.get(PART_KEY), list)} - set(heads))
+    if need:
+        heads.update(_heads(store, collection, need, tenant))
+    out = []
+    for h in hits:
+        part = h.metadata.get(PART_KEY)
+        if isinstance(part, list):
+            doc_id, ver, i, a, b = str(part[0]), str(part[1]), int(part[2]), part[3], part[4]
+            head = heads.get(doc_id)
+            if head is None or Head.of(head).version != ver:
+                continue
+            out.append((h, doc_id, i, int(a), int(b)))
+        else:
+            span = Head.of(h).span or (0, len(h.text))
+            out.append((h, h.id, 0, int(span[0]), int(span[1])))
+    return out, heads
+
+
+def _passage(h: Hit, i: int, a: int, b: int) -> dict[str, Any]:
+    return {"index": i, "start": a, "end": b, "score": h.score, "text": h.text,
+            "sources": h.sources or {}}
+
+
+def group(store: VectorStore, collection: str, hits: Sequence[Hit], tenant: str | None,
+          passages_per_document: int = 3) -> list[Hit]:
+    """Passage hits (best first) as document hits: each document once, scored by its best
+    passage, with its id, value and metadata, its best passage's text and vector, and up to
+    ``passages_per_document`` of its passages (``index``, ``start``, ``end``, ``score``,
+    ``text``, ``sources``), best first. Stale passages are left out (:func:`_valid`)."""
+    valid, heads = _valid(store, collection, hits, tenant)
+    docs: dict[str, list[tuple[Hit, int, int, int]]] = {}
+    for h, doc_id, i, a, b in valid:
+        docs.setdefault(doc_id, [])
+        if len(docs[doc_id]) < passages_per_document:
+            docs[doc_id].append((h, i, a, b))
+    out = []
+    for doc_id, ps in docs.items():
+        head, best = heads[doc_id], ps[0][0]
+        out.append(Hit(id=doc_id, score=best.score, text=best.text, value=head.value,
+                       metadata=user_metadata(head.metadata), vector=best.vector,
+                       sources=best.sources, passages=[_passage(*x) for x in ps]))
+    return out
+
+
+def as_passages(store: VectorStore, collection: str, hits: Sequence[Hit], tenant: str | None
+                ) -> list[Hit]:
+    """Passage hits as passages (``group_by_document: false``): each with its document's
+    id, value and metadata, and its own place in it. Stale passages are left out."""
+    valid, heads = _valid(store, collection, hits, tenant)
+    return [Hit(id=doc_id, score=h.score, text=h.text, value=heads[doc_id].value,
+                metadata=user_metadata(h.metadata), vector=h.vector, sources=h.sources,
+                passages=[_passage(h, i, a, b)]) for h, doc_id, i, a, b in valid]
