@@ -12,6 +12,7 @@ from pathlib import Path
 
 import typer
 
+from index.passages import DEFAULT_OVERLAP, DEFAULT_SIZE
 from index.store import explain
 
 log = logging.getLogger(__name__)
@@ -58,6 +59,15 @@ def index(
         None, "--hybrid/--no-hybrid", help="Create the collection with a BM25 index of the "
         "text beside the vectors (default: yes where the store has BM25; an existing "
         "collection is kept as it is)."),
+    chunking: bool = typer.Option(
+        True, "--chunking/--no-chunking", help="Cut each document of a new collection into "
+        "passages that follow its paragraphs and headings, so a document of any length (up "
+        "to 10 MB of text) is searched whole (an existing collection keeps its own way)."),
+    passage_tokens: int = typer.Option(DEFAULT_SIZE, "--passage-tokens", min=16, max=4096,
+                                       help="A passage's size in tokens (at most)."),
+    passage_overlap: int = typer.Option(DEFAULT_OVERLAP, "--passage-overlap", min=0,
+                                        help="Tokens shared by windows cut out of one "
+                                        "over-long sentence."),
     alias: str | None = typer.Option(
         None, "--alias", help="Zero-downtime re-index: fill a new collection while ALIAS "
         "answers from the old one, then, once the job is complete, point ALIAS at the new "
@@ -161,7 +171,8 @@ def index(
         drop_old=drop_old, token=token, timeout=timeout, fields=fields, format=format,
         batch_size=batch_size, shard=(shard_i, n_shards), state_dir=state_dir, rejects=rejects,
         restart=restart, retries=retries, backoff_s=backoff, progress=progress, hybrid=hybrid,
-        tune=tune, device=device, encode_workers=workers, engine=engine,
+        passages=(passage_tokens, passage_overlap) if chunking else None, tune=tune,
+        device=device, encode_workers=workers, engine=engine,
         ray=RayOptions(workers=ray_workers, gpus_per_worker=gpus_per_worker, address=address,
                        bulk_dir=bulk_dir, bulk_rows=bulk_rows, s3_endpoint=s3_endpoint))
     try:

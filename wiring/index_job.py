@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from index import Fields
+from index.passages import DEFAULT_OVERLAP, DEFAULT_SIZE
 
 
 @dataclass(frozen=True)
@@ -52,6 +53,8 @@ class IndexJob:
     backoff_s: float = 1.0
     progress: bool = True
     hybrid: bool | None = None
+    # a new collection's passages (tokens, overlap); None: one row a document
+    passages: tuple[int, int] | None = (DEFAULT_SIZE, DEFAULT_OVERLAP)
     tune: bool = True
     device: str | None = None
     encode_workers: int = 0

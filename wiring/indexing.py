@@ -10,6 +10,7 @@ import hashlib
 import json
 import logging
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -25,6 +26,7 @@ from index import (
     open_store,
 )
 from index.bulk.job import job_identity
+from index.passages import DEFAULT_OVERLAP, DEFAULT_SIZE, Settings
 from wiring.components import encoder_info, load_encoder
 from wiring.index_job import IndexJob, RayOptions
 
@@ -42,7 +44,9 @@ def _job_key(collection: str, inputs: list[Path], config: JobConfig, store: str)
 def job_config(collection: str, inputs: list[Path], store: str, fields: Fields,
                format: str | None, batch_size: int, shard: tuple[int, int], state_dir: Path,
                rejects: Path | None, restart: bool, retries: int, backoff_s: float,
-               progress: bool, hybrid: bool | None = None) -> JobConfig:
+               progress: bool, hybrid: bool | None = None,
+               passages: tuple[int, int] | None = (DEFAULT_SIZE, DEFAULT_OVERLAP)
+               ) -> JobConfig:
     """The job's settings; its progress file ``state_dir/COLLECTION.shardIofN.KEY``, KEY a
     hash of what makes the job the same job (collection, inputs, fields, shard, store), so
     that running the same command again resumes it (``restart``: start over)."""
@@ -57,7 +61,8 @@ def job_config(collection: str, inputs: list[Path], store: str, fields: Fields,
     return JobConfig(
         state_path=state_path, rejects_path=rejects or state_dir / f"{stem}.rejects.jsonl",
         fields=fields, format=format, batch_size=batch_size, shard=shard, retries=retries,
-        backoff_s=backoff_s, progress_bar=progress, hybrid=hybrid)
+        backoff_s=backoff_s, progress_bar=progress, hybrid=hybrid,
+        passages=Settings(*passages).to_dict() if passages is not None else None)
 
 
 def index_files(collection: str, inputs: list[Path], config: JobConfig, store: str,
@@ -88,10 +93,13 @@ def index_files(collection: str, inputs: list[Path], config: JobConfig, store: s
         # the history of bench/history/).
         return text_encoder.encode(texts)
 
+    def count(texts: Sequence[str]) -> list[int]:
+        return [len(e.ids) for e in text_encoder.tokenizer.encode_batch(list(texts))]
+
     vector_store = open_store(store, token=token, timeout=timeout, bulk=True)
     try:
         return bulk_index(vector_store, collection, inputs, embed, config, encoder=info,
-                          store_name=store)
+                          store_name=store, count=count)
     finally:
         vector_store.close()
 
@@ -157,7 +165,7 @@ def run_index(job: IndexJob) -> IndexOutcome:
         raise ValueError("give a collection (or an alias)")
     config = job_config(collection, job.inputs, job.store, job.fields, job.format,
                         job.batch_size, job.shard, job.state_dir, job.rejects, job.restart,
-                        job.retries, job.backoff_s, job.progress, job.hybrid)
+                        job.retries, job.backoff_s, job.progress, job.hybrid, job.passages)
     job = replace(job, collection=collection)
     if job.engine == "ray":
         from wiring.ray_indexing import index_with_ray

@@ -1,4 +1,5 @@
-"""Corpus readers for the bulk job: JSONL, CSV and Parquet, streamed, resumable by position.
+"""Corpus readers for the bulk job: JSONL, CSV and Parquet, streamed, resumable by position;
+and document files (text, Markdown, HTML, PDF: :mod:`index.bulk.documents`), a record each.
 
 Every reader yields :class:`Record` s one at a time and can start at a saved
 :class:`Position` (a byte offset for JSONL and CSV, a row index for Parquet), so memory
@@ -20,11 +21,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from index.bulk.documents import DOCUMENT_SUFFIXES, document_row
 from index.store import MAX_ID_BYTES, MAX_TEXT_BYTES
 
-FORMATS = ("jsonl", "csv", "parquet")
+FORMATS = ("jsonl", "csv", "parquet", "document")
 _SUFFIXES = {".jsonl": "jsonl", ".ndjson": "jsonl", ".json": "jsonl", ".csv": "csv",
-             ".parquet": "parquet", ".pq": "parquet"}
+             ".parquet": "parquet", ".pq": "parquet",
+             **dict.fromkeys(DOCUMENT_SUFFIXES, "document")}
+KNOWN_SUFFIXES = frozenset(_SUFFIXES)
 PARQUET_BATCH = 2048
 
 
@@ -47,6 +51,7 @@ class Record:
     row: dict[str, Any] | None = None
     error: str | None = None
     raw: str = ""
+    document: bool = False  # a document file (index.bulk.documents)
 
 
 @dataclass(frozen=True)
@@ -71,8 +76,12 @@ def detect_format(path: Path, fmt: str | None = None) -> str:
     return _SUFFIXES[suffix]
 
 
-def read_records(path: Path, fmt: str, start: Position = Position()) -> Iterator[Record]:
-    """Stream the records of ``path`` from ``start``."""
+def read_records(path: Path, fmt: str, start: Position = Position(),
+                 root: Path | None = None) -> Iterator[Record]:
+    """Stream the records of ``path`` from ``start`` (a document file under the folder
+    ``root`` is named by its path there)."""
+    if fmt == "document":
+        return _read_document(path, start, root)
     if fmt == "jsonl":
         return _read_jsonl(path, start)
     if fmt == "csv":
@@ -80,6 +89,16 @@ def read_records(path: Path, fmt: str, start: Position = Position()) -> Iterator
     if fmt == "parquet":
         return _read_parquet(path, start)
     raise ValueError(f"format must be one of {FORMATS}, got {fmt!r}")
+
+
+def _read_document(path: Path, start: Position, root: Path | None) -> Iterator[Record]:
+    if start.offset >= 1:  # done
+        return
+    end = Position(1, 1)
+    try:
+        yield Record(1, end, row=document_row(path, root), document=True)
+    except ValueError as e:
+        yield Record(1, end, error=f"cannot read {path.name}: {e}", raw=str(path))
 
 
 def _read_jsonl(path: Path, start: Position) -> Iterator[Record]:
@@ -172,13 +191,15 @@ def _read_parquet(path: Path, start: Position) -> Iterator[Record]:
             yield Record(row_no, Position(row_no, row_no), row=row)
 
 
-def parse_record(rec: Record, fields: Fields
+def parse_record(rec: Record, fields: Fields, max_text: int = MAX_TEXT_BYTES
                  ) -> tuple[str, str, str | None, dict[str, Any]] | str:
     """:func:`to_fields` of a record's row, or why it is rejected (it could not be parsed,
     or :func:`to_fields` refused it)."""
     if rec.row is None:
         return rec.error or "unreadable record"
-    return to_fields(rec.row, fields)
+    if rec.document:  # a document file's row names its own fields
+        return to_fields(rec.row, Fields(), max_text)
+    return to_fields(rec.row, fields, max_text)
 
 
 def reject(path: Path, rec: Record, reason: str) -> dict[str, Any]:
@@ -187,9 +208,10 @@ def reject(path: Path, rec: Record, reason: str) -> dict[str, Any]:
 
 
 def to_fields(
-    row: dict[str, Any], fields: Fields
+    row: dict[str, Any], fields: Fields, max_text: int = MAX_TEXT_BYTES
 ) -> tuple[str, str, str | None, dict[str, Any]] | str:
-    """(id, text, value, metadata) of a row, or the reason it is rejected."""
+    """(id, text, value, metadata) of a row, or the reason it is rejected (a text over
+    ``max_text`` bytes: a collection with passages takes up to 10 MB)."""
     rid = row.get(fields.id)
     if rid is None or rid == "":
         return f"missing id field {fields.id!r}"
@@ -201,8 +223,8 @@ def to_fields(
     text = row.get(fields.text)
     if not isinstance(text, str) or not text.strip():
         return f"missing text field {fields.text!r}"
-    if len(text.encode()) > MAX_TEXT_BYTES:
-        return f"text longer than {MAX_TEXT_BYTES} bytes"
+    if len(text.encode()) > max_text:
+        return f"text longer than {max_text:,} bytes"
     value: str | None = None
     if fields.value is not None:
         v = row.get(fields.value)

@@ -26,7 +26,9 @@ from typing import Any, TypeVar
 import numpy as np
 from tqdm import tqdm
 
+from index import passages as long_docs
 from index.bulk.corpus import (
+    KNOWN_SUFFIXES,
     Fields,
     Position,
     detect_format,
@@ -35,7 +37,17 @@ from index.bulk.corpus import (
     reject,
     shard_of,
 )
-from index.store import EncoderInfo, Item, StoreUnavailableError, VectorStore, hybrid_default
+from index.bulk.documents import expand
+from index.passages import Count, Settings
+from index.store import (
+    MAX_TEXT_BYTES,
+    CollectionNotFoundError,
+    EncoderInfo,
+    Item,
+    StoreUnavailableError,
+    VectorStore,
+    hybrid_default,
+)
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -58,6 +70,9 @@ class JobConfig:
     max_backoff_s: float = 30.0
     progress_bar: bool = True
     hybrid: bool | None = None  # None: hybrid where the store has BM25 (an existing one: as is)
+    # how a new collection's documents are cut into passages (index.passages.Settings as a
+    # dict; None: one row a document); an existing collection keeps its own
+    passages: dict[str, Any] | None = field(default_factory=lambda: Settings().to_dict())
 
 
 @dataclass
@@ -144,21 +159,38 @@ class BulkJob:
 
     def __init__(self, store: VectorStore, collection: str, inputs: Sequence[Path],
                  embed: Embed, encoder: EncoderInfo | None, config: JobConfig,
-                 job: dict[str, Any]) -> None:
+                 job: dict[str, Any], count: Count | None = None) -> None:
         if config.batch_size < 1:
             raise ValueError(f"batch_size must be >= 1, got {config.batch_size}")
         self.store, self.collection, self.embed = store, collection, embed
-        self.inputs = [Path(p) for p in inputs]
-        self.formats = [detect_format(p, config.format) for p in self.inputs]
+        files = expand([Path(p) for p in inputs], set(KNOWN_SUFFIXES))
+        self.inputs = [f for f, _ in files]
+        self.roots = [root for _, root in files]
+        self.formats = [detect_format(p, config.format if root is None else None)
+                        for p, root in files]
+        self.count = count  # token counts: what cuts documents into passages
+        self.passages: Settings | None = None
         self.encoder, self.config = encoder, config
         self.state = _load_state(config.state_path, job)
         self.summary = JobSummary()
         self._created = False
         self._bar: Any = None
 
+    def _cut_into_passages(self) -> Settings | None:
+        """How this job's documents are cut: as the collection's are, or for a new one as
+        the job says (one row a document without a token counter)."""
+        try:
+            info = self._retry("describe", lambda: self.store.describe(self.collection))
+            self._created = True
+            chosen = info.passages
+        except CollectionNotFoundError:
+            chosen = self.config.passages
+        return Settings.of(chosen) if self.count is not None else None
+
     def run(self) -> JobSummary:
         t0 = time.perf_counter()
         cfg, st = self.config, self.state
+        self.passages = self._cut_into_passages()
         if st.done:
             log.info("job already complete per %s; nothing to do", cfg.state_path)
         else:
@@ -184,7 +216,7 @@ class BulkJob:
         workers = max(1, self.config.encode_workers)
         with (ThreadPoolExecutor(workers, thread_name_prefix="qkv-encode") as encoders,
               ThreadPoolExecutor(1, thread_name_prefix="qkv-writer") as writer):
-            encoding: deque[tuple[_Batch, Future[np.ndarray]]] = deque()
+            encoding: deque[tuple[_Batch, Future[Any]]] = deque()
             writing: Future[None] | None = None
 
             def write_next() -> Future[None]:
@@ -197,11 +229,21 @@ class BulkJob:
             for batch in self._batches():
                 if len(encoding) >= workers:
                     writing = write_next()
-                encoding.append((batch, encoders.submit(self._encode, batch.texts)))
+                encoding.append((batch, encoders.submit(self._encode_batch, batch)))
             while encoding:
                 writing = write_next()
             if writing is not None:
                 writing.result()
+
+    def _encode_batch(self, batch: _Batch) -> Any:
+        """A batch's vectors; in a collection with passages, its documents planned into
+        passages and the passages' vectors."""
+        if self.passages is None or self.count is None:
+            return self._encode(batch.texts)
+        planned = long_docs.plan(list(zip(batch.ids, batch.texts, batch.values,
+                                          batch.metadata, strict=True)),
+                                 self.passages, self.count, self.encoder)
+        return planned, self._encode(planned.embed_texts)
 
     def _encode(self, texts: list[str]) -> np.ndarray:
         if not texts:
@@ -217,10 +259,16 @@ class BulkJob:
         batch = _Batch(file=st.file, position=st.position)
         for fi in range(st.file, len(self.inputs)):
             path, start = self.inputs[fi], st.position if fi == st.file else Position()
-            for rec in read_records(path, self.formats[fi], start):
+            limit = long_docs.MAX_DOCUMENT_BYTES if self.passages else MAX_TEXT_BYTES
+            for rec in read_records(path, self.formats[fi], start, self.roots[fi]):
                 self.summary.read += 1
                 batch.file, batch.position = fi, rec.end
-                parsed = parse_record(rec, cfg.fields)
+                parsed = parse_record(rec, cfg.fields, limit)
+                if not isinstance(parsed, str) and self.passages is not None:
+                    try:
+                        long_docs.check_document(parsed[0], parsed[1], parsed[3])
+                    except (ValueError, OverflowError) as e:
+                        parsed = str(e)
                 if isinstance(parsed, str):  # each bad row is reported by one shard only
                     if rec.line % n_shards == shard_i:
                         batch.rejects.append(reject(path, rec, parsed))
@@ -238,19 +286,28 @@ class BulkJob:
             batch.file, batch.position = fi + 1, Position()
         yield batch  # the tail, possibly empty: it moves the saved position to the end
 
-    def _write(self, batch: _Batch, vectors: np.ndarray) -> None:
+    def _write(self, batch: _Batch, encoded: Any) -> None:
         cfg, st = self.config, self.state
+        planned, vectors = encoded if isinstance(encoded, tuple) else (None, encoded)
         if batch.ids:
             if not self._created:
                 dim = self.encoder.dim if self.encoder else vectors.shape[1]
                 self._retry("create", lambda: self.store.create(
                     self.collection, dim, self.encoder,
                     hybrid=hybrid_default(self.store, self.collection, cfg.hybrid)))
+                if self.passages is not None:
+                    passages = self.passages.to_dict()
+                    self._retry("create", lambda: self.store.set_passages(self.collection,
+                                                                          passages))
                 self._created = True
-            items = [Item(i, vectors[r], batch.texts[r], batch.values[r], batch.metadata[r])
-                     for r, i in enumerate(batch.ids)]
-            n = self._retry("upsert", lambda: self.store.upsert(self.collection, items,
-                                                                self.encoder))
+            if planned is not None:
+                n = self._retry("upsert", lambda: long_docs.commit(
+                    self.store, self.collection, planned, vectors, self.encoder))
+            else:
+                items = [Item(i, vectors[r], batch.texts[r], batch.values[r],
+                              batch.metadata[r]) for r, i in enumerate(batch.ids)]
+                n = self._retry("upsert", lambda: self.store.upsert(self.collection, items,
+                                                                    self.encoder))
             st.written += n
             self.summary.written += n
         if batch.rejects:
@@ -311,11 +368,15 @@ def bulk_index(
     config: JobConfig,
     encoder: EncoderInfo | None = None,
     store_name: str = "",
+    count: Count | None = None,
 ) -> JobSummary:
     """Index ``inputs`` into ``collection`` with ``embed(texts) -> (n, d) float32``.
 
-    The collection is created on first use (recording ``encoder``). Resumes from
+    With ``count`` (texts → token counts), documents are cut into passages as the
+    collection's are (a new one: as ``config.passages`` says; :mod:`index.passages`);
+    without, each is one row. The collection is created on first use (recording
+    ``encoder``). Resumes from
     ``config.state_path`` when it holds the progress of the same job.
     """
     job = job_identity(collection, inputs, config, store_name)
-    return BulkJob(store, collection, inputs, embed, encoder, config, job).run()
+    return BulkJob(store, collection, inputs, embed, encoder, config, job, count).run()

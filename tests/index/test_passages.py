@@ -1,0 +1,228 @@
+"""Long documents as passages (index.passages): how a document is cut, and that a reader sees
+it whole through every write, a write cut short and a delete, on every backend."""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+import pytest
+
+from index import VectorStore
+from index import passages as P
+from index.store import Item
+
+DIM = 8
+
+
+def words(texts: Sequence[str]) -> list[int]:
+    """A token count: one a word (what the tests size passages in)."""
+    return [len(t.split()) for t in texts]
+
+
+def paragraph(rng: random.Random, n: int, tag: str) -> str:
+    sentences = []
+    while sum(len(s.split()) for s in sentences) < n:
+        k = rng.randint(6, 14)
+        sentences.append(" ".join(f"{tag}{rng.randint(0, 99)}" for _ in range(k)) + ".")
+    return " ".join(sentences)
+
+
+def document(seed: int, paragraphs: int = 8, size: int = 40) -> str:
+    rng = random.Random(seed)
+    parts = [f"# Title of {seed}"]
+    for i in range(paragraphs):
+        if i == paragraphs // 2:
+            parts.append("## A section")
+        parts.append(paragraph(rng, rng.randint(size // 2, size * 2), f"w{seed}x"))
+    return "\n\n".join(parts)
+
+
+def test_passages_cover_the_text_follow_its_paragraphs_and_fit_the_size() -> None:
+    s = P.Settings(50, 8)
+    text = document(1)
+    ps = P.split(text, s, words)
+    assert len(ps) > 3
+    assert "".join(text[p.start:p.end] for p in ps) == text  # the whole text, in order
+    paragraph_starts = {0} | {text.index(x) for x in text.split("\n\n")}
+    for p in ps:
+        assert words([p.embed])[0] <= s.size + 4  # + the heading it sits under
+        body = text[p.start:p.end].strip()
+        if words([body])[0] <= s.size:
+            # a passage starts where a paragraph does, unless a paragraph was too long
+            assert p.start in paragraph_starts or text[p.start - 1] == " "
+    # the passages after "## A section" carry it; it starts a passage of its own
+    sec = text.index("## A section")
+    assert any(p.start == sec or (p.start < sec < p.end and text[p.start:sec].strip() == "")
+               for p in ps)
+    after = [p for p in ps if p.start > sec]
+    assert after and all(p.embed.startswith("A section\n") for p in after)
+
+
+def test_a_sentence_longer_than_a_passage_is_cut_in_overlapping_windows() -> None:
+    s = P.Settings(40, 10)
+    text = " ".join(f"t{i}" for i in range(200))  # one sentence, no punctuation
+    ps = P.split(text, s, words)
+    assert "".join(text[p.start:p.end] for p in ps) == text
+    assert len(ps) >= 5 and all(words([p.embed])[0] <= s.size for p in ps)
+    first, second = ps[0].embed.split(), ps[1].embed.split()
+    assert first[-10:] == second[:10]  # windows share `overlap` tokens
+
+
+def test_settings_are_checked() -> None:
+    with pytest.raises(ValueError, match="overlap"):
+        P.Settings(40, 20)
+    with pytest.raises(ValueError, match="size"):
+        P.Settings(8, 0)
+
+
+def embed(texts: Sequence[str]) -> np.ndarray:
+    """A deterministic unit vector a text (its hash), enough to tell rows apart."""
+    out = np.zeros((len(texts), DIM), np.float32)
+    for i, t in enumerate(texts):
+        rng = np.random.default_rng(abs(hash(t)) % 2**32)
+        v = rng.normal(size=DIM)
+        out[i] = v / np.linalg.norm(v)
+    return out
+
+
+def planned_of(docs: dict[str, str], s: P.Settings) -> P.Planned:
+    return P.plan([(i, t, f"value of {i}", {"k": i}) for i, t in docs.items()], s, words, None)
+
+
+def write(store: VectorStore, coll: str, docs: dict[str, str], s: P.Settings) -> int:
+    planned = planned_of(docs, s)
+    return P.commit(store, coll, planned, embed(planned.embed_texts), None)
+
+
+def rows(store: VectorStore, coll: str) -> int:
+    return store.count(coll)
+
+
+def expected_rows(docs: dict[str, str], s: P.Settings) -> int:
+    return sum(len(P.split(t, s, words)) for t in docs.values())
+
+
+def test_documents_round_trip_replace_and_delete_whole(store: VectorStore,
+                                                       collection: str) -> None:
+    s = P.Settings(50, 8)
+    store.create(collection, DIM)
+    store.set_passages(collection, s.to_dict())
+    assert store.describe(collection).passages == s.to_dict()
+    docs = {"a": document(1), "b": document(2), "short": "just a few words"}
+    assert write(store, collection, docs, s) == 3
+    assert rows(store, collection) == expected_rows(docs, s) > 3
+    assert store.count(collection, None, P.count_filter()) == 3
+    for i, t in docs.items():
+        got = P.read(store, collection, i)
+        assert got is not None and got[0].text == t and got[0].metadata == {"k": i}
+        assert got[0].value == f"value of {i}"
+    # a search returns documents, each once, scored by their best passage
+    q = embed([P.split(docs["b"], s, words)[3].embed])
+    hits = store.search(collection, q, 30)[0]
+    grouped = P.group(store, collection, hits, None)
+    assert grouped[0].id == "b" and grouped[0].passages and grouped[0].passages[0]["index"] == 3
+    assert grouped[0].metadata == {"k": "b"} and grouped[0].value == "value of b"
+    assert len({h.id for h in grouped}) == len(grouped) == 3
+    p0 = grouped[0].passages[0]
+    assert docs["b"][p0["start"]:p0["end"]] == p0["text"]
+    # replaced by a shorter one: no passage of the old version is left
+    docs["b"] = document(3, paragraphs=3)
+    write(store, collection, {"b": docs["b"]}, s)
+    assert rows(store, collection) == expected_rows(docs, s)
+    got = P.read(store, collection, "b")
+    assert got is not None and got[0].text == docs["b"]
+    # written again unchanged: nothing moves
+    write(store, collection, {"b": docs["b"]}, s)
+    assert rows(store, collection) == expected_rows(docs, s)
+    # deleted: every passage goes
+    P.remove(store, collection, ["a", "b"])
+    assert rows(store, collection) == 1 and P.read(store, collection, "a") is None
+
+
+class CutShort(Exception):
+    pass
+
+
+class Dying:
+    """A store whose writes stop (as a process killed) after ``budget`` write calls."""
+
+    def __init__(self, store: VectorStore, budget: int) -> None:
+        self.store, self.budget = store, budget
+
+    def _spend(self) -> None:
+        if self.budget <= 0:
+            raise CutShort
+        self.budget -= 1
+
+    def upsert(self, *a: Any, **k: Any) -> int:
+        self._spend()
+        return self.store.upsert(*a, **k)
+
+    def delete(self, *a: Any, **k: Any) -> None:
+        self._spend()
+        self.store.delete(*a, **k)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.store, name)
+
+
+@pytest.mark.parametrize("budget", [0, 1, 2])
+def test_a_write_cut_short_shows_the_old_document_whole_and_a_rerun_leaves_no_orphan(
+        store: VectorStore, collection: str, budget: int) -> None:
+    s = P.Settings(50, 8)
+    store.create(collection, DIM)
+    old = {"d": document(5)}
+    write(store, collection, old, s)
+    new = {"d": document(6, paragraphs=10)}
+    planned = planned_of(new, s)
+    dying: Any = Dying(store, budget)
+    with pytest.raises(CutShort):  # new passages, the head, old passages: cut after `budget`
+        P.commit(dying, collection, planned, embed(planned.embed_texts), None)
+    got = P.read(store, collection, "d")
+    # before the head is written the old document is whole, after it the new one
+    assert got is not None and got[0].text == (old["d"] if budget < 2 else new["d"])
+    whole = got[0].text
+    # a search sees one version only: every passage it returns is of the text read back
+    hits = store.search(collection, embed([whole[:40]]), 50)[0]
+    for h in P.as_passages(store, collection, hits, None):
+        p = h.passages[0] if h.passages else {}
+        assert whole[p["start"]:p["end"]] == p["text"]
+    # the same write run again: the new document whole, and nothing else stored
+    write(store, collection, new, s)
+    got = P.read(store, collection, "d")
+    assert got is not None and got[0].text == new["d"]
+    assert rows(store, collection) == expected_rows(new, s)
+
+
+def test_a_delete_cut_short_reads_as_absent_and_a_rerun_finishes_it(
+        store: VectorStore, collection: str) -> None:
+    s = P.Settings(50, 8)
+    store.create(collection, DIM)
+    write(store, collection, {"d": document(7), "e": "short"}, s)
+    dying: Any = Dying(store, 1)
+    with pytest.raises(CutShort):  # the passages deleted, not the head
+        P.remove(dying, collection, ["d"])
+    assert P.read(store, collection, "d") is None  # no half document
+    P.remove(store, collection, ["d"])
+    assert rows(store, collection) == 1
+
+
+def test_user_ids_and_metadata_cannot_take_the_layouts_names() -> None:
+    s = P.Settings(50, 8)
+    with pytest.raises(ValueError, match="§"):
+        P.plan([("a§b", "text", None, {})], s, words, None)
+    with pytest.raises(ValueError, match="_qkv"):
+        P.plan([("a", "text", None, {"_qkv": 1})], s, words, None)
+    with pytest.raises(OverflowError, match="10,000,000"):
+        P.plan([("a", "x" * (P.MAX_DOCUMENT_BYTES + 1), None, {})], s, words, None)
+
+
+def test_a_short_document_is_stored_as_it_always_was(store: VectorStore,
+                                                     collection: str) -> None:
+    store.create(collection, DIM)
+    write(store, collection, {"s": "a short text"}, P.Settings(50, 8))
+    (it,) = store.get(collection, ["s"])
+    assert isinstance(it, Item) and it.text == "a short text" and it.metadata == {"k": "s"}
