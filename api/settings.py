@@ -104,7 +104,9 @@ class Settings(BaseSettings):
                                    "the keys last read stay in force, and it is logged.")
 
     # limits
-    max_body_bytes: int = Field(8 * 2**20, ge=1024, description="Largest request body (413).")
+    max_body_bytes: int = Field(16 * 2**20, ge=1024, description="Largest request body (413): "
+                                "room for one document of 10 MB of text, the most a "
+                                "collection with passages takes.")
     disk_flood_mb: float = Field(256, ge=0, description="Writes are refused (507) while the "
                                  "store's data directory (Milvus Lite, FAISS) has less free "
                                  "space than this; a Lite merge needs up to ~200 MB.")

@@ -65,9 +65,9 @@ def index(
         "to 10 MB of text) is searched whole (an existing collection keeps its own way)."),
     passage_tokens: int = typer.Option(DEFAULT_SIZE, "--passage-tokens", min=16, max=4096,
                                        help="A passage's size in tokens (at most)."),
-    passage_overlap: int = typer.Option(DEFAULT_OVERLAP, "--passage-overlap", min=0,
-                                        help="Tokens shared by windows cut out of one "
-                                        "over-long sentence."),
+    passage_overlap: int | None = typer.Option(
+        None, "--passage-overlap", min=0, help="Tokens shared by windows cut out of one "
+        f"over-long sentence (default {DEFAULT_OVERLAP}, at most a quarter of the size)."),
     alias: str | None = typer.Option(
         None, "--alias", help="Zero-downtime re-index: fill a new collection while ALIAS "
         "answers from the old one, then, once the job is complete, point ALIAS at the new "

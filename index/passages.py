@@ -50,6 +50,7 @@ SUFFIX_BYTES = 24  # what a passage id adds to its document's: §, 12 hex, §, u
 DEFAULT_SIZE = 200  # tokens (measured in bench/long_documents.py)
 DEFAULT_OVERLAP = 32
 ROWS_PER_CALL = 512
+MAX_PASSAGES_SEARCHED = 16_384  # Milvus' largest top k
 Count = Callable[[Sequence[str]], list[int]]  # token counts of texts
 
 _BLANK = re.compile(r"\n[ \t]*\n\s*")
@@ -72,6 +73,11 @@ class Settings:
         if not 0 <= self.overlap < self.size // 2:
             raise ValueError(f"passage overlap must be 0..{self.size // 2 - 1} tokens (under "
                              f"half the size), got {self.overlap}")
+
+    @classmethod
+    def sized(cls, size: int, overlap: int | None = None) -> Settings:
+        """``size`` tokens, and ``overlap`` (None: the default, at most a quarter of it)."""
+        return cls(size, min(DEFAULT_OVERLAP, size // 4) if overlap is None else overlap)
 
     def to_dict(self) -> dict[str, Any]:
         return {"size": self.size, "overlap": self.overlap}

@@ -262,17 +262,16 @@ class Collections:
 
     async def create(self, name: str, model: str | None = None, dimensions: int | None = None,
                      hybrid: bool | None = None, multi_tenant: bool = False,
-                     passages: tuple[int, int] | None = (long_docs.DEFAULT_SIZE,
-                                                         long_docs.DEFAULT_OVERLAP)
+                     passages: tuple[int, int | None] | None = (long_docs.DEFAULT_SIZE, None)
                      ) -> CollectionInfo:
         """A new collection for the encoder ``model`` (the default when None) at one of its
         sizes; hybrid unless the store has no BM25 (``hybrid: True`` there is a conflict);
         its documents cut into ``passages`` of (size, overlap) tokens (None: one row each,
-        cut at the encoder's limit). An existing name is a conflict; writes are refused
-        while the disk is full."""
+        cut at the encoder's limit; overlap None: the default for the size). An existing
+        name is a conflict; writes are refused while the disk is full."""
         self.writable()
         try:
-            chunks = long_docs.Settings(*passages) if passages is not None else None
+            chunks = long_docs.Settings.sized(*passages) if passages is not None else None
         except ValueError as e:
             raise InvalidError(str(e), "passage_overlap") from e
         served: Served = await self.run(self.encoders.get, model)  # not found: a model it lacks
@@ -437,21 +436,30 @@ class Collections:
         weights = [self.hybrid_weight(info, s.dense_weight) for s in searches]
         for rows in groups.values():
             p = plans[rows[0]]
-            texts = [searches[i].query or "" for i in rows] if p.mode != "dense" else None
-            depth = p.depth
+            depth, cap = p.depth, p.depth
             if info.passages:  # passages, enough of them to make ``depth`` documents
-                depth = long_docs.depth(p.depth, max(p.depth, self.limits.max_top_k * 4))
-            res = await self.call(self.store.search, name, xq[rows], depth, p.filter,
-                                  self.info_for(info.dim, model),
-                                  with_vectors or p.mode != "dense", p.search.consistency,
-                                  texts, p.mode, p.search.fusion, weights[rows[0]][0],
-                                  p.search.tenant)
-            for i, hits in zip(rows, res, strict=True):
-                if info.passages:
-                    shape = (long_docs.group if searches[i].group_by_document
-                             else long_docs.as_passages)
-                    hits = await self.call(shape, self.store, name, hits, searches[i].tenant)
-                found[i] = hits
+                cap = min(long_docs.MAX_PASSAGES_SEARCHED, max(p.depth * 64, 1000))
+                depth = long_docs.depth(p.depth, cap)
+            todo = list(rows)
+            while todo:  # deeper while a document-heavy top holds too few documents
+                texts = [searches[i].query or "" for i in todo] if p.mode != "dense" else None
+                res = await self.call(self.store.search, name, xq[todo], depth, p.filter,
+                                      self.info_for(info.dim, model),
+                                      with_vectors or p.mode != "dense", p.search.consistency,
+                                      texts, p.mode, p.search.fusion, weights[rows[0]][0],
+                                      p.search.tenant)
+                deeper = []
+                for i, hits in zip(todo, res, strict=True):
+                    if info.passages:
+                        shape = (long_docs.group if searches[i].group_by_document
+                                 else long_docs.as_passages)
+                        shaped = await self.call(shape, self.store, name, hits, p.search.tenant)
+                        if len(shaped) < p.depth and len(hits) >= depth and depth < cap:
+                            deeper.append(i)
+                            continue
+                        hits = shaped
+                    found[i] = hits
+                todo, depth = deeper, min(cap, depth * 4)
         out = []
         for i, p in enumerate(plans):
             hits = found[i][p.search.offset:p.depth]

@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from index import Fields
-from index.passages import DEFAULT_OVERLAP, DEFAULT_SIZE
+from index.passages import DEFAULT_SIZE
 
 
 @dataclass(frozen=True)
@@ -54,7 +54,7 @@ class IndexJob:
     progress: bool = True
     hybrid: bool | None = None
     # a new collection's passages (tokens, overlap); None: one row a document
-    passages: tuple[int, int] | None = (DEFAULT_SIZE, DEFAULT_OVERLAP)
+    passages: tuple[int, int | None] | None = (DEFAULT_SIZE, None)
     tune: bool = True
     device: str | None = None
     encode_workers: int = 0

@@ -26,7 +26,7 @@ from index import (
     open_store,
 )
 from index.bulk.job import job_identity
-from index.passages import DEFAULT_OVERLAP, DEFAULT_SIZE, Settings
+from index.passages import DEFAULT_SIZE, Settings
 from wiring.components import encoder_info, load_encoder
 from wiring.index_job import IndexJob, RayOptions
 
@@ -45,7 +45,7 @@ def job_config(collection: str, inputs: list[Path], store: str, fields: Fields,
                format: str | None, batch_size: int, shard: tuple[int, int], state_dir: Path,
                rejects: Path | None, restart: bool, retries: int, backoff_s: float,
                progress: bool, hybrid: bool | None = None,
-               passages: tuple[int, int] | None = (DEFAULT_SIZE, DEFAULT_OVERLAP)
+               passages: tuple[int, int | None] | None = (DEFAULT_SIZE, None)
                ) -> JobConfig:
     """The job's settings; its progress file ``state_dir/COLLECTION.shardIofN.KEY``, KEY a
     hash of what makes the job the same job (collection, inputs, fields, shard, store), so
@@ -62,7 +62,7 @@ def job_config(collection: str, inputs: list[Path], store: str, fields: Fields,
         state_path=state_path, rejects_path=rejects or state_dir / f"{stem}.rejects.jsonl",
         fields=fields, format=format, batch_size=batch_size, shard=shard, retries=retries,
         backoff_s=backoff_s, progress_bar=progress, hybrid=hybrid,
-        passages=Settings(*passages).to_dict() if passages is not None else None)
+        passages=Settings.sized(*passages).to_dict() if passages is not None else None)
 
 
 def index_files(collection: str, inputs: list[Path], config: JobConfig, store: str,

@@ -126,10 +126,12 @@ class CollectionCreate(RequestBody):
                            "row, its text cut at the encoder's token limit.")
     passage_tokens: int = Field(PASSAGE_DEFAULT.size, ge=16, le=4096, description="A "
                                 "passage's size in the encoder's tokens (at most).")
-    passage_overlap: int = Field(PASSAGE_DEFAULT.overlap, ge=0, description="Tokens that "
-                                 "windows cut out of one over-long sentence share (the last "
-                                 "resort: passages otherwise end at paragraphs and "
-                                 "sentences); under half of passage_tokens.")
+    passage_overlap: int | None = Field(None, ge=0, description="Tokens that windows cut "
+                                        "out of one over-long sentence share (the last "
+                                        "resort: passages otherwise end at paragraphs and "
+                                        f"sentences); under half of passage_tokens. Default "
+                                        f"{PASSAGE_DEFAULT.overlap}, at most a quarter of "
+                                        "passage_tokens.")
 
 
 class PassagesOut(BaseModel):
