@@ -307,6 +307,46 @@ def test_search_shades_tokens_and_filters(browser: Any, server: str, api: httpx.
     shot(browser, shots, "search")
 
 
+def test_a_long_document_shows_its_best_passage_marked_and_the_whole_of_it(
+        browser: Any, server: str, api: httpx.Client, shots: Path) -> None:
+    paragraphs = [f"Paragraph {i} is about {topic}, and only about {topic}."
+                  for i, topic in enumerate(["rivers", "mountains", "deserts", "glaciers",
+                                             "volcanoes", "forests", "oceans", "islands"] * 6)]
+    paragraphs[41] = "The lighthouse keeper logs every passing ship in a leather ledger."
+    text = "# An atlas\n\n" + "\n\n".join(paragraphs)
+    assert api.post("/v1/collections", json={"name": "atlas"}).status_code == 201
+    r = api.post("/v1/collections/atlas/documents", json={"documents": [
+        {"id": "atlas", "text": text}, {"id": "other", "text": "a short note on ships"}]})
+    assert r.status_code == 200, r.text
+    login(browser, server, "/ui/search")
+    select(browser, "#search-form [name=collection]", "atlas")
+    fill(browser, "#search-form [name=query]", "lighthouse keeper ledger")
+    browser.find_element(By.CSS_SELECTOR, "#search-form button[type=submit]").click()
+    wait(browser, lambda d: d.find_elements(By.CSS_SELECTOR, "#hits .hit .passage-note"),
+         "the best passage's note")
+    hit = browser.find_element(By.CSS_SELECTOR, "#hits .hit[data-id=atlas]")
+    note = hit.find_element(By.CSS_SELECTOR, ".passage-note").text
+    want = api.post("/v1/collections/atlas/search",
+                    json={"query": "lighthouse keeper ledger"}).json()["hits"][0]
+    best = want["passages"][0]
+    assert want["id"] == "atlas" and "lighthouse" in best["text"]
+    assert note.startswith(f"best passage: {best['index'] + 1}, characters "
+                           f"{best['start']}–{best['end']}")
+    shown = hit.find_element(By.CSS_SELECTOR, ".text").text
+    assert shown.split() == best["text"].split()  # shaded: the encoder's cleaned text
+    # the query's words are marked in it, whole words (their tokens) and nothing else
+    marked = "".join(m.text for m in hit.find_elements(By.CSS_SELECTOR,
+                                                       ".text .tok.match, .text mark"))
+    assert "".join(c for c in marked.lower() if c.isalpha()) == "lighthousekeeperledger"
+    hit.find_element(By.CSS_SELECTOR, "button.whole").click()
+    whole = wait(browser, lambda d: d.find_elements(By.CSS_SELECTOR,
+                                                    "#hits .hit[data-id=atlas] .whole-text"),
+                 "the whole document")
+    assert whole[0].text == text.strip()
+    shot(browser, shots, "long-document")
+    api.delete("/v1/collections/atlas")
+
+
 def bar_weights(driver: Any, css: str) -> list[float]:
     return [float(n.text) for n in driver.find_elements(By.CSS_SELECTOR, f"{css} .num")]
 

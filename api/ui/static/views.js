@@ -69,11 +69,76 @@ async function runSearch(form) {
     h("span", {}, `score ${fmt(hit.score)}`), h("span", {}, `weight ${fmt(hit.weight)}`),
     Object.entries(hit.sources).map(([side, score]) => h("span", { class: `badge ${side}`,
       title: `found by ${side}` }, `${side} ${fmt(score)}`))),
-  h("p", { class: "text shaded" }, pooled && pooled[i + 1] ? shaded(pooled[i + 1].segments)
-    : hit.text),
+  passageNote(hit),
+  h("p", { class: "text shaded" }, matched(pooled && pooled[i + 1]
+    ? shaded(pooled[i + 1].segments) : [hit.text], body.query)),
+  wholeDocument(collection, hit),
   hit.value ? h("p", { class: "value" }, `value: ${hit.value}`) : null,
   metadataList(hit.metadata))));
   $("#search-results").hidden = false;
+}
+
+// A document of a collection with passages: which passage matched, and where it lies
+function passageNote(hit) {
+  const p = hit.passages && hit.passages[0];
+  if (!p || (p.index === 0 && hit.passages.length === 1 && p.start === 0)) return null;
+  const more = hit.passages.length > 1 ? ` (and passages ${hit.passages.slice(1)
+    .map((x) => x.index + 1).join(", ")})` : "";
+  return h("p", { class: "passage-note" }, `best passage: ${p.index + 1}, characters `
+    + `${p.start}–${p.end}${more}`);
+}
+
+// The query's words where they occur in a hit's text (the shaded tokens of one word, or
+// plain text), marked
+function matched(pieces, query) {
+  const words = new Set((query.toLowerCase().match(/[\p{L}\p{N}]+/gu) || [])
+    .filter((w) => w.length > 1));
+  if (!words.size) return pieces;
+  const out = [];
+  let word = [];
+  let letters = "";
+  const flush = () => {
+    const hit = words.has(letters.toLowerCase());
+    for (const el of word) {
+      if (hit && typeof el !== "string") el.classList.add("match");
+      out.push(hit && typeof el === "string" ? h("mark", {}, el) : el);
+    }
+    word = [];
+    letters = "";
+  };
+  for (const el of pieces) {
+    const text = typeof el === "string" ? el : el.textContent;
+    if (typeof el === "string" && /\s/u.test(text)) { // plain text: mark word by word
+      flush();
+      for (const part of text.split(/([\p{L}\p{N}]+)/u)) {
+        out.push(words.has(part.toLowerCase()) ? h("mark", {}, part) : part);
+      }
+      continue;
+    }
+    if (/^\s/u.test(text)) flush();
+    word.push(el);
+    letters += text.replace(/[^\p{L}\p{N}]/gu, "");
+    if (/[^\p{L}\p{N}]$/u.test(text)) flush();
+  }
+  flush();
+  return out;
+}
+
+// A button that shows the whole document in place of its best passage
+function wholeDocument(collection, hit) {
+  if (!hit.passages || (hit.passages.length === 1 && hit.passages[0].start === 0
+      && hit.passages[0].end === (hit.text || "").length)) return null;
+  const button = h("button", { type: "button", class: "whole" }, "whole document");
+  button.addEventListener("click", async () => {
+    try {
+      const doc = await api("GET", `/v1/collections/${enc(collection)}/documents/`
+        + `${encodeURIComponent(hit.id)}`);
+      button.replaceWith(h("pre", { class: "whole-text" }, doc.text));
+    } catch (e) {
+      showError(e);
+    }
+  });
+  return button;
 }
 
 // With no collection to search (a new store, or a key that sees none), the view is a short
