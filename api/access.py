@@ -52,6 +52,7 @@ def required_scope(method: str, route: str) -> str:
     if route.startswith("/v1/aliases") and method in ("PUT", "DELETE"):
         return "admin"
     if method in ("POST", "DELETE") and route in ("/v1/collections/{name}/documents",
+                                                  "/v1/collections/{name}/files",
                                                   "/v1/collections/{name}/tune"):
         return "write"
     return "read"

@@ -258,6 +258,26 @@ async def upsert_documents(name: CollectionName, body: s.DocumentsUpsert, reques
     return json_response({"upserted": n, "truncated": cut})
 
 
+@v1.post("/v1/collections/{name}/files", response_model=s.FileUpserted, tags=["documents"],
+         openapi_extra={"requestBody": {"required": True, "content": {
+             "application/octet-stream": {"schema": {"type": "string", "format": "binary"}}}}})
+async def upsert_file(name: CollectionName, request: Request,
+                      file: Annotated[str, Query(min_length=1, max_length=480, description=(
+                          "The file's name: its suffix says how to read it (.txt, .md, "
+                          ".html, .htm, .pdf)."))],
+                      id: Annotated[str | None, Query(min_length=1, max_length=488,
+                                                      description="The document's id "
+                                                      "(default: the file's name).")] = None,
+                      x_tenant: TenantHeader = None) -> Response:
+    """Upsert one document file, sent as the raw body: its text read as ``qkv index`` reads
+    a file (HTML's paragraphs and headings kept, a PDF's pages with pypdf), its metadata
+    ``source`` (the name) and ``format``. 422 for a file without text."""
+    doc = await service(request).collections.upsert_file(
+        name, file, await request.body(), tenant_of(x_tenant, None), id)
+    return json_response({"id": doc.id, "format": doc.metadata["format"],
+                          "characters": len(doc.text)})
+
+
 @v1.delete("/v1/collections/{name}/documents", response_model=s.DeleteResult,
            tags=["documents"])
 async def delete_documents(name: CollectionName, body: s.DocumentsDelete, request: Request,
@@ -267,7 +287,7 @@ async def delete_documents(name: CollectionName, body: s.DocumentsDelete, reques
     return json_response({"deleted": n})
 
 
-@v1.get("/v1/collections/{name}/documents/{doc_id}", response_model=s.DocumentOut,
+@v1.get("/v1/collections/{name}/documents/{doc_id:path}", response_model=s.DocumentOut,
         tags=["documents"])
 async def get_document(name: CollectionName, doc_id: str, request: Request,
                        include_vector: Annotated[bool, Query()] = False,

@@ -298,11 +298,11 @@ def plan(docs: Sequence[tuple[str, str, str | None, dict[str, Any]]], settings: 
     return p
 
 
-def _heads(store: VectorStore, collection: str, ids: Sequence[str], tenant: str | None
-           ) -> dict[str, Item]:
+def _heads(store: VectorStore, collection: str, ids: Sequence[str], tenant: str | None,
+           consistency: str = "Strong") -> dict[str, Item]:
     out: dict[str, Item] = {}
     for a in range(0, len(ids), ROWS_PER_CALL):
-        for it in store.get(collection, list(ids[a:a + ROWS_PER_CALL]), tenant):
+        for it in store.get(collection, list(ids[a:a + ROWS_PER_CALL]), tenant, consistency):
             out[it.id] = it
     return out
 
@@ -410,8 +410,8 @@ def depth(documents: int, limit: int) -> int:
     return min(limit, max(documents * 4, documents + 20))
 
 
-def _valid(store: VectorStore, collection: str, hits: Sequence[Hit], tenant: str | None
-           ) -> tuple[list[tuple[Hit, str, int, int, int]], dict[str, Hit | Item]]:
+def _valid(store: VectorStore, collection: str, hits: Sequence[Hit], tenant: str | None,
+           consistency: str) -> tuple[list[tuple[Hit, str, int, int, int]], dict[str, Hit | Item]]:
     """Each passage hit whose version its document's head names, with its document's id,
     its index and span; and the heads (those among the hits, the others fetched in one
     call). A passage of another version is left out: an unfinished write, or the old
@@ -421,7 +421,7 @@ def _valid(store: VectorStore, collection: str, hits: Sequence[Hit], tenant: str
     need = sorted({str(h.metadata[PART_KEY][0]) for h in hits
                    if isinstance(h.metadata.get(PART_KEY), list)} - set(heads))
     if need:
-        heads.update(_heads(store, collection, need, tenant))
+        heads.update(_heads(store, collection, need, tenant, consistency))
     out = []
     for h in hits:
         part = h.metadata.get(PART_KEY)
@@ -443,12 +443,13 @@ def _passage(h: Hit, i: int, a: int, b: int) -> dict[str, Any]:
 
 
 def group(store: VectorStore, collection: str, hits: Sequence[Hit], tenant: str | None,
-          passages_per_document: int = 3) -> list[Hit]:
+          consistency: str = "Session", passages_per_document: int = 3) -> list[Hit]:
     """Passage hits (best first) as document hits: each document once, scored by its best
     passage, with its id, value and metadata, its best passage's text and vector, and up to
     ``passages_per_document`` of its passages (``index``, ``start``, ``end``, ``score``,
-    ``text``, ``sources``), best first. Stale passages are left out (:func:`_valid`)."""
-    valid, heads = _valid(store, collection, hits, tenant)
+    ``text``, ``sources``), best first. Stale passages are left out (:func:`_valid`; the
+    heads read at the search's ``consistency``)."""
+    valid, heads = _valid(store, collection, hits, tenant, consistency)
     docs: dict[str, list[tuple[Hit, int, int, int]]] = {}
     for h, doc_id, i, a, b in valid:
         docs.setdefault(doc_id, [])
@@ -463,11 +464,11 @@ def group(store: VectorStore, collection: str, hits: Sequence[Hit], tenant: str 
     return out
 
 
-def as_passages(store: VectorStore, collection: str, hits: Sequence[Hit], tenant: str | None
-                ) -> list[Hit]:
+def as_passages(store: VectorStore, collection: str, hits: Sequence[Hit], tenant: str | None,
+                consistency: str = "Session") -> list[Hit]:
     """Passage hits as passages (``group_by_document: false``): each with its document's
     id, value and metadata, and its own place in it. Stale passages are left out."""
-    valid, heads = _valid(store, collection, hits, tenant)
+    valid, heads = _valid(store, collection, hits, tenant, consistency)
     return [Hit(id=doc_id, score=h.score, text=h.text, value=heads[doc_id].value,
                 metadata=user_metadata(h.metadata), vector=h.vector, sources=h.sources,
                 passages=[_passage(h, i, a, b)]) for h, doc_id, i, a, b in valid]

@@ -196,8 +196,10 @@ class VectorStore(Protocol):
 
     def delete(self, collection: str, ids: Sequence[str], tenant: str | None = None) -> None: ...
 
-    def get(self, collection: str, ids: Sequence[str], tenant: str | None = None) -> list[Item]:
-        """The items with these ids that exist, in the order asked (strong read)."""
+    def get(self, collection: str, ids: Sequence[str], tenant: str | None = None,
+            consistency: str = "Strong") -> list[Item]:
+        """The items with these ids that exist, in the order asked (a strong read, unless
+        a search's reads ask for its own ``consistency``)."""
         ...
 
     def search(

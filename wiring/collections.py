@@ -453,7 +453,8 @@ class Collections:
                     if info.passages:
                         shape = (long_docs.group if searches[i].group_by_document
                                  else long_docs.as_passages)
-                        shaped = await self.call(shape, self.store, name, hits, p.search.tenant)
+                        shaped = await self.call(shape, self.store, name, hits, p.search.tenant,
+                                                 p.search.consistency)
                         if len(shaped) < p.depth and len(hits) >= depth and depth < cap:
                             deeper.append(i)
                             continue
@@ -617,6 +618,21 @@ class Collections:
         await self._remember(name, info.name, docs, emb.vectors[firsts], tenant, model=model)
         self.tuner.wrote(info, n)
         return n, []
+
+    async def upsert_file(self, name: str, filename: str, data: bytes,
+                          tenant: str | None = None, doc_id: str | None = None) -> Document:
+        """Upsert one document file (text, Markdown, HTML, PDF: its text read as ``qkv
+        index`` reads it) as the document ``doc_id`` (default: ``filename``), its metadata
+        naming the file and its format. A file without text is invalid."""
+        from index.bulk.documents import text_of
+
+        try:
+            kind, text = await self.run(text_of, filename, data)
+        except ValueError as e:
+            raise InvalidError(f"file {filename!r}: {e}", "name") from e
+        doc = Document(doc_id or filename, text, None, {"source": filename, "format": kind})
+        await self.upsert(name, [doc], tenant)
+        return doc
 
     async def delete(self, name: str, ids: Sequence[str], tenant: str | None = None) -> int:
         """Delete documents by id (the tenant's) with all their passages, from the copy an

@@ -200,9 +200,14 @@ def run_ray(job: RayJob, manifest: Manifest, state_path: Path, workers: int,
     def open_and_create() -> VectorStore:
         store = open_store(job.store, token=job.token, timeout=job.timeout, bulk=True)
         try:
-            retrying(job, "create", lambda: store.create(
+            info = retrying(job, "create", lambda: store.create(
                 job.collection, job.encoder.dim, job.encoder,
                 hybrid=hybrid_default(store, job.collection, hybrid)), [0])
+            if info.passages:  # its workers write one row a document
+                raise ValueError(
+                    f"collection {job.collection!r} cuts its documents into passages, which "
+                    "--engine ray does not do yet: index it with --engine local, or into a "
+                    "collection made with --no-chunking")
         except BaseException:
             store.close()
             raise

@@ -48,6 +48,7 @@ from api.schemas.documents import (
     DocumentOut,
     DocumentsDelete,
     DocumentsUpsert,
+    FileUpserted,
     UpsertResult,
 )
 from api.schemas.embeddings import (
@@ -121,6 +122,7 @@ __all__ = [
     "DocumentOut",
     "DocumentsDelete",
     "DocumentsUpsert",
+    "FileUpserted",
     "EmbeddingData",
     "EmbeddingsRequest",
     "EmbeddingsResponse",

@@ -48,3 +48,9 @@ class DocumentOut(BaseModel):
     value: str | None
     metadata: dict[str, Any]
     vector: list[float] | None = None
+
+
+class FileUpserted(BaseModel):
+    id: str = Field(description="The document's id.")
+    format: str = Field(description="How it was read: text, markdown, html or pdf.")
+    characters: int = Field(description="Characters of text read from it.")

@@ -11,9 +11,10 @@ record with the reason (the job reports it by name and goes on).
 
 from __future__ import annotations
 
+import io
 import re
 from html.parser import HTMLParser
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Any
 
 DOCUMENT_SUFFIXES = {".txt": "text", ".text": "text", ".md": "markdown",
@@ -80,25 +81,39 @@ def html_text(html: str) -> str:
     return parser.text()
 
 
-def pdf_text(path: Path) -> str:
+def pdf_text(data: bytes) -> str:
     """A PDF's text, a page after another (pypdf); a blank line between pages."""
     from pypdf import PdfReader
 
-    reader = PdfReader(str(path))
+    reader = PdfReader(io.BytesIO(data))
     pages = [(page.extract_text() or "").strip() for page in reader.pages]
     return "\n\n".join(p for p in pages if p)
 
 
 def document_text(path: Path) -> str:
     """The text of a document file by its suffix; ``ValueError`` saying why it has none."""
-    kind = DOCUMENT_SUFFIXES.get(path.suffix.lower())
+    fmt(path.name)
+    return text_of(path.name, path.read_bytes())[1]
+
+
+def fmt(name: str) -> str:
+    """A document file's format by the suffix of its ``name``; ``ValueError`` for another."""
+    kind = DOCUMENT_SUFFIXES.get(PurePosixPath(name).suffix.lower())
     if kind is None:
-        raise ValueError(f"not a document file (known: {', '.join(sorted(DOCUMENT_SUFFIXES))})")
+        raise ValueError(f"{name!r} is not a document file (known suffixes: "
+                         f"{', '.join(sorted(DOCUMENT_SUFFIXES))})")
+    return kind
+
+
+def text_of(name: str, data: bytes) -> tuple[str, str]:
+    """(format, text) of a document file called ``name`` holding ``data``; ``ValueError``
+    saying why it has no text."""
+    kind = fmt(name)
     try:
         if kind == "pdf":
-            text = pdf_text(path)
+            text = pdf_text(data)
         else:
-            raw = path.read_bytes().decode("utf-8", errors="strict")
+            raw = data.decode("utf-8", errors="strict")
             text = html_text(raw) if kind == "html" else raw
     except UnicodeDecodeError as e:
         raise ValueError(f"not UTF-8 text ({e.reason} at byte {e.start})") from e
@@ -109,7 +124,7 @@ def document_text(path: Path) -> str:
     if not text.strip():
         raise ValueError("no text in it (a scanned PDF needs OCR first)" if kind == "pdf"
                          else "the file is empty")
-    return text
+    return kind, text
 
 
 def document_row(path: Path, root: Path | None) -> dict[str, Any]:

@@ -282,9 +282,9 @@ class FaissStore:
             self._append(info.name, {"op": "delete",
                                      "ids": [stored_id(tenant, i) for i in ids]})
 
-    def get(self, collection: str, ids: Sequence[str], tenant: str | None = None
-            ) -> list[Item]:
-        col = self._load(collection)
+    def get(self, collection: str, ids: Sequence[str], tenant: str | None = None,
+            consistency: str = "Strong") -> list[Item]:
+        col = self._load(collection)  # in process: every read sees every write
         check_tenant(col.info, tenant)
         keys = [stored_id(tenant, i) for i in dict.fromkeys(ids)]
         return [col.items[k] for k in keys if k in col.items]

@@ -24,13 +24,13 @@ def ids_after(call: Call, collection: str, after: str, timeout: float) -> list[s
 
 
 def rows_of(call: Call, collection: str, ids: Sequence[str], fields: list[str],
-            timeout: float) -> list[dict[str, Any]]:
+            timeout: float, consistency: str = "Strong") -> list[dict[str, Any]]:
     """The rows of those stored ids that exist, in no particular order."""
     out: list[dict[str, Any]] = []
     for start in range(0, len(ids), ROWS_PER_QUERY):
         expr = "id in [" + ", ".join(quote(k) for k in ids[start:start + ROWS_PER_QUERY]) + "]"
         out += call("query", lambda c, e=expr: c.query(  # type: ignore[misc]
-            collection, filter=e, output_fields=fields, consistency_level="Strong",
+            collection, filter=e, output_fields=fields, consistency_level=consistency,
             timeout=timeout))
     return out
 

@@ -17,6 +17,7 @@ import httpx
 import pytest
 from api_errors import error_of
 from fastapi.testclient import TestClient
+from pdfs import pdf_with
 from uvicorn_server import UvicornServer
 
 from index import MilvusStore
@@ -151,6 +152,30 @@ def test_a_document_past_the_limit_is_413_and_one_row_collections_say_so(
     body = assert_error(client.post(f"/v1/collections/{long_coll}/documents",
                                     json={"documents": [{"id": "x§1", "text": "t"}]}), 422)
     assert "§" in body["error"]
+
+
+def test_files_are_upserted_as_documents(client: TestClient, long_coll: str) -> None:
+    base = f"/v1/collections/{long_coll}"
+    md = ("# Care\n\n" + long_text("md", 10)).encode()
+    for name, data, fmt in (("guide/care.md", md, "markdown"),
+                            ("page.html", b"<h1>Hi</h1><p>an html page</p>", "html"),
+                            ("scan.pdf", pdf_with("a pdf of words"), "pdf")):
+        r = client.post(f"{base}/files", params={"file": name}, content=data,
+                        headers={"Content-Type": "application/octet-stream"})
+        assert r.status_code == 200, r.text
+        assert r.json()["id"] == name and r.json()["format"] == fmt
+        got = client.get(f"{base}/documents/{name}").json()
+        assert got["metadata"] == {"source": name, "format": fmt}
+    assert client.get(f"{base}/documents/guide/care.md").json()["text"] == md.decode()
+    assert "a pdf of words" in client.get(f"{base}/documents/scan.pdf").json()["text"]
+    r = client.post(f"{base}/files", params={"file": "notes.md", "id": "n1"}, content=b"x y")
+    assert r.status_code == 200 and r.json()["id"] == "n1"
+    body = assert_error(client.post(f"{base}/files", params={"file": "bad.pdf"},
+                                    content=b"%PDF-1.4 not really"), 422)
+    assert "bad.pdf" in body["error"]
+    body = assert_error(client.post(f"{base}/files", params={"file": "x.docx"},
+                                    content=b"PK"), 422)
+    assert ".pdf" in body["error"]  # the suffixes it reads
 
 
 @pytest.mark.slow

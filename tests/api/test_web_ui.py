@@ -347,6 +347,29 @@ def test_a_long_document_shows_its_best_passage_marked_and_the_whole_of_it(
     api.delete("/v1/collections/atlas")
 
 
+def test_document_files_upload_as_whole_documents(browser: Any, server: str,
+                                                 api: httpx.Client, tmp_path: Path) -> None:
+    from pdfs import pdf_with
+
+    assert api.post("/v1/collections", json={"name": "files"}).status_code == 201
+    md = tmp_path / "guide.md"
+    md.write_text("# Guide\n\n" + "\n\n".join(f"Step {i}: turn the dial." for i in range(60)))
+    pdf = tmp_path / "leaflet.pdf"
+    pdf.write_bytes(pdf_with("a leaflet about dials"))
+    login(browser, server, "/ui/collections")
+    select(browser, "#upload-form [name=collection]", "files")
+    browser.find_element(By.CSS_SELECTOR, "#upload-form [name=file]").send_keys(
+        f"{md}\n{pdf}")
+    browser.find_element(By.CSS_SELECTOR, "#upload-form button").click()
+    wait(browser, lambda d: d.find_element(By.ID, "upload-status").text.startswith(
+        "Uploaded 2"), "the upload of two files")
+    got = api.get("/v1/collections/files/documents/guide.md").json()
+    assert got["text"] == md.read_text() and got["metadata"]["format"] == "markdown"
+    got = api.get("/v1/collections/files/documents/leaflet.pdf").json()
+    assert "a leaflet about dials" in got["text"]
+    api.delete("/v1/collections/files")
+
+
 def bar_weights(driver: Any, css: str) -> list[float]:
     return [float(n.text) for n in driver.find_elements(By.CSS_SELECTOR, f"{css} .num")]
 

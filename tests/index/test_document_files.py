@@ -8,6 +8,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
+from pdfs import pdf_with
 
 from index import FaissStore
 from index import passages as P
@@ -27,28 +28,6 @@ def embed(texts: list[str]) -> np.ndarray:
         v = np.random.default_rng(abs(hash(t)) % 2**32).normal(size=DIM)
         out[i] = v / np.linalg.norm(v)
     return out
-
-
-def pdf_with(text: str) -> bytes:
-    """A one-page PDF whose page shows ``text`` (written by hand: offsets and all)."""
-    stream = f"BT /F1 12 Tf 72 720 Td ({text}) Tj ET".encode()
-    objects = [b"<< /Type /Catalog /Pages 2 0 R >>",
-               b"<< /Type /Pages /Kids [3 0 R] /Count 1 >>",
-               b"<< /Type /Page /Parent 2 0 R /MediaBox [0 0 612 792] /Contents 4 0 R "
-               b"/Resources << /Font << /F1 5 0 R >> >> >>",
-               b"<< /Length %d >>\nstream\n" % len(stream) + stream + b"\nendstream",
-               b"<< /Type /Font /Subtype /Type1 /BaseFont /Helvetica >>"]
-    out = bytearray(b"%PDF-1.4\n")
-    offsets = []
-    for i, body in enumerate(objects, 1):
-        offsets.append(len(out))
-        out += b"%d 0 obj\n" % i + body + b"\nendobj\n"
-    xref = len(out)
-    out += b"xref\n0 %d\n0000000000 65535 f \n" % (len(objects) + 1)
-    out += b"".join(b"%010d 00000 n \n" % o for o in offsets)
-    out += b"trailer\n<< /Size %d /Root 1 0 R >>\nstartxref\n%d\n%%%%EOF\n" % (
-        len(objects) + 1, xref)
-    return bytes(out)
 
 
 def long_text(tag: str, paragraphs: int = 12) -> str:

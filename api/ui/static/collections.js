@@ -168,14 +168,29 @@ function uploadProgress(message) {
     || `${upload.done} of ${upload.docs.length} documents uploaded to ${upload.collection}`;
 }
 
+// A document file (text, Markdown, HTML, PDF): sent as it is, read by the server as qkv
+// index reads it, one document named by the file
+const DOCUMENT_FILE = /\.(txt|text|md|markdown|html?|pdf)$/i;
+
 async function sendBatches() {
   const resume = $("#upload-resume");
   resume.hidden = true;
   while (upload.done < upload.docs.length) {
-    const batch = upload.docs.slice(upload.done, upload.done + CONFIG.upload_batch);
+    const next = upload.docs[upload.done];
+    let batch = [next];
+    if (!(next instanceof File)) {
+      batch = upload.docs.slice(upload.done, upload.done + CONFIG.upload_batch);
+      const file = batch.findIndex((d) => d instanceof File);
+      if (file >= 0) batch = batch.slice(0, file);
+    }
     try {
-      await api("POST", `/v1/collections/${enc(upload.collection)}/documents`,
-        { documents: batch });
+      if (next instanceof File) {
+        await api("POST", `/v1/collections/${enc(upload.collection)}/files?file=`
+          + `${encodeURIComponent(next.name)}`, next);
+      } else {
+        await api("POST", `/v1/collections/${enc(upload.collection)}/documents`,
+          { documents: batch });
+      }
     } catch (e) {
       uploadProgress(`Stopped after ${upload.done} of ${upload.docs.length} documents: the `
         + `batch from document ${upload.done + 1} failed. Resume sends it again.`);
@@ -193,15 +208,23 @@ async function sendBatches() {
 
 function initUpload() {
   onSubmit($("#upload-form"), async (form) => {
-    const file = form.file.files[0];
+    const files = [...form.file.files];
     const fields = { id: form.id_field.value, text: form.text_field.value,
       value: form.value_field.value || null };
     const docs = [], skipped = [];
-    for (const rec of readRecords(file.name, await file.text())) {
-      const doc = rec.error || toDocument(rec.row, fields);
-      if (typeof doc === "string") skipped.push(`line ${rec.line}: ${doc}`);
-      else docs.push(doc);
+    for (const file of files) {
+      if (DOCUMENT_FILE.test(file.name)) {
+        docs.push(file);
+        continue;
+      }
+      const where = files.length > 1 ? `${file.name} ` : "";
+      for (const rec of readRecords(file.name, await file.text())) {
+        const doc = rec.error || toDocument(rec.row, fields);
+        if (typeof doc === "string") skipped.push(`${where}line ${rec.line}: ${doc}`);
+        else docs.push(doc);
+      }
     }
+    const file = { name: files.map((f) => f.name).join(", ") };
     Object.assign(upload, { docs, done: 0, collection: form.collection.value, skipped });
     rememberCollection(upload.collection);
     const list = $("#upload-skipped");

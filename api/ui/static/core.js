@@ -43,11 +43,13 @@ async function api(method, path, body) {
   const headers = { Accept: "application/json" };
   const key = sessionStorage.getItem(KEY);
   if (key) headers.Authorization = `Bearer ${key}`;
-  if (body !== undefined) headers["Content-Type"] = "application/json";
+  const raw = body instanceof Blob; // a file sent as it is
+  if (body !== undefined) headers["Content-Type"] = raw ? "application/octet-stream"
+    : "application/json";
   let resp;
   try {
     resp = await fetch(path, { method, headers,
-      body: body === undefined ? undefined : JSON.stringify(body) });
+      body: body === undefined || raw ? body : JSON.stringify(body) });
   } catch (e) {
     throw new ApiError(0, "network", `the server did not answer (${e.message})`);
   }
