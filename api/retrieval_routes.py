@@ -60,7 +60,7 @@ def hits_out(hits: list[Hit], weights: np.ndarray, fields: Sequence[str]) -> lis
             d["metadata"] = h.metadata
         if "vector" in fields and h.vector is not None:
             d["vector"] = h.vector
-        if h.passages is not None:
+        if h.passages is not None and "passages" in fields:
             d["passages"] = (h.passages if "text" in fields else
                              [{k: v for k, v in p.items() if k != "text"} for p in h.passages])
         out.append(d)
@@ -147,5 +147,6 @@ async def generate(name: CollectionName, body: s.GenerateRequest, request: Reque
         beam=body.beam, max_tokens=body.max_tokens, return_attention=body.return_attention,
         knn=knn, tenant=tenant_of(x_tenant, body.tenant)))
     return json_response(with_seeding(svc, name, {
-        "text": g.text, "neighbours": hits_out(g.hits, g.weights, ["text", "value", "metadata"]),
+        "text": g.text, "neighbours": hits_out(g.hits, g.weights, ["text", "value", "metadata",
+                                                                 "passages"]),
         "weights": g.weights, "attention": g.attention, "knn": g.knn}))

@@ -122,6 +122,8 @@ def run_set(client: Any, name: str, texts: dict[str, str], queries: dict[str, st
                 run[qid] = {h["id"]: float(h["score"]) for h in r.json()["hits"]}
             fig[mode] = score_run(run, qrels)["ndcg@10"]
             fig[f"{mode}_p50_ms"] = round(1e3 * statistics.median(lat), 2)
+            if body.get("chunking", True) and mode != "bm25":
+                fig.update(aggregations(client, coll, mode, queries, qrels))
         lat = []
         for q in queries.values():
             t = time.perf_counter()
@@ -131,6 +133,33 @@ def run_set(client: Any, name: str, texts: dict[str, str], queries: dict[str, st
         out[label] = fig
         client.delete(f"/v1/collections/{coll}")
     return out
+
+
+AGGREGATIONS = {  # a document's score from its passages' scores, best first
+    "max": lambda s: s[0],
+    "max+0.1*2nd": lambda s: s[0] + 0.1 * (s[1] if len(s) > 1 else 0.0),
+    "mean_top2": lambda s: sum(s[:2]) / 2 if len(s) > 1 else s[0] / 2,
+}
+
+
+def aggregations(client: Any, coll: str, mode: str, queries: dict[str, str],
+                 qrels: dict[str, dict[str, int]]) -> dict[str, float]:
+    """nDCG@10 of other ways to score a document from its passages (the service takes the
+    best one's: ``max``), from the top 200 passages (``group_by_document: false``)."""
+    from index.beir import score_run
+
+    runs: dict[str, dict[str, dict[str, float]]] = {k: {} for k in AGGREGATIONS}
+    for qid, q in queries.items():
+        r = client.post(f"/v1/collections/{coll}/search",
+                        json={"query": q, "top_k": 200, "mode": mode, "fields": [],
+                              "group_by_document": False})
+        per: dict[str, list[float]] = {}
+        for h in r.json()["hits"]:
+            per.setdefault(h["id"], []).append(float(h["score"]))
+        for name, agg in AGGREGATIONS.items():
+            runs[name][qid] = {d: agg(s) for d, s in per.items()}
+    return {f"{mode}_agg_{name}": score_run(run, qrels)["ndcg@10"]
+            for name, run in runs.items()}
 
 
 def encoder_rate(svc: Any, texts: dict[str, str], size: int, overlap: int) -> dict[str, float]:
@@ -211,6 +240,13 @@ def main() -> None:
             lines.append(f"| {n} | {c} | {f['ingest_docs_per_s']} | "
                          f"{f.get('passages_per_doc', 1)} | {f.get('ingest_vs_encoder', '')} | "
                          f"{f['dense_p50_ms']} | {f['hybrid_p50_ms']} | {f['embed_p50_ms']} |")
+    aggs = [k for k in next(iter(results.values()))[configs[-1][0]] if "_agg_" in k]
+    lines += ["", f"Scoring a document from its passages ({configs[-1][0]}, top 200 passages; "
+              "the service: max), nDCG@10 ÷ BM25 of whole documents:", "",
+              "| set | " + " | ".join(aggs) + " |", "|---|" + "---|" * len(aggs)]
+    for n, r in results.items():
+        f = r[configs[-1][0]]
+        lines.append(f"| {n} | " + " | ".join(f"{f[a] / base[n]:.3f}" for a in aggs) + " |")
     text = "\n".join(lines)
     print(text)
     cmd = "python bench/long_documents.py " + shlex.join(sys.argv[1:])

@@ -19,7 +19,7 @@ import numpy as np
 
 from index import CollectionInfo, StoreError, VectorStore
 from index.hybrid.calibration import Mapping
-from wiring.tuning import Labels, check_labels, check_tunable, due, tune
+from wiring.tuning import Labels, check_labels, check_tunable, documents, due, tune
 
 EmbedAsync = Callable[..., Coroutine[Any, Any, Any]]
 
@@ -71,8 +71,9 @@ class Tuner:
     def _total(self, info: CollectionInfo) -> int:
         """Documents in the collection, every tenant's (a multi-tenant collection counts
         per tenant: its total comes with a sample of none)."""
-        return (self.store.sample(info.name, 0)[1] if info.multi_tenant
-                else self.store.count(info.name))
+        if info.multi_tenant:  # rows: with passages, a little more than documents
+            return self.store.sample(info.name, 0)[1]
+        return documents(self.store, info)
 
     def _queue(self, collection: str, reason: str) -> None:
         with self._lock:

@@ -28,6 +28,7 @@ from index.hybrid.calibration import (
     measure,
 )
 from index.hybrid.fusion import CANDIDATES
+from index.passages import count_filter, group
 from index.store import CollectionInfo, Item, UnsupportedError, VectorStore
 
 log = logging.getLogger(__name__)
@@ -89,7 +90,9 @@ def tune(store: VectorStore, collection: str, embed: Embed, mapping: Mapping,
         check_labels(store, info, labels)
         cal = _with_labels(store, info, embed, labels, default_weight, seed)
     else:
-        items, total = store.sample(info.name, POOL, seed)
+        items, total = store.sample(info.name, POOL, seed)  # passages, in one with passages
+        if total and info.passages and not info.multi_tenant:
+            total = documents(store, info)
         if total == 0:
             raise ValueError(f"collection {info.name!r} has no documents to calibrate on")
         kept, where = [it for it in items if it.text.strip()], None
@@ -104,6 +107,12 @@ def tune(store: VectorStore, collection: str, embed: Embed, mapping: Mapping,
     log.info("calibrated %s: dense weight %.3f (%s) in %.1f s", info.name, cal.dense_weight,
              cal.source, cal.seconds)
     return cal
+
+
+def documents(store: VectorStore, info: CollectionInfo) -> int:
+    """The documents of a single-tenant collection (with passages: its documents' first
+    rows, :mod:`index.passages`)."""
+    return store.count(info.name, None, count_filter() if info.passages else None)
 
 
 def _from_documents(items: list[Item], total: int, embed: Embed, mapping: Mapping,
@@ -138,9 +147,12 @@ def _with_labels(store: VectorStore, info: CollectionInfo, embed: Embed, labels:
     xq = embed(texts)
     dense = store.search(info.name, xq, CANDIDATES, mode="dense")
     bm25 = store.search(info.name, xq, CANDIDATES, query_text=texts, mode="bm25")
+    if info.passages:  # the judged ids are documents': each side's passages as documents
+        dense = [group(store, info.name, h, None, "Strong") for h in dense]
+        bm25 = [group(store, info.name, h, None, "Strong") for h in bm25]
     sides = {q: (d, b) for q, d, b in zip(qids, dense, bm25, strict=True)}
     w, signals = from_labels(sides, labels, default_weight, seed)
-    return Calibration(w, "labels", "judged queries (nDCG@10)", docs=store.count(info.name),
+    return Calibration(w, "labels", "judged queries (nDCG@10)", docs=documents(store, info),
                        queries=len(qids), seed=seed,
                        signals=signals,
                        note=f"best nDCG@10 over {len(qids)} judged queries; beats the "

@@ -61,7 +61,7 @@ class KnnOut(BaseModel):
 Consistency = Literal["Strong", "Session", "Bounded", "Eventually"]
 
 
-HitField = Literal["text", "value", "metadata", "vector"]
+HitField = Literal["text", "value", "metadata", "vector", "passages"]
 
 
 SearchMode = Literal["dense", "bm25", "hybrid"]
@@ -95,8 +95,10 @@ class SearchRequest(RequestBody):
                                           "is at least this (a cosine in dense mode, a BM25 "
                                           "score in bm25 mode, the fused score in hybrid).")
     filter: dict[str, Any] | None = Field(None, description=FILTER_HELP)
-    fields: list[HitField] = Field(["text", "value", "metadata"], description="Which fields "
-                                   "each hit carries besides id, score and weight.")
+    fields: list[HitField] = Field(["text", "value", "metadata", "passages"],
+                                   description="Which fields each hit carries besides id, "
+                                   "score and weight (`passages`: in a collection with "
+                                   "passages).")
     temperature: float | None = Field(None, gt=0, description="Softmax temperature of the "
                                       "hits' weights (default: the server's).")
     truncate: bool = True
@@ -121,7 +123,8 @@ class SearchRequest(RequestBody):
     group_by_document: bool = Field(True, description="In a collection with passages: one "
                                     "hit per document, scored by its best passage, with its "
                                     "best passages (true), or one hit per passage (false). "
-                                    "Hits carry `passages` either way.")
+                                    "Hits carry `passages` either way (with `passages` in "
+                                    "`fields`).")
 
 
 class SearchBatchRequest(RequestBody):

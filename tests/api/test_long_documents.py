@@ -93,6 +93,14 @@ def test_a_long_document_is_found_by_any_passage_and_read_back_whole(
     whole = [h["id"] for h in search(client, long_coll, query=q, top_k=4)["hits"]]
     page = [h["id"] for h in search(client, long_coll, query=q, top_k=2, offset=2)["hits"]]
     assert len(whole) == 4 and page == whole[2:]
+    # judged queries name documents: a tune scores the passages' documents against them
+    labels = [{"query": " ".join(f"{t}p{i}w{j}" for j in range(3, 9)), "relevant": [t]}
+              for t in ("a", "b", "c") for i in (2, 9, 12)]
+    r = client.post(f"/v1/collections/{long_coll}/tune", json={"labels": labels, "wait": True})
+    assert r.status_code == 200, r.text
+    cal = r.json()["calibration"]
+    assert cal["source"] == "labels" and cal["docs"] == 4 and cal["queries"] == 9
+    assert cal["signals"]["ndcg@10_bm25"] > 0.9, cal["signals"]  # the documents, found
     # attend weighs documents
     r = client.post(f"/v1/collections/{long_coll}/attend", json={"query": q, "top_k": 3})
     assert r.status_code == 200 and abs(sum(r.json()["weights"]) - 1) < 1e-4
