@@ -10,10 +10,12 @@ never FastAPI's default body.
 
 from __future__ import annotations
 
+import difflib
 import logging
 import os
 import re
-from collections.abc import Iterator
+import typing
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 import orjson
@@ -190,8 +192,46 @@ def _loc(e: Any) -> str:
     return ".".join(str(x) for x in e.get("loc", ()) if x != "body")
 
 
-def _validation_error(errors: list[Any]) -> ApiError:
-    parts = [f"{_loc(e) or 'body'}: {e.get('msg', 'invalid')}" for e in errors[:10]]
+def _model_at(model: Any, path: Sequence[Any]) -> Any:
+    """The request model found at ``path`` (field names and list indexes) inside ``model``,
+    or None."""
+    for part in path:
+        if isinstance(part, int):
+            continue
+        field = getattr(model, "model_fields", {}).get(part)
+        if field is None:
+            return None
+        model = _inner_model(field.annotation)
+    return model
+
+
+def _inner_model(t: Any) -> Any:
+    """The pydantic model inside an annotation (``X | None``, ``list[X]``, ``Annotated``)."""
+    if isinstance(t, type) and hasattr(t, "model_fields"):
+        return t
+    for arg in typing.get_args(t):
+        found = _inner_model(arg)
+        if found is not None:
+            return found
+    return None
+
+
+def _message(e: dict[str, Any], body_model: Any) -> str:
+    """One validation error in words; a field the request model does not have is named as
+    unknown, with the nearest field it has when one is close."""
+    where = _loc(e) or "body"
+    if e.get("type") != "extra_forbidden":
+        return f"{where}: {e.get('msg', 'invalid')}"
+    path = [x for x in e.get("loc", ()) if x != "body"]
+    known = list(getattr(_model_at(body_model, path[:-1]), "model_fields", {}))
+    close = difflib.get_close_matches(str(path[-1]) if path else "", known, n=1, cutoff=0.6)
+    hint = f"; did you mean {close[0]!r}?" if close else (
+        f"; the fields are {', '.join(known)}" if known else "")
+    return f"{where}: unknown field{hint}"
+
+
+def _validation_error(errors: list[Any], body_model: Any = None) -> ApiError:
+    parts = [_message(e, body_model) for e in errors[:10]]
     more = f" (and {len(errors) - 10} more)" if len(errors) > 10 else ""
     first = [str(x) for x in errors[0].get("loc", ()) if x != "body"] if errors else []
     return invalid("; ".join(parts) + more, first[0] if first else None)  # the field
@@ -228,7 +268,9 @@ def install(app: FastAPI) -> None:
 
     @app.exception_handler(RequestValidationError)
     async def _validation(request: Request, e: RequestValidationError) -> Response:
-        return error_response(_validation_error(list(e.errors())), request.url.path)
+        body_field = getattr(request.scope.get("route"), "body_field", None)
+        model = getattr(body_field, "type_", None)
+        return error_response(_validation_error(list(e.errors()), model), request.url.path)
 
     @app.exception_handler(StarletteHTTPException)
     async def _http(request: Request, e: StarletteHTTPException) -> Response:

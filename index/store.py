@@ -340,12 +340,19 @@ def check_encoder(info: CollectionInfo, encoder: EncoderInfo | None) -> None:
 def check_same(info: CollectionInfo, exist_ok: bool, dim: int, encoder: EncoderInfo | None,
                hybrid: bool, multi_tenant: bool) -> None:
     """Refuse to create a collection that exists (``exist_ok`` false) or exists otherwise."""
-    if (not exist_ok or info.dim != dim or info.encoder != encoder or info.hybrid != hybrid
-            or info.multi_tenant != multi_tenant):
-        raise CollectionExistsError(
-            f"collection {info.name!r} exists with dim {info.dim}, encoder {info.encoder}, "
-            f"hybrid={info.hybrid} and multi_tenant={info.multi_tenant}; asked for dim {dim}, "
-            f"encoder {encoder}, hybrid={hybrid} and multi_tenant={multi_tenant}")
+    def named(e: EncoderInfo | None) -> str:
+        return f"{e.name} (fingerprint {e.fingerprint})" if e is not None else "none"
+
+    differ = [f"{what} {has} (asked: {asked})" for what, has, asked in (
+        ("dimensions", info.dim, dim), ("encoder", named(info.encoder), named(encoder)),
+        ("hybrid", info.hybrid, hybrid), ("multi_tenant", info.multi_tenant, multi_tenant))
+        if has != asked]
+    if differ:
+        raise CollectionExistsError(f"collection {info.name!r} already exists with "
+                                    f"{', '.join(differ)}")
+    if not exist_ok:
+        raise CollectionExistsError(f"collection {info.name!r} already exists with the same "
+                                    "settings; use it, or delete it first to start over")
 
 
 def check_search_args(k: int, consistency: str) -> None:

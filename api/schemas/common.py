@@ -22,9 +22,10 @@ COLLECTION_NAME_HELP = ("Collection name: a letter or '_', then letters, digits,
 
 
 class RequestBody(BaseModel):
-    """A request body: JSON types as declared, nothing coerced."""
+    """A request body: JSON types as declared, nothing coerced, no field it does not name
+    (a misspelt one is a 422 naming it, never silently ignored)."""
 
-    model_config = ConfigDict(strict=True)
+    model_config = ConfigDict(strict=True, extra="forbid")
 
 
 class ErrorBody(BaseModel):
