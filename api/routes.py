@@ -126,7 +126,8 @@ async def create_collection(body: s.CollectionCreate, request: Request) -> Respo
     vectors) unless ``hybrid`` is false or the store has no BM25; ``hybrid: true`` on such a
     store is 409."""
     svc = service(request)
-    chunks = (body.passage_tokens, body.passage_overlap) if body.chunking else None
+    chunks = ((body.passage_tokens, body.passage_overlap, body.passage_pack) if body.chunking
+              else None)
     info = await svc.collections.create(body.name, body.model, body.dimensions, body.hybrid,
                                         body.multi_tenant, chunks)
     return json_response(_collection_out(svc, info, {}, 0), 201)

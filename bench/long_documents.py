@@ -163,14 +163,15 @@ def aggregations(client: Any, coll: str, mode: str, queries: dict[str, str],
             for name, run in runs.items()}
 
 
-def encoder_rate(svc: Any, texts: dict[str, str], size: int, overlap: int) -> dict[str, float]:
+def encoder_rate(svc: Any, texts: dict[str, str], size: int, overlap: int,
+                 pack: int | None) -> dict[str, float]:
     """Passages a document, and the encoder's own passages/s on them (no store, no HTTP)."""
     from index.passages import Settings, split
     from wiring.collections import token_counter
 
     served = svc.collections.encoders.default
     count = token_counter(served)
-    s = Settings(size, overlap)
+    s = Settings.sized(size, overlap, pack)
     parts = [p.embed for t in texts.values() for p in split(t, s, count)]
     t0 = time.perf_counter()
     served.encoder.encode(parts, batch_size=64)
@@ -187,6 +188,8 @@ def main() -> None:
     ap.add_argument("--queries", type=int, default=150, help="judged queries a set")
     ap.add_argument("--sizes", default="200", help="passage sizes (tokens) to compare")
     ap.add_argument("--overlap", type=int, default=32)
+    ap.add_argument("--packs", default="", help="passage packings (tokens) to compare at the "
+                    "last size, besides the default")
     add_results_arg(ap)
     args = ap.parse_args()
     from fastapi.testclient import TestClient
@@ -198,6 +201,9 @@ def main() -> None:
     configs: list[tuple[str, dict[str, Any]]] = [("one_row", {"chunking": False})]
     configs += [(f"p{s}", {"passage_tokens": s, "passage_overlap": args.overlap})
                 for s in sizes]
+    configs += [(f"p{sizes[-1]}k{k}", {"passage_tokens": sizes[-1], "passage_overlap":
+                                       args.overlap, "passage_pack": int(k)})
+                for k in args.packs.split(",") if k]
     db = VAR / "store.db"
     shutil.rmtree(db, ignore_errors=True)
     db.parent.mkdir(parents=True, exist_ok=True)
@@ -209,9 +215,10 @@ def main() -> None:
             texts, queries, qrels = joined(folder_of(args.data, name), args.docs, args.join,
                                            args.queries)
             res = run_set(client, name, texts, queries, qrels, configs)
-            for s in sizes:
-                res[f"p{s}"].update(encoder_rate(svc, texts, s, args.overlap))
-                f = res[f"p{s}"]
+            for label, body in configs[1:]:
+                res[label].update(encoder_rate(svc, texts, body["passage_tokens"],
+                                               args.overlap, body.get("passage_pack")))
+                f = res[label]
                 f["ingest_vs_encoder"] = round(f["ingest_docs_per_s"] * f["passages_per_doc"]
                                                / f["encoder_passages_per_s"], 3)
             results[name] = res

@@ -4,10 +4,12 @@ written, read, deleted and searched as one whole.
 **Cutting** (:func:`split`). A document is cut where its structure allows: at blank lines
 (paragraphs) and Markdown headings; a paragraph longer than a passage is cut between
 sentences, and a sentence longer than a passage into windows of words that overlap by
-``overlap`` tokens (the last resort). Small paragraphs are packed together up to ``size``
-tokens, never across a heading. The passages' spans cover the text exactly, in order (the
-whitespace between two passages belongs to the first), so the whole text is their
-concatenation; what is embedded is the span's text after the heading it sits under.
+``overlap`` tokens (the last resort). A paragraph is a passage of its own unless the passage
+before it holds fewer than ``pack`` tokens (a heading, a short line), never more than
+``size`` tokens together and never across a heading. The passages' spans cover the text
+exactly, in order (the whitespace between two passages belongs to the first), so the whole
+text is their concatenation; what is embedded is the span's text after the heading it sits
+under.
 
 **Rows.** Passage 0 is the *head*: the row with the document's own id, holding its first
 passage, its ``value`` and, in ``metadata["_qkv"]``, the document's version (``s``, a hash of
@@ -49,6 +51,7 @@ MAX_DOCUMENT_BYTES = 10_000_000
 SUFFIX_BYTES = 24  # what a passage id adds to its document's: §, 12 hex, §, up to 8 digits
 DEFAULT_SIZE = 200  # tokens (measured in bench/long_documents.py)
 DEFAULT_OVERLAP = 32
+DEFAULT_PACK = 48  # tokens; measured in bench/long_documents.py
 ROWS_PER_CALL = 512
 MAX_PASSAGES_SEARCHED = 16_384  # Milvus' largest top k
 Count = Callable[[Sequence[str]], list[int]]  # token counts of texts
@@ -66,6 +69,7 @@ class Settings:
 
     size: int = DEFAULT_SIZE
     overlap: int = DEFAULT_OVERLAP
+    pack: int = DEFAULT_PACK  # a passage of fewer tokens takes the next paragraph too
 
     def __post_init__(self) -> None:
         if not 16 <= self.size <= 4096:
@@ -73,19 +77,25 @@ class Settings:
         if not 0 <= self.overlap < self.size // 2:
             raise ValueError(f"passage overlap must be 0..{self.size // 2 - 1} tokens (under "
                              f"half the size), got {self.overlap}")
+        if self.pack < 0:
+            raise ValueError(f"passage packing must be 0 tokens or more, got {self.pack}")
 
     @classmethod
-    def sized(cls, size: int, overlap: int | None = None) -> Settings:
-        """``size`` tokens, and ``overlap`` (None: the default, at most a quarter of it)."""
-        return cls(size, min(DEFAULT_OVERLAP, size // 4) if overlap is None else overlap)
+    def sized(cls, size: int, overlap: int | None = None, pack: int | None = None
+              ) -> Settings:
+        """``size`` tokens, ``overlap`` and ``pack`` (None: the defaults, at most a quarter
+        of the size)."""
+        return cls(size, min(DEFAULT_OVERLAP, size // 4) if overlap is None else overlap,
+                   min(DEFAULT_PACK, size // 4) if pack is None else pack)
 
     def to_dict(self) -> dict[str, Any]:
-        return {"size": self.size, "overlap": self.overlap}
+        return {"size": self.size, "overlap": self.overlap, "pack": self.pack}
 
     @classmethod
     def of(cls, d: dict[str, Any] | None) -> Settings | None:
         """A collection's settings from its record (None: a collection without chunking)."""
-        return None if not d else cls(int(d["size"]), int(d["overlap"]))
+        return None if not d else cls(int(d["size"]), int(d["overlap"]),
+                                      int(d.get("pack", d["size"])))
 
 
 @dataclass(frozen=True)
@@ -169,9 +179,10 @@ def split(text: str, settings: Settings, count: Count) -> list[Passage]:
             heading = text[b.start:b.end].strip().lstrip("#").strip()
             cur, cur_tokens = (b.start, b.end), n
             continue
-        for a, e, k in _pieces(text, b.start, b.end, n, settings, count):
+        for j, (a, e, k) in enumerate(_pieces(text, b.start, b.end, n, settings, count)):
             overlapping = cur is not None and a < cur[1]
-            if cur is not None and (cur_tokens + k > settings.size or overlapping):
+            full = cur_tokens + k > settings.size or (j == 0 and cur_tokens >= settings.pack)
+            if cur is not None and (full or overlapping):
                 groups.append((*cur, heading))
                 cur = None
             if cur is None:

@@ -262,13 +262,14 @@ class Collections:
 
     async def create(self, name: str, model: str | None = None, dimensions: int | None = None,
                      hybrid: bool | None = None, multi_tenant: bool = False,
-                     passages: tuple[int, int | None] | None = (long_docs.DEFAULT_SIZE, None)
+                     passages: tuple[int, int | None, int | None] | None = (
+                         long_docs.DEFAULT_SIZE, None, None)
                      ) -> CollectionInfo:
         """A new collection for the encoder ``model`` (the default when None) at one of its
         sizes; hybrid unless the store has no BM25 (``hybrid: True`` there is a conflict);
-        its documents cut into ``passages`` of (size, overlap) tokens (None: one row each,
-        cut at the encoder's limit; overlap None: the default for the size). An existing
-        name is a conflict; writes are refused while the disk is full."""
+        its documents cut into ``passages`` of (size, overlap, pack) tokens (None: one row
+        each, cut at the encoder's limit; overlap and pack None: the defaults for the size).
+        An existing name is a conflict; writes are refused while the disk is full."""
         self.writable()
         try:
             chunks = long_docs.Settings.sized(*passages) if passages is not None else None

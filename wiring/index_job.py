@@ -54,7 +54,7 @@ class IndexJob:
     progress: bool = True
     hybrid: bool | None = None
     # a new collection's passages (tokens, overlap); None: one row a document
-    passages: tuple[int, int | None] | None = (DEFAULT_SIZE, None)
+    passages: tuple[int, int | None, int | None] | None = (DEFAULT_SIZE, None, None)
     tune: bool = True
     device: str | None = None
     encode_workers: int = 0

@@ -45,7 +45,7 @@ def job_config(collection: str, inputs: list[Path], store: str, fields: Fields,
                format: str | None, batch_size: int, shard: tuple[int, int], state_dir: Path,
                rejects: Path | None, restart: bool, retries: int, backoff_s: float,
                progress: bool, hybrid: bool | None = None,
-               passages: tuple[int, int | None] | None = (DEFAULT_SIZE, None)
+               passages: tuple[int, int | None, int | None] | None = (DEFAULT_SIZE, None, None)
                ) -> JobConfig:
     """The job's settings; its progress file ``state_dir/COLLECTION.shardIofN.KEY``, KEY a
     hash of what makes the job the same job (collection, inputs, fields, shard, store), so

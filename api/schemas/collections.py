@@ -126,6 +126,11 @@ class CollectionCreate(RequestBody):
                            "row, its text cut at the encoder's token limit.")
     passage_tokens: int = Field(PASSAGE_DEFAULT.size, ge=16, le=4096, description="A "
                                 "passage's size in the encoder's tokens (at most).")
+    passage_pack: int | None = Field(None, ge=0, description="A passage of fewer tokens "
+                                     "than this takes the next paragraph too (headings and "
+                                     "short lines join what follows). Default "
+                                     f"{PASSAGE_DEFAULT.pack}, at most a quarter of "
+                                     "passage_tokens.")
     passage_overlap: int | None = Field(None, ge=0, description="Tokens that windows cut "
                                         "out of one over-long sentence share (the last "
                                         "resort: passages otherwise end at paragraphs and "
@@ -137,6 +142,8 @@ class CollectionCreate(RequestBody):
 class PassagesOut(BaseModel):
     size: int = Field(description="A passage's size in tokens (at most).")
     overlap: int = Field(description="Tokens shared by windows of one over-long sentence.")
+    pack: int | None = Field(None, description="A passage of fewer tokens takes the next "
+                             "paragraph too.")
 
 
 class EncoderOut(BaseModel):
