@@ -230,7 +230,35 @@ def _message(e: dict[str, Any], body_model: Any) -> str:
     return f"{where}: unknown field{hint}"
 
 
-def _validation_error(errors: list[Any], body_model: Any = None) -> ApiError:
+def _unreadable(errors: list[Any], body: Any, content_type: str) -> ApiError | None:
+    """The one error of a body that is not JSON, in words: where the JSON breaks, or the
+    header that makes it read as JSON."""
+    if len(errors) != 1:
+        return None
+    e = errors[0]
+    if e.get("type") == "json_invalid":
+        loc = [x for x in e.get("loc", ()) if x != "body"]
+        pos = loc[0] if loc and isinstance(loc[0], int) else None
+        why = (e.get("ctx") or {}).get("error", "not JSON")
+        if pos is None or not isinstance(body, bytes | str):
+            return invalid(f"invalid JSON: {why}")
+        text = body.decode("utf-8", "replace") if isinstance(body, bytes) else body
+        line = text.count("\n", 0, pos) + 1
+        column = pos - (text.rfind("\n", 0, pos) + 1) + 1
+        return invalid(f"invalid JSON at line {line} column {column}: {why}")
+    if (tuple(e.get("loc", ())) == ("body",) and "json" not in content_type.lower()
+            and e.get("type") in ("model_attributes_type", "dict_type", "missing")):
+        sent = content_type or "no Content-Type"
+        return invalid(f"the body is read as JSON only with Content-Type: application/json "
+                       f"(this request sent {sent}); send that header")
+    return None
+
+
+def _validation_error(errors: list[Any], body_model: Any = None, body: Any = None,
+                      content_type: str = "application/json") -> ApiError:
+    unreadable = _unreadable(errors, body, content_type)
+    if unreadable is not None:
+        return unreadable
     parts = [_message(e, body_model) for e in errors[:10]]
     more = f" (and {len(errors) - 10} more)" if len(errors) > 10 else ""
     first = [str(x) for x in errors[0].get("loc", ()) if x != "body"] if errors else []
@@ -269,8 +297,11 @@ def install(app: FastAPI) -> None:
     @app.exception_handler(RequestValidationError)
     async def _validation(request: Request, e: RequestValidationError) -> Response:
         body_field = getattr(request.scope.get("route"), "body_field", None)
-        model = getattr(body_field, "type_", None)
-        return error_response(_validation_error(list(e.errors()), model), request.url.path)
+        model = _inner_model(getattr(getattr(body_field, "field_info", None), "annotation",
+                                     None))
+        return error_response(_validation_error(
+            list(e.errors()), model, e.body, request.headers.get("content-type", "")),
+            request.url.path)
 
     @app.exception_handler(StarletteHTTPException)
     async def _http(request: Request, e: StarletteHTTPException) -> Response:

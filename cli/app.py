@@ -18,6 +18,9 @@ def main(verbose: bool = typer.Option(False, "--verbose", "-v", help="Debug logg
         level=logging.DEBUG if verbose else logging.INFO,
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
+    # faiss probes for builds it does not ship (AVX-512, AVX2) and logs each miss as a
+    # ModuleNotFoundError at INFO on every start, which reads as an error (issue 75)
+    logging.getLogger("faiss.loader").setLevel(logging.DEBUG if verbose else logging.WARNING)
 
 
 encoder.register(app)

@@ -197,9 +197,10 @@ class VectorStore(Protocol):
     def delete(self, collection: str, ids: Sequence[str], tenant: str | None = None) -> None: ...
 
     def get(self, collection: str, ids: Sequence[str], tenant: str | None = None,
-            consistency: str = "Strong") -> list[Item]:
+            consistency: str = "Strong", brief: bool = False) -> list[Item]:
         """The items with these ids that exist, in the order asked (a strong read, unless
-        a search's reads ask for its own ``consistency``)."""
+        a search's reads ask for its own ``consistency``; ``brief``: their ids, values and
+        metadata, text and vector left empty where the backend can skip them)."""
         ...
 
     def search(

@@ -331,8 +331,10 @@ class Collections:
         self.writable()
         info = await self.describe(name)
         cal = await self.call(manual, self.store, info.name, dense_weight)
-        return {"collection": info.name, "state": "done", "reason": "set by hand",
-                "calibration": cal.to_dict()}
+        state = {"collection": info.name, "state": "done", "reason": "set by hand",
+                 "calibration": cal.to_dict()}
+        self.tuner.set_by_hand(info.name, state)
+        return state
 
     async def start_tune(self, name: str, labels: Labels | None, seed: int
                          ) -> tuple[CollectionInfo, Future[dict[str, Any]]]:
@@ -444,23 +446,16 @@ class Collections:
             todo = list(rows)
             while todo:  # deeper while a document-heavy top holds too few documents
                 texts = [searches[i].query or "" for i in todo] if p.mode != "dense" else None
-                res = await self.call(self.store.search, name, xq[todo], depth, p.filter,
-                                      self.info_for(info.dim, model),
-                                      with_vectors or p.mode != "dense", p.search.consistency,
-                                      texts, p.mode, p.search.fusion, weights[rows[0]][0],
-                                      p.search.tenant)
+                res = await self.call(
+                    self._store_search, info, name, [searches[i] for i in todo], xq[todo],
+                    depth, p, self.info_for(info.dim, model), with_vectors, texts,
+                    weights[rows[0]][0])
                 deeper = []
-                for i, hits in zip(todo, res, strict=True):
-                    if info.passages:
-                        shape = (long_docs.group if searches[i].group_by_document
-                                 else long_docs.as_passages)
-                        shaped = await self.call(shape, self.store, name, hits, p.search.tenant,
-                                                 p.search.consistency)
-                        if len(shaped) < p.depth and len(hits) >= depth and depth < cap:
-                            deeper.append(i)
-                            continue
-                        hits = shaped
-                    found[i] = hits
+                for i, (hits, shaped) in zip(todo, res, strict=True):
+                    if len(shaped) < p.depth and len(hits) >= depth and depth < cap:
+                        deeper.append(i)
+                        continue
+                    found[i] = shaped
                 todo, depth = deeper, min(cap, depth * 4)
         out = []
         for i, p in enumerate(plans):
@@ -470,6 +465,23 @@ class Collections:
             out.append(Neighbours(hits, xq[i], p.mode, cut[i],
                                   weights[i] if p.mode == "hybrid" else None))
         return out
+
+    def _store_search(self, info: CollectionInfo, name: str, searches: Sequence[Search],
+                      xq: np.ndarray, depth: int, p: _Plan, enc: EncoderInfo,
+                      with_vectors: bool, texts: list[str] | None, weight: float
+                      ) -> list[tuple[list[Hit], list[Hit]]]:
+        """One store search of a group (on a worker thread), and each query's hits as they
+        came and as the request wants them: in a collection with passages, grouped into
+        documents (or kept as passages), in the same thread."""
+        s = p.search
+        res = self.store.search(name, xq, depth, p.filter, enc, with_vectors or p.mode != "dense",
+                                s.consistency, texts, p.mode, s.fusion, weight, s.tenant)
+        if not info.passages:
+            return [(hits, hits) for hits in res]
+        return [(hits, long_docs.group(self.store, name, hits, s.tenant, s.consistency, p.depth)
+                 if one.group_by_document else
+                 long_docs.as_passages(self.store, name, hits, s.tenant, s.consistency))
+                for one, hits in zip(searches, res, strict=True)]
 
     async def attend(self, name: str, search: Search, temperature: float | None = None
                      ) -> Attended:

@@ -75,6 +75,16 @@ class Tuner:
             return self.store.sample(info.name, 0)[1]
         return documents(self.store, info)
 
+    def set_by_hand(self, collection: str, state: dict[str, Any]) -> None:
+        """A weight set by hand is the collection's last tune (a job's older result would
+        show another weight beside it)."""
+        now = time.time()
+        with self._lock:
+            job = self._jobs.get(collection)
+            if job is None or job["state"] not in ("queued", "running"):
+                self._jobs[collection] = {**state, "queued_at": now, "started_at": now,
+                                          "finished_at": now}
+
     def _queue(self, collection: str, reason: str) -> None:
         with self._lock:
             self._jobs[collection] = {"collection": collection, "state": "queued",

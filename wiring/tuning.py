@@ -109,6 +109,17 @@ def tune(store: VectorStore, collection: str, embed: Embed, mapping: Mapping,
     return cal
 
 
+def _labels_note(queries: int, signals: dict[str, Any]) -> str:
+    """What a tune on judged queries decided, in words."""
+    if signals["kept_default"]:
+        return (f"the encoder default kept: no weight scored better on {queries} judged "
+                f"queries (nDCG@10 {signals['ndcg@10_default']:.3f})")
+    return (f"best nDCG@10 over {queries} judged queries ({signals['ndcg@10']:.3f} against "
+            f"{signals['ndcg@10_default']:.3f} at the default); better than the encoder "
+            f"default in {signals['beats_default']:.0%} of bootstrap resamples, the same in "
+            f"{signals['ties_default']:.0%}")
+
+
 def documents(store: VectorStore, info: CollectionInfo) -> int:
     """The documents of a single-tenant collection (with passages: its documents' first
     rows, :mod:`index.passages`)."""
@@ -155,9 +166,7 @@ def _with_labels(store: VectorStore, info: CollectionInfo, embed: Embed, labels:
     return Calibration(w, "labels", "judged queries (nDCG@10)", docs=documents(store, info),
                        queries=len(qids), seed=seed,
                        signals=signals,
-                       note=f"best nDCG@10 over {len(qids)} judged queries; beats the "
-                            f"encoder default in {signals['beats_default']:.0%} of bootstrap "
-                            "resamples")
+                       note=_labels_note(len(qids), signals))
 
 
 def due(info: CollectionInfo, count: int, min_docs: int = AUTO_MIN_DOCS) -> bool:

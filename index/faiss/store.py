@@ -283,7 +283,7 @@ class FaissStore:
                                      "ids": [stored_id(tenant, i) for i in ids]})
 
     def get(self, collection: str, ids: Sequence[str], tenant: str | None = None,
-            consistency: str = "Strong") -> list[Item]:
+            consistency: str = "Strong", brief: bool = False) -> list[Item]:
         col = self._load(collection)  # in process: every read sees every write
         check_tenant(col.info, tenant)
         keys = [stored_id(tenant, i) for i in dict.fromkeys(ids)]

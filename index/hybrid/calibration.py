@@ -269,7 +269,9 @@ def from_labels(sides: dict[str, tuple[list[Hit], list[Hit]]], labels: Labels,
     """The weight of :data:`GRID` with the best mean nDCG@10 on judged queries, from each
     query's (dense, BM25) hits searched :data:`CANDIDATES` deep; and how sure that is:
     over ``rounds`` bootstrap resamples of the queries, how often the chosen weight scores
-    at least as well as ``default_weight``, and the 10th–90th percentile of the best weight.
+    better than ``default_weight`` and how often the same (a tie is no win), and the
+    10th–90th percentile of the best weight. The default is kept when no weight scores
+    better than it on the judged queries.
     """
     qrels = {q: rel for q, (_, rel) in labels.items()}
     weights = sorted({*GRID, default_weight})
@@ -283,16 +285,21 @@ def from_labels(sides: dict[str, tuple[list[Hit], list[Hit]]], labels: Labels,
         per[w] = np.array([nd[q] for q in sorted(qrels)])
     mean = {w: float(v.mean()) for w, v in per.items()}
     chosen = best_weight({w: mean[w] for w in GRID})
+    if mean[chosen] <= mean[default_weight] + 1e-9:  # nothing gained: the default stays
+        chosen = default_weight
     rng = np.random.default_rng(seed)
     n = len(qrels)
-    wins, bests = 0, []
+    wins, ties, bests = 0, 0, []
     for _ in range(rounds):
         idx = rng.integers(0, n, n)
         boot = {w: float(per[w][idx].mean()) for w in GRID}
         bests.append(best_weight(boot))
-        wins += per[chosen][idx].mean() >= per[default_weight][idx].mean()
+        gain = per[chosen][idx].mean() - per[default_weight][idx].mean()
+        wins += gain > 1e-9
+        ties += abs(gain) <= 1e-9
     return chosen, {
         "ndcg@10": round(mean[chosen], 4), "ndcg@10_default": round(mean[default_weight], 4),
         "ndcg@10_bm25": round(mean[0.0], 4), "ndcg@10_dense": round(mean[1.0], 4),
-        "beats_default": round(wins / rounds, 3),
+        "beats_default": round(wins / rounds, 3), "ties_default": round(ties / rounds, 3),
+        "kept_default": chosen == default_weight,
         "weight_p10_p90": [float(np.percentile(bests, 10)), float(np.percentile(bests, 90))]}

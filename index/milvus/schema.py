@@ -100,14 +100,15 @@ def bm25_query(text: str) -> str:
     return kept if kept.strip(" \t\n\r.,;:!?'\"()-") else text
 
 
-def item_fields(multi_tenant: bool) -> list[str]:
-    """The fields a read of whole items asks for."""
-    return [*OUTPUT_FIELDS, "vector", *([TENANT_FIELD] if multi_tenant else [])]
+def item_fields(multi_tenant: bool, brief: bool = False) -> list[str]:
+    """The fields a read of whole items asks for (``brief``: id, value and metadata)."""
+    fields = ["id", "value", "metadata"] if brief else [*OUTPUT_FIELDS, "vector"]
+    return [*fields, *([TENANT_FIELD] if multi_tenant else [])]
 
 
 def item(row: dict[str, Any], multi_tenant: bool = False) -> Item:
     return Item(id=local_id(str(row["id"]), multi_tenant),
-                vector=np.asarray(row["vector"], dtype=np.float32),
+                vector=np.asarray(row.get("vector", ()), dtype=np.float32),
                 text=row.get("text") or "", value=row.get("value") or None,
                 metadata=dict(row.get("metadata") or {}), tenant=row.get(TENANT_FIELD))
 

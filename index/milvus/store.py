@@ -339,7 +339,7 @@ class MilvusStore:
             self._wrote(collection, len(ids))
 
     def get(self, collection: str, ids: Sequence[str], tenant: str | None = None,
-            consistency: str = "Strong") -> list[Item]:
+            consistency: str = "Strong", brief: bool = False) -> list[Item]:
         collection = self._aliases.resolve(collection)
         info = self._ready(collection)
         check_tenant(info, tenant)
@@ -347,7 +347,7 @@ class MilvusStore:
         if not ids:
             return []
         keys = {stored_id(tenant, i): i for i in ids}
-        fields = item_fields(info.multi_tenant)
+        fields = item_fields(info.multi_tenant, brief)
         rows = rows_of(self._call, collection, list(keys), fields, self.timeout, consistency)
         by_id = {str(r["id"]): r for r in rows}
         return [item(by_id[k], info.multi_tenant) for k in keys if k in by_id]

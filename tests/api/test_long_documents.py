@@ -35,7 +35,7 @@ def long_coll(client: TestClient) -> Iterator[str]:
     name = "ld_" + uuid.uuid4().hex[:10]
     r = client.post("/v1/collections", json={"name": name, "passage_tokens": 64})
     assert r.status_code == 201, r.text
-    assert r.json()["passages"] == {"size": 64, "overlap": 16, "pack": 16}
+    assert r.json()["passages"] == {"size": 64, "overlap": 16, "pack": 8}
     yield name
     client.delete(f"/v1/collections/{name}")
 

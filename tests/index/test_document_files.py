@@ -54,7 +54,7 @@ def test_a_folder_of_documents_is_indexed_whole_and_a_bad_file_skipped(tmp_path:
     assert s.complete and s.written == 4 and s.rejected == 1
     (reject,) = [json.loads(x) for x in (tmp_path / "rejects.jsonl").read_text().splitlines()]
     assert "broken.pdf" in reject["reason"]
-    assert store.describe("files").passages == {"size": 40, "overlap": 8, "pack": 48}
+    assert store.describe("files").passages == {"size": 40, "overlap": 8, "pack": 8}
     got = P.read(store, "files", "a.txt")
     assert got is not None and got[0].text == long_text("a") and got[1] > 5
     assert got[0].metadata == {"source": "a.txt", "format": "text"}
