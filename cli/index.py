@@ -113,7 +113,13 @@ def index(
     from wiring import runtime
 
     runtime.configure()
-    from index import Fields, StoreError, StoreUnavailableError, collection_name
+    from index import (
+        Fields,
+        StoreError,
+        StoreLockedError,
+        StoreUnavailableError,
+        collection_name,
+    )
     from index.bulk.corpus import parse_shard
     from wiring.indexing import IndexJob, RayOptions, run_index
 
@@ -177,8 +183,8 @@ def index(
                        bulk_dir=bulk_dir, bulk_rows=bulk_rows, s3_endpoint=s3_endpoint))
     try:
         out = run_index(job)
-    except StoreUnavailableError as e:
-        typer.echo(f"error: {explain(e)}", err=True)
+    except (StoreUnavailableError, StoreLockedError) as e:
+        typer.echo(f"error: {e if isinstance(e, StoreLockedError) else explain(e)}", err=True)
         raise typer.Exit(EXIT_UNAVAILABLE) from e
     except (StoreError, ValueError) as e:
         typer.echo(f"error: {explain(e)}", err=True)
@@ -199,6 +205,9 @@ def index(
     if out.summary.total_rejected:
         typer.echo(f"{out.summary.total_rejected} rows rejected; see "
                    f"{out.config.rejects_path}", err=True)
+        hint = out.summary.field_hint(out.config.fields)
+        if hint is not None:
+            typer.echo(hint, err=True)
         raise typer.Exit(EXIT_REJECTED)
 
 

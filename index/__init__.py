@@ -27,6 +27,7 @@ from index.store import (
     StoreDamagedError,
     StoreError,
     StoreFullError,
+    StoreLockedError,
     StoreUnavailableError,
     UnsupportedError,
     VectorStore,
@@ -73,8 +74,8 @@ __all__ = [
     "And", "Attention", "CollectionExistsError", "CollectionInfo", "CollectionNotFoundError",
     "Condition", "EncoderInfo", "EncoderMismatchError", "FaissStore", "Fields", "Filter", "Hit",
     "Item", "JobConfig", "JobSummary", "MilvusStore", "Or", "StoreDamagedError",
-    "StoreError", "StoreFullError", "StoreUnavailableError", "VectorStore", "attend",
-    "attend_hits", "bulk_index",
+    "StoreError", "StoreFullError", "StoreLockedError", "StoreUnavailableError", "VectorStore",
+    "attend", "attend_hits", "bulk_index",
     "collection_name", "hybrid_default", "matches", "open_store", "parse_filter",
     "resolve_mode", "softmax", "to_milvus_expr",
 ]

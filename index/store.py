@@ -69,6 +69,10 @@ class StoreUnavailableError(StoreError):
     """The store cannot be reached (server down, timeout). Retrying later may succeed."""
 
 
+class StoreLockedError(StoreError):
+    """A Milvus Lite file another process holds: retrying does not help while it runs."""
+
+
 class StoreDamagedError(StoreUnavailableError):
     """The store failed at the file level (full disk, I/O error) and is being re-opened from
     its write-ahead log: writes wait until every collection answers again."""

@@ -175,7 +175,7 @@ def run_index(job: IndexJob) -> IndexOutcome:
         summary = index_files(collection, job.inputs, config, job.store, job.model, job.token,
                               job.timeout, job.device, job.encode_workers)
     out = IndexOutcome(summary, config, collection)
-    if job.tune and summary.complete and job.shard[1] == 1:
+    if job.tune and summary.complete and job.shard[1] == 1 and summary.total_written:
         out.calibration, out.calibration_error = tune_after(job.store, collection, job.model,
                                                             job.token, job.timeout)
     if job.alias is not None and summary.complete:

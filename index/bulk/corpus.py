@@ -204,7 +204,9 @@ def parse_record(rec: Record, fields: Fields, max_text: int = MAX_TEXT_BYTES
 
 def reject(path: Path, rec: Record, reason: str) -> dict[str, Any]:
     """A line of the rejects file."""
-    return {"file": str(path), "line": rec.line, "reason": reason, "raw": rec.raw}
+    raw = rec.raw or (json.dumps(rec.row, ensure_ascii=False, default=str)[:2000]
+                      if rec.row is not None else "")
+    return {"file": str(path), "line": rec.line, "reason": reason, "raw": raw}
 
 
 def to_fields(

@@ -87,6 +87,18 @@ class JobSummary:
     total_written: int = 0
     total_rejected: int = 0
     complete: bool = False
+    # the fields of rows rejected for want of the id or text field (what they have instead)
+    fields_of_rejected: list[str] = field(default_factory=list)
+
+    def field_hint(self, fields: Fields) -> str | None:
+        """When no row was written and rows lacked the id or text field: which fields the
+        rows have, and the option that names the right one."""
+        if self.total_written or not self.fields_of_rejected:
+            return None
+        return (f"every row lacked the id field {fields.id!r} or the text field "
+                f"{fields.text!r}; the rows have the fields "
+                f"{', '.join(self.fields_of_rejected)}: name them with --id-field and "
+                "--text-field")
 
     @property
     def docs_per_s(self) -> float:
@@ -169,6 +181,7 @@ class BulkJob:
         self.formats = [detect_format(p, config.format if root is None else None)
                         for p, root in files]
         self.count = count  # token counts: what cuts documents into passages
+        self.seen: set[str] = set()  # fields of rows that lacked the id or text field
         self.passages: Settings | None = None
         self.encoder, self.config = encoder, config
         self.state = _load_state(config.state_path, job)
@@ -208,6 +221,7 @@ class BulkJob:
         s = self.summary
         s.seconds = time.perf_counter() - t0
         s.total_written, s.total_rejected, s.complete = st.written, st.rejected, st.done
+        s.fields_of_rejected = sorted(self.seen)
         return s
 
     def _pipeline(self) -> None:
@@ -272,6 +286,9 @@ class BulkJob:
                 if isinstance(parsed, str):  # each bad row is reported by one shard only
                     if rec.line % n_shards == shard_i:
                         batch.rejects.append(reject(path, rec, parsed))
+                    if parsed.startswith(("missing id field", "missing text field")) and \
+                            rec.row is not None and len(self.seen) < 1000:
+                        self.seen.update(rec.row)
                 elif shard_of(parsed[0], n_shards) != shard_i:
                     self.summary.skipped_other_shards += 1
                 else:

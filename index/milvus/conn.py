@@ -13,6 +13,7 @@ from index.store import (
     StoreDamagedError,
     StoreError,
     StoreFullError,
+    StoreLockedError,
     StoreUnavailableError,
 )
 
@@ -25,10 +26,14 @@ _UNAVAILABLE_MARKERS = ("unavailable", "deadline", "fail connecting", "timeout",
 
 class LiteNoise(logging.Filter):
     """Milvus Lite's in-process gRPC server logs a traceback each time pymilvus asks it for a
-    timestamp (``AllocTimestamp``, unimplemented there, harmless); drop just those."""
+    timestamp (``AllocTimestamp``, unimplemented there, harmless), and its server manager
+    one when another process holds the file (which the store reports in one line:
+    :func:`failure`); drop just those."""
 
     def filter(self, record: logging.LogRecord) -> bool:
         exc = record.exc_info[1] if record.exc_info else None
+        if type(exc).__name__ == "DataDirLockedError":
+            return False
         return not isinstance(exc, NotImplementedError)
 
 
@@ -58,6 +63,13 @@ def failure(what: str, e: Exception, uri: str) -> StoreError:
     """The store's error for a failed Milvus call (the store's own text in ``detail``)."""
     if is_missing(e):
         return CollectionNotFoundError(f"no such collection (Milvus {what})", str(e))
+    if "://" not in uri and "open local milvus failed" in str(e).lower():
+        # milvus_lite's DataDirLockedError, which it logs and pymilvus hides behind this
+        return StoreLockedError(
+            f"the Milvus Lite file {uri} is held by another process (a running qkv serve?): "
+            "stop that process first, or send the documents to the running service through "
+            "its API, or use a Milvus server that many processes share (--store "
+            "http://HOST:19530)", str(e))
     if is_unavailable(e):
         return StoreUnavailableError(f"Milvus unreachable ({what})", f"{uri}: {e}")
     if "://" not in uri and is_io_failure(e):
@@ -101,9 +113,10 @@ def connect(uri: str, token: str, timeout: float) -> Any:
 
         lite_fixes.install()  # Lite runs in this process: its races mended,
         lite_speed.install()  # and its search paths without the rescans
-        grpc_log = logging.getLogger("grpc._server")
-        if not any(isinstance(f, LiteNoise) for f in grpc_log.filters):
-            grpc_log.addFilter(LiteNoise())
+        for name in ("grpc._server", "milvus_lite.server_manager"):
+            noisy = logging.getLogger(name)
+            if not any(isinstance(f, LiteNoise) for f in noisy.filters):
+                noisy.addFilter(LiteNoise())
         Path(uri).expanduser().resolve().parent.mkdir(parents=True, exist_ok=True)
     # A dedicated connection: pymilvus shares one per URI otherwise, and a shared one that
     # saw the server go away stays broken after close().

@@ -151,3 +151,49 @@ def test_qkv_tune_by_hand_from_documents_and_on_labels(tmp_path: Path,
         assert store.describe("c").calibration["source"] == "labels"  # type: ignore[index]
     finally:
         store.close()
+
+
+def test_a_store_another_process_holds_is_one_line_and_exit_75(tmp_path: Path,
+                                                              tiny_model_dir: Path) -> None:
+    corpus = write_corpus(tmp_path / "c.jsonl")
+    db = tmp_path / "held.db"
+    holder = subprocess.Popen([sys.executable, "-c", (
+        "import sys, time\nfrom index import MilvusStore\n"
+        f"s = MilvusStore({str(db)!r}); s.list_collections(); print('held', flush=True)\n"
+        "time.sleep(60)")], stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout is not None and holder.stdout.readline().strip() == "held"
+        t0 = time.monotonic()
+        done = subprocess.run(qkv_index(["--collection", "c", "--input", str(corpus),
+                                         "--store", str(db), "--model", str(tiny_model_dir),
+                                         "--state-dir", str(tmp_path / "st"),
+                                         "--no-progress"]),
+                              capture_output=True, text=True, timeout=120, check=False)
+    finally:
+        holder.kill()
+        holder.wait()
+    assert done.returncode == 75, done.stderr[-2000:]
+    assert time.monotonic() - t0 < 30  # no retries: waiting does not free the file
+    errors = [x for x in done.stderr.splitlines() if "Traceback" in x or x.startswith("error")]
+    assert errors == [f"error: the Milvus Lite file {db} is held by another process (a "
+                      "running qkv serve?): stop that process first, or send the documents "
+                      "to the running service through its API, or use a Milvus server that "
+                      "many processes share (--store http://HOST:19530)"], done.stderr[-2000:]
+
+
+def test_rows_without_the_text_field_name_the_fields_they_have(tmp_path: Path,
+                                                               tiny_model_dir: Path) -> None:
+    rows = tmp_path / "notes.jsonl"
+    rows.write_text('{"id": "n1", "body": "some words"}\n{"id": "n2", "body": "more"}\n')
+    done = subprocess.run(qkv_index(["--collection", "notes", "--input", str(rows),
+                                     "--store", str(tmp_path / "n.db"), "--model",
+                                     str(tiny_model_dir), "--state-dir", str(tmp_path / "st"),
+                                     "--no-progress"]),
+                          capture_output=True, text=True, timeout=120, check=False)
+    assert done.returncode == 3, done.stderr[-2000:]
+    assert ("every row lacked the id field 'id' or the text field 'text'; the rows have the "
+            "fields body, id: name them with --id-field and --text-field") in done.stderr
+    assert "calibration failed" not in done.stderr  # nothing written: nothing to tune
+    (rejects,) = (tmp_path / "st").glob("notes.*.rejects.jsonl")
+    first = json.loads(rejects.read_text().splitlines()[0])
+    assert json.loads(first["raw"]) == {"id": "n1", "body": "some words"}
