@@ -138,9 +138,11 @@ async def list_collections(request: Request) -> Response:
     svc = service(request)
     aliases = await svc.collections.aliases()
     key = current.get()  # a key bound to tenants or collections sees its own
-    return json_response({"collections": [_collection_out(svc, info, aliases)
-                                          for info in await svc.collections.all()
-                                          if may_use(key, info)]})
+    infos = [info for info in await svc.collections.all() if may_use(key, info)]
+    # counts too: a multi-tenant collection's is the X-Tenant's, so null in a list
+    return json_response({"collections": [
+        _collection_out(svc, info, aliases, await svc.collections.count(info))
+        for info in infos]})
 
 
 @v1.get("/v1/collections/{name}", response_model=s.CollectionOut, tags=["collections"])

@@ -156,8 +156,9 @@ class CollectionOut(BaseModel):
     name: str
     dim: int
     encoder: EncoderOut | None
-    count: int | None = Field(None, description="Exact number of documents (only on GET of "
-                              "one collection).")
+    count: int | None = Field(None, description="Exact number of documents (null for a "
+                              "multi-tenant collection, except on GET of one with X-Tenant: "
+                              "the tenant's).")
     decoder: str | None = Field(None, description="The decoder generate uses, if any.")
     hybrid: bool = Field(False, description="Whether the collection has a BM25 index (search "
                          "modes bm25 and hybrid).")

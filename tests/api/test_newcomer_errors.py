@@ -93,3 +93,12 @@ def test_a_tune_that_gains_nothing_keeps_the_default_and_says_so(client: TestCli
         assert got["tuning"]["reason"] == "set by hand"
     finally:
         client.delete(f"/v1/collections/{name}")
+
+
+def test_the_list_of_collections_counts_their_documents(client: TestClient,
+                                                        collection: str) -> None:
+    docs = [{"id": f"d{i}", "text": f"text {i}"} for i in range(3)]
+    assert client.post(f"/v1/collections/{collection}/documents",
+                       json={"documents": docs}).status_code == 200
+    listed = {c["name"]: c for c in client.get("/v1/collections").json()["collections"]}
+    assert listed[collection]["count"] == 3
