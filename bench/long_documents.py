@@ -163,6 +163,24 @@ def aggregations(client: Any, coll: str, mode: str, queries: dict[str, str],
             for name, run in runs.items()}
 
 
+def flat_rows(results: dict[str, Any], configs: list[str]) -> list[dict[str, Any]]:
+    """A row a set and configuration: its nDCG@10 ÷ the set's BM25 of whole documents by
+    mode first, then the rest of its figures."""
+    rows = []
+    for n, r in results.items():
+        base = r["one_row"]["bm25"]
+        for c in configs:
+            f = r[c]
+            row: dict[str, Any] = {"set": n, "config": c}
+            row.update({f"{m}_x_bm25": round(f[m] / base, 3) if base else None
+                        for m in MODES})
+            row.update({k: v for k, v in f.items() if k not in MODES})
+            row.update({"docs": r["docs"], "queries": r["queries"],
+                        "words_per_doc": r["words_per_doc"]})
+            rows.append(row)
+    return rows
+
+
 def encoder_rate(svc: Any, texts: dict[str, str], size: int, overlap: int,
                  pack: int | None) -> dict[str, float]:
     """Passages a document, and the encoder's own passages/s on them (no store, no HTTP)."""
@@ -258,8 +276,9 @@ def main() -> None:
     text = "\n".join(lines)
     print(text)
     cmd = "python bench/long_documents.py " + shlex.join(sys.argv[1:])
-    record("long_documents", cmd, {"sets": results, "ratios": ratios, "means": means},
-           section=text, results=args.results)
+    for i, row in enumerate(flat_rows(results, [c for c, _ in configs])):
+        record("long_documents", cmd, row, section=text, results=args.results,
+               regenerate=i == len(results) * len(configs) - 1)
 
 
 if __name__ == "__main__":
