@@ -63,8 +63,9 @@ def index(
         True, "--chunking/--no-chunking", help="Cut each document of a new collection into "
         "passages that follow its paragraphs and headings, so a document of any length (up "
         "to 10 MB of text) is searched whole (an existing collection keeps its own way)."),
-    passage_tokens: int = typer.Option(DEFAULT_SIZE, "--passage-tokens", min=16, max=4096,
-                                       help="A passage's size in tokens (at most)."),
+    passage_tokens: int | None = typer.Option(
+        None, "--passage-tokens", min=16, max=4096, help="A passage's size in tokens (at "
+        f"most; default {DEFAULT_SIZE}, or what the encoder reads if less)."),
     passage_overlap: int | None = typer.Option(
         None, "--passage-overlap", min=0, help="Tokens shared by windows cut out of one "
         f"over-long sentence (default {DEFAULT_OVERLAP}, at most a quarter of the size)."),

@@ -228,6 +228,8 @@ def run(store: VectorStore, journal: Journal, base: Path, root: Path,
     embed = embed_at(embed_full, info.dim)
     journal.update(phase="re-indexing", target=target, progress=0.7)
     store.create(target, info.dim, enc_info, exist_ok=False, hybrid=info.hybrid)
+    if info.passages:  # its rows are passages: the copy reads them as the collection does
+        store.set_passages(target, info.passages)
     shadows[info.name] = Shadow(target, encoder_name)
     try:
         copy_items(store, target, items, embed, enc_info,

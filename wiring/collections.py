@@ -262,20 +262,30 @@ class Collections:
 
     async def create(self, name: str, model: str | None = None, dimensions: int | None = None,
                      hybrid: bool | None = None, multi_tenant: bool = False,
-                     passages: tuple[int, int | None, int | None] | None = (
-                         long_docs.DEFAULT_SIZE, None, None)
+                     passages: tuple[int | None, int | None, int | None] | None = (
+                         None, None, None)
                      ) -> CollectionInfo:
         """A new collection for the encoder ``model`` (the default when None) at one of its
         sizes; hybrid unless the store has no BM25 (``hybrid: True`` there is a conflict);
         its documents cut into ``passages`` of (size, overlap, pack) tokens (None: one row
-        each, cut at the encoder's limit; overlap and pack None: the defaults for the size).
-        An existing name is a conflict; writes are refused while the disk is full."""
+        each, cut at the encoder's limit; None: the defaults, the size at most what the
+        encoder reads). An existing name is a conflict; writes are refused while the disk
+        is full."""
         self.writable()
-        try:
-            chunks = long_docs.Settings.sized(*passages) if passages is not None else None
-        except ValueError as e:
-            raise InvalidError(str(e), "passage_overlap") from e
         served: Served = await self.run(self.encoders.get, model)  # not found: a model it lacks
+        window = int(getattr(served.encoder, "max_tokens", 0) or 0) or long_docs.DEFAULT_SIZE
+        chunks = None
+        if passages is not None:
+            size, overlap, pack = passages
+            if size is not None and size > window:
+                raise InvalidError(f"passage_tokens must be at most {window} for "
+                                   f"{served.name!r} (what it reads of a text), got {size}",
+                                   "passage_tokens")
+            try:
+                chunks = long_docs.Settings.sized(size or min(long_docs.DEFAULT_SIZE, window),
+                                                  overlap, pack)
+            except ValueError as e:
+                raise InvalidError(str(e), "passage_overlap") from e
         dims = served.encoder.dims
         dim = served.info.dim if dimensions is None else dimensions
         if dim not in dims:

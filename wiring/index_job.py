@@ -9,7 +9,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from index import Fields
-from index.passages import DEFAULT_SIZE
 
 
 @dataclass(frozen=True)
@@ -54,7 +53,7 @@ class IndexJob:
     progress: bool = True
     hybrid: bool | None = None
     # a new collection's passages (tokens, overlap); None: one row a document
-    passages: tuple[int, int | None, int | None] | None = (DEFAULT_SIZE, None, None)
+    passages: tuple[int | None, int | None, int | None] | None = (None, None, None)
     tune: bool = True
     device: str | None = None
     encode_workers: int = 0

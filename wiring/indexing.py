@@ -45,7 +45,8 @@ def job_config(collection: str, inputs: list[Path], store: str, fields: Fields,
                format: str | None, batch_size: int, shard: tuple[int, int], state_dir: Path,
                rejects: Path | None, restart: bool, retries: int, backoff_s: float,
                progress: bool, hybrid: bool | None = None,
-               passages: tuple[int, int | None, int | None] | None = (DEFAULT_SIZE, None, None)
+               passages: tuple[int | None, int | None, int | None] | None = (None, None,
+                                                                                None)
                ) -> JobConfig:
     """The job's settings; its progress file ``state_dir/COLLECTION.shardIofN.KEY``, KEY a
     hash of what makes the job the same job (collection, inputs, fields, shard, store), so
@@ -62,7 +63,9 @@ def job_config(collection: str, inputs: list[Path], store: str, fields: Fields,
         state_path=state_path, rejects_path=rejects or state_dir / f"{stem}.rejects.jsonl",
         fields=fields, format=format, batch_size=batch_size, shard=shard, retries=retries,
         backoff_s=backoff_s, progress_bar=progress, hybrid=hybrid,
-        passages=Settings.sized(*passages).to_dict() if passages is not None else None)
+        passages=(Settings.sized(passages[0] or DEFAULT_SIZE, *passages[1:]).to_dict()
+                  if passages is not None else None),
+        passages_asked=passages is not None and passages[0] is not None)
 
 
 def index_files(collection: str, inputs: list[Path], config: JobConfig, store: str,
@@ -83,6 +86,12 @@ def index_files(collection: str, inputs: list[Path], config: JobConfig, store: s
         workers = workers or torch.get_num_threads()
         torch.set_num_threads(1)
     config = replace(config, encode_workers=workers or 1)
+    window = text_encoder.max_tokens
+    if config.passages and config.passages["size"] > window:
+        if config.passages_asked:
+            raise ValueError(f"--passage-tokens must be at most {window} for this encoder "
+                             f"(what it reads of a text), got {config.passages['size']}")
+        config = replace(config, passages=Settings.sized(window).to_dict())
     info = encoder_info(text_encoder)
     log.info("encoder %s (%s, dim %d) from %s", info.name, info.fingerprint, info.dim, model)
 

@@ -124,8 +124,10 @@ class CollectionCreate(RequestBody):
                            "(up to 10 MB of text) is searched whole: searches return "
                            "documents with their best passages. false: a document is one "
                            "row, its text cut at the encoder's token limit.")
-    passage_tokens: int = Field(PASSAGE_DEFAULT.size, ge=16, le=4096, description="A "
-                                "passage's size in the encoder's tokens (at most).")
+    passage_tokens: int | None = Field(None, ge=16, le=4096, description="A passage's size "
+                                       "in the encoder's tokens (at most), no more than it "
+                                       f"reads. Default {PASSAGE_DEFAULT.size} (or what the "
+                                       "encoder reads, if less).")
     passage_pack: int | None = Field(None, ge=0, description="A passage of fewer tokens "
                                      "than this takes the next paragraph too (headings and "
                                      "short lines join what follows). Default "

@@ -73,6 +73,7 @@ class JobConfig:
     # how a new collection's documents are cut into passages (index.passages.Settings as a
     # dict; None: one row a document); an existing collection keeps its own
     passages: dict[str, Any] | None = field(default_factory=lambda: Settings().to_dict())
+    passages_asked: bool = False  # the size was the caller's (not the default)
 
 
 @dataclass

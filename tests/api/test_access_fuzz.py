@@ -54,6 +54,8 @@ def _calls(mt: str, model: str) -> dict[tuple[str, str], tuple[str, Any]]:
         ("DELETE", "/v1/collections/{name}"): ("/v1/collections/none_" + mt, None),
         ("POST", "/v1/collections/{name}/documents"): (
             f"{c}/documents", {"documents": [{"id": "new", "text": "fuzz"}]}),
+        ("POST", "/v1/collections/{name}/files"): (f"{c}/files?file=fuzz.txt&id=new",
+                                                   "a fuzz file"),
         ("DELETE", "/v1/collections/{name}/documents"): (f"{c}/documents", {"ids": ["none"]}),
         ("GET", "/v1/collections/{name}/documents/{doc_id}"): (f"{c}/documents/d1", None),
         ("GET", "/v1/keys/me"): ("/v1/keys/me", None),

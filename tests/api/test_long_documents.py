@@ -33,9 +33,12 @@ def long_text(tag: str, paragraphs: int = 14, words: int = 40) -> str:
 @pytest.fixture
 def long_coll(client: TestClient) -> Iterator[str]:
     name = "ld_" + uuid.uuid4().hex[:10]
+    # the tiny test encoder reads 24 tokens: passages of more would be cut
     r = client.post("/v1/collections", json={"name": name, "passage_tokens": 64})
+    assert r.status_code == 422 and "at most 24" in r.text, r.text
+    r = client.post("/v1/collections", json={"name": name})  # the default: what it reads
     assert r.status_code == 201, r.text
-    assert r.json()["passages"] == {"size": 64, "overlap": 16, "pack": 8}
+    assert r.json()["passages"] == {"size": 24, "overlap": 6, "pack": 6}
     yield name
     client.delete(f"/v1/collections/{name}")
 
@@ -135,7 +138,7 @@ def test_replace_and_delete_act_on_the_whole_document(client: TestClient, lite_p
 def test_a_multi_tenant_collection_keeps_long_documents_apart(client: TestClient) -> None:
     name = "ldt_" + uuid.uuid4().hex[:8]
     assert client.post("/v1/collections", json={"name": name, "multi_tenant": True,
-                                                "passage_tokens": 64}).status_code == 201
+                                                "passage_tokens": 24}).status_code == 201
     try:
         for t in ("a", "b"):
             upsert(client, name, [{"id": "same", "text": long_text(t)}], tenant=t)
@@ -212,7 +215,7 @@ def test_kill_9_during_long_upserts_then_a_rerun_leaves_every_document_whole(
 
     url = server.start()
     try:
-        r = httpx.post(f"{url}/v1/collections", json={"name": coll, "passage_tokens": 48})
+        r = httpx.post(f"{url}/v1/collections", json={"name": coll, "passage_tokens": 20})
         assert r.status_code == 201, r.text
         write(url, batch(0))
         for round_, delay in enumerate((0.03, 0.1, 0.25), 1):
@@ -256,7 +259,7 @@ def test_kill_9_during_long_upserts_then_a_rerun_leaves_every_document_whole(
     from encoder import load
 
     tok = load(tiny_encoder_dir, device="cpu").tokenizer
-    settings = P.Settings.sized(48)
+    settings = P.Settings.sized(20)
     expected = sum(len(P.split(t, settings, lambda ts: [len(e.ids) for e in
                                                         tok.encode_batch(list(ts))]))
                    for t in current.values())
