@@ -177,7 +177,8 @@ async def authorize(
     metrics = request.app.state.service.metrics
     current.set(None)
     current_multi_tenant.set(True)
-    route = getattr(request.scope.get("route"), "path", request.url.path)
+    matched = request.scope.get("route")  # its template, without convertors
+    route = getattr(matched, "path_format", None) or getattr(matched, "path", request.url.path)
     need = required_scope(request.method, route)
     name = request.path_params.get("name")
     # what the audit line names: the collection, and the alias or key a call acts on

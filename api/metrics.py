@@ -86,6 +86,7 @@ class MetricsMiddleware:
             await self.app(scope, receive, send_wrapper)
         finally:
             route = scope.get("route")
-            path = getattr(route, "path", None) or "unmatched"
+            path = (getattr(route, "path_format", None) or getattr(route, "path", None)
+                    or "unmatched")
             self.metrics.request_seconds.labels(scope["method"], path, str(status[0])).observe(
                 time.perf_counter() - t0)

@@ -10,6 +10,7 @@ from typing import Annotated, Any
 import orjson
 from fastapi import APIRouter, Depends, Header, Path, Query, Request, Response
 from pydantic import AfterValidator
+from starlette.convertors import Convertor, register_url_convertor
 
 from api import schemas as s
 from api.access import authorize, bound_tenant, current, may_use, redacted
@@ -290,7 +291,23 @@ async def delete_documents(name: CollectionName, body: s.DocumentsDelete, reques
     return json_response({"deleted": n})
 
 
-@v1.get("/v1/collections/{name}/documents/{doc_id:path}", response_model=s.DocumentOut,
+class _DocumentId(Convertor[str]):
+    """A document id in a path: any characters, ``/`` (a file's path) and control characters
+    (a newline, which Starlette's ``path`` leaves out) included."""
+
+    regex = "[\\s\\S]+"
+
+    def convert(self, value: str) -> str:
+        return value
+
+    def to_string(self, value: str) -> str:
+        return value
+
+
+register_url_convertor("document_id", _DocumentId())
+
+
+@v1.get("/v1/collections/{name}/documents/{doc_id:document_id}", response_model=s.DocumentOut,
         tags=["documents"])
 async def get_document(name: CollectionName, doc_id: str, request: Request,
                        include_vector: Annotated[bool, Query()] = False,
