@@ -178,7 +178,8 @@ async def authorize(
     current.set(None)
     current_multi_tenant.set(True)
     matched = request.scope.get("route")  # its template, without convertors
-    route = getattr(matched, "path_format", None) or getattr(matched, "path", request.url.path)
+    route = str(getattr(matched, "path_format", None) or getattr(matched, "path", None)
+                or request.url.path)
     need = required_scope(request.method, route)
     name = request.path_params.get("name")
     # what the audit line names: the collection, and the alias or key a call acts on
