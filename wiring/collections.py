@@ -267,10 +267,10 @@ class Collections:
                      ) -> CollectionInfo:
         """A new collection for the encoder ``model`` (the default when None) at one of its
         sizes; hybrid unless the store has no BM25 (``hybrid: True`` there is a conflict);
-        its documents cut into ``passages`` of (size, overlap, pack) tokens (None: one row
-        each, cut at the encoder's limit; None: the defaults, the size at most what the
-        encoder reads). An existing name is a conflict; writes are refused while the disk
-        is full."""
+        its documents cut into passages of ``passages`` = (size, overlap, pack) tokens, each
+        None for its default (a size at most what the encoder reads); ``passages`` None: one
+        row a document, cut at the encoder's limit. An existing name is a conflict; writes
+        are refused while the disk is full."""
         self.writable()
         served: Served = await self.run(self.encoders.get, model)  # not found: a model it lacks
         window = int(getattr(served.encoder, "max_tokens", 0) or 0) or long_docs.DEFAULT_SIZE
@@ -638,7 +638,8 @@ class Collections:
             if gone:
                 await self.call(self.adapter.mirror_delete, info, gone)
         firsts = np.cumsum([0] + [len(x) for x in planned.passages[:-1]])
-        await self._remember(name, info.name, docs, emb.vectors[firsts], tenant, model=model)
+        kept = list({d.id: d for d in docs}.values())  # as planned: the last of an id wins
+        await self._remember(name, info.name, kept, emb.vectors[firsts], tenant, model=model)
         self.tuner.wrote(info, n)
         return n, []
 
@@ -652,7 +653,7 @@ class Collections:
         try:
             kind, text = await self.run(text_of, filename, data)
         except ValueError as e:
-            raise InvalidError(f"file {filename!r}: {e}", "name") from e
+            raise InvalidError(f"file {filename!r}: {e}", "file") from e
         doc = Document(doc_id or filename, text, None, {"source": filename, "format": kind})
         await self.upsert(name, [doc], tenant)
         return doc

@@ -195,7 +195,6 @@ class BulkJob:
         the job says (one row a document without a token counter)."""
         try:
             info = self._retry("describe", lambda: self.store.describe(self.collection))
-            self._created = True
             chosen = info.passages
         except CollectionNotFoundError:
             chosen = self.config.passages
