@@ -26,9 +26,11 @@ def index(
     collection: str | None = typer.Option(
         None, "--collection", help="Collection name (created on first use; '-' is stored as "
         "'_'). With --alias, default ALIAS_<hash of the job>, so the same command resumes."),
-    input: list[Path] = typer.Option(..., "--input", exists=True, dir_okay=False,
-                                     help="Input file(s): --input a.jsonl b.jsonl, or repeat."),
-    more_inputs: list[Path] = typer.Argument(None, exists=True, dir_okay=False, hidden=True),
+    input: list[Path] = typer.Option(
+        ..., "--input", exists=True, help="Input files or folders: --input a.jsonl docs/, or "
+        "repeat. Rows: JSONL, CSV, Parquet; documents, a file each: .txt, .md, .html, .pdf "
+        "(a folder: every such file under it)."),
+    more_inputs: list[Path] = typer.Argument(None, exists=True, hidden=True),
     store: str = typer.Option("var/qkv.db", "--store",
                               help="Milvus Lite file, http://host:port, or faiss://DIR."),
     token: str = typer.Option("", "--token", envvar="QKV_MILVUS_TOKEN",
