@@ -401,7 +401,10 @@ def read(store: VectorStore, collection: str, doc_id: str, tenant: str | None = 
          ) -> tuple[Item, int] | None:
     """The whole document ``doc_id`` (its text the concatenation of its passages, its
     metadata the caller's, its vector passage 0's) and its passage count; None when absent
-    or being deleted (a passage of its version missing)."""
+    or being deleted (a passage of its version missing). A passage's own id is no
+    document's."""
+    if SEP in doc_id:
+        return None
     got = store.get(collection, [doc_id], tenant)
     if not got:
         return None

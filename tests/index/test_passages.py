@@ -137,6 +137,10 @@ def test_documents_round_trip_replace_and_delete_whole(store: VectorStore,
     # written again unchanged: nothing moves
     write(store, collection, {"b": docs["b"]}, s)
     assert rows(store, collection) == expected_rows(docs, s)
+    # a passage's own id is not a document
+    assert P.read(store, collection, P.part_id("e", "x", 1)) is None
+    (row,) = [h for h in store.search(collection, q, 30)[0] if P.PART_KEY in h.metadata][:1]
+    assert P.read(store, collection, row.id) is None
     # deleted: every passage goes
     P.remove(store, collection, ["a", "b"])
     assert rows(store, collection) == 1 and P.read(store, collection, "a") is None
