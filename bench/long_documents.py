@@ -184,11 +184,10 @@ def flat_rows(results: dict[str, Any], configs: list[str]) -> list[dict[str, Any
 def encoder_rate(svc: Any, texts: dict[str, str], size: int, overlap: int,
                  pack: int | None) -> dict[str, float]:
     """Passages a document, and the encoder's own passages/s on them (no store, no HTTP)."""
-    from index.passages import Settings, split
-    from wiring.collections import token_counter
+    from index.passages import Settings, split, token_counter
 
     served = svc.collections.encoders.default
-    count = token_counter(served)
+    count = token_counter(served.encoder.tokenizer)
     s = Settings.sized(size, overlap, pack)
     parts = [p.embed for t in texts.values() for p in split(t, s, count)]
     t0 = time.perf_counter()

@@ -67,6 +67,14 @@ _SENTENCE = re.compile(r"(?<=[.!?;:])[\"')\]]*\s+(?=\S)")
 _WORD = re.compile(r"\S+")
 
 
+def token_counter(tokenizer: Any) -> Count:
+    """The token counts of texts by an encoder's ``tokenizer`` (a ``tokenizers.Tokenizer``):
+    what cuts passages to size."""
+    def count(texts: Sequence[str]) -> list[int]:
+        return [len(e.ids) for e in tokenizer.encode_batch(list(texts))]
+    return count
+
+
 @dataclass(frozen=True)
 class Settings:
     """A collection's chunking: passages of at most ``size`` tokens; ``overlap`` tokens

@@ -176,15 +176,6 @@ class _Plan:
     depth: int
 
 
-def token_counter(model: Served) -> Callable[[Sequence[str]], list[int]]:
-    """The token counts of texts by ``model``'s tokenizer (what cuts passages to size)."""
-    tok = model.encoder.tokenizer
-
-    def count(texts: Sequence[str]) -> list[int]:
-        return [len(e.ids) for e in tok.encode_batch(list(texts))]
-    return count
-
-
 def reads_neighbours(dec: Any) -> bool:
     """Whether the decoder reads retrieved neighbours: unless its training record says it
     was trained without them (k = 0); a checkpoint without one (an untrained test
@@ -615,7 +606,7 @@ class Collections:
         for again in (False, True):
             model = self.encoder_of(info)
             enc = self.info_for(info.dim, model)
-            count = token_counter(model)
+            count = long_docs.token_counter(model.encoder.tokenizer)
             try:
                 planned = await self.run(long_docs.plan, [(d.id, d.text, d.value, d.metadata)
                                                           for d in docs], settings, count, enc)

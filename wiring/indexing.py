@@ -10,7 +10,6 @@ import hashlib
 import json
 import logging
 import time
-from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -26,7 +25,7 @@ from index import (
     open_store,
 )
 from index.bulk.job import job_identity
-from index.passages import DEFAULT_SIZE, Settings
+from index.passages import DEFAULT_SIZE, Settings, token_counter
 from wiring.components import encoder_info, load_encoder
 from wiring.index_job import IndexJob, RayOptions
 
@@ -102,8 +101,7 @@ def index_files(collection: str, inputs: list[Path], config: JobConfig, store: s
         # the history of bench/history/).
         return text_encoder.encode(texts)
 
-    def count(texts: Sequence[str]) -> list[int]:
-        return [len(e.ids) for e in text_encoder.tokenizer.encode_batch(list(texts))]
+    count = token_counter(text_encoder.tokenizer)
 
     vector_store = open_store(store, token=token, timeout=timeout, bulk=True)
     try:
