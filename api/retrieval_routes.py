@@ -52,6 +52,8 @@ def hits_out(hits: list[Hit], weights: np.ndarray, fields: Sequence[str]) -> lis
     for h, w in zip(hits, weights, strict=True):
         d: dict[str, Any] = {"id": h.id, "score": h.score, "weight": float(w),
                              "sources": h.sources or {"dense": h.score}}
+        if h.relevance is not None:
+            d["relevance"] = h.relevance
         if "text" in fields:
             d["text"] = h.text
         if "value" in fields:

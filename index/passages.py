@@ -511,7 +511,8 @@ def group(store: VectorStore, collection: str, hits: Sequence[Hit], tenant: str 
         head, best = heads[doc_id], ps[0][0]
         out.append(Hit(id=doc_id, score=best.score, text=best.text, value=head.value,
                        metadata=user_metadata(head.metadata), vector=best.vector,
-                       sources=best.sources, passages=[_passage(*x) for x in ps]))
+                       sources=best.sources, floor=best.floor,
+                       passages=[_passage(*x) for x in ps]))
     return out
 
 
@@ -522,4 +523,5 @@ def as_passages(store: VectorStore, collection: str, hits: Sequence[Hit], tenant
     valid, heads = _valid(store, collection, hits, tenant, consistency)
     return [Hit(id=doc_id, score=h.score, text=h.text, value=heads[doc_id].value,
                 metadata=user_metadata(h.metadata), vector=h.vector, sources=h.sources,
-                passages=[_passage(h, i, a, b)]) for h, doc_id, i, a, b in valid]
+                floor=h.floor, passages=[_passage(h, i, a, b)])
+            for h, doc_id, i, a, b in valid]

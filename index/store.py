@@ -144,6 +144,10 @@ class Hit:
     sources: dict[str, float] | None = None
     # a document of a collection with passages: its passages that matched (index.passages)
     passages: list[dict[str, Any]] | None = None
+    # hybrid: the query's CANDIDATES-th best cosine, recorded by the fusion, and the hit's
+    # calibrated match quality in (0, 1) computed from it (index.hybrid.relevance)
+    floor: float | None = None
+    relevance: float | None = None
 
 
 @runtime_checkable

@@ -13,8 +13,9 @@ while the disk is full. Failures are the index's errors and :mod:`wiring.errors`
 A search checks each request, encodes the texts of all of them together, and sends the
 store one search per group of requests that differ only in their query (same filter,
 depth, mode, fusion, consistency, tenant), then pages (``offset``) and cuts
-(``score_threshold``) each request's hits. A search or a write that meets an adapt job's
-swap (the old collection gone, or made by another encoder) is run once more on the new one.
+(``score_threshold``: on the score, or on a hybrid hit's relevance) each request's hits. A
+search or a write that meets an adapt job's swap (the old collection gone, or made by
+another encoder) is run once more on the new one.
 """
 
 from __future__ import annotations
@@ -23,7 +24,8 @@ import json
 import logging
 from collections.abc import Callable, Coroutine, Sequence
 from concurrent.futures import Future
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -46,6 +48,7 @@ from index import (
 from index import attend as attend_values
 from index import passages as long_docs
 from index.hybrid.fusion import DEFAULT_FUSION
+from index.hybrid.relevance import Relevance, coverage, distinct_terms, model_relevance
 from index.scale import backend
 from index.store import as_matrix  # the store's own checks: 409 wrong dim, 422 not finite
 from index.tenancy import check_tenant, stored_id
@@ -199,6 +202,7 @@ class Collections:
         self.call, self.run, self.tuner, self.adapter = call, run, tuner, adapter
         self.decoders, self.token_memories = decoders, token_memories
         self.writable, self.default_weight, self.limits = writable, default_weight, limits
+        self._relevance: dict[Path, Relevance] = {}  # each encoder's, by its directory
 
     # what a collection is made of
     async def describe(self, name: str) -> CollectionInfo:
@@ -461,10 +465,33 @@ class Collections:
         out = []
         for i, p in enumerate(plans):
             hits = found[i][p.search.offset:p.depth]
-            if p.search.score_threshold is not None:
-                hits = [h for h in hits if h.score >= p.search.score_threshold]
+            if p.mode == "hybrid":
+                hits = self._with_relevance(model, hits, xq[i], searches[i].query or "")
+            threshold = p.search.score_threshold
+            if threshold is not None:  # on the relevance in hybrid, the score otherwise
+                hits = [h for h in hits
+                        if (h.score if h.relevance is None else h.relevance) >= threshold]
             out.append(Neighbours(hits, xq[i], p.mode, cut[i],
                                   weights[i] if p.mode == "hybrid" else None))
+        return out
+
+    def _with_relevance(self, model: Served, hits: list[Hit], xq: np.ndarray, query: str
+                        ) -> list[Hit]:
+        """Hybrid hits with their relevance (:mod:`index.hybrid.relevance`): from how far
+        each hit's cosine (its dense score, else q·key: hybrid searches fetch the keys)
+        stands above the query's floor, and how many of the query's terms its text has, on
+        the scale of the collection's encoder."""
+        rel = self._relevance.get(model.path)
+        if rel is None:
+            rel = self._relevance[model.path] = model_relevance(model.path)
+        distinct = distinct_terms(query)
+        out = []
+        for h in hits:
+            cos = (h.sources or {}).get("dense")
+            if cos is None:
+                cos = float(h.vector @ xq) if h.vector is not None else -1.0
+            floor = h.floor if h.floor is not None else cos
+            out.append(replace(h, relevance=rel.hit(cos, floor, coverage(distinct, h.text))))
         return out
 
     def _store_search(self, info: CollectionInfo, name: str, searches: Sequence[Search],

@@ -91,9 +91,11 @@ class SearchRequest(RequestBody):
     top_k: int = Field(10, ge=1)
     offset: int = Field(0, ge=0, description="Skip this many of the best hits first (pages: "
                         "offset = page × top_k). Weights are over the returned hits.")
-    score_threshold: float | None = Field(None, description="Return only hits whose `score` "
-                                          "is at least this (a cosine in dense mode, a BM25 "
-                                          "score in bm25 mode, the fused score in hybrid).")
+    score_threshold: float | None = Field(None, description="Return only hits that reach "
+                                          "this: their `score` in dense mode (a cosine) and "
+                                          "bm25 mode (a BM25 score); their `relevance` in "
+                                          "hybrid mode (0 to 1; 0.5 is the threshold to use: "
+                                          "see the search how-to).")
     filter: dict[str, Any] | None = Field(None, description=FILTER_HELP)
     fields: list[HitField] = Field(["text", "value", "metadata", "passages"],
                                    description="Which fields each hit carries besides id, "
@@ -154,6 +156,11 @@ class HitOut(BaseModel):
                           "vector): the mode picks the neighbours, attention weighs them.")
     sources: dict[str, float] = Field(description="Each side that found the hit, 'dense' "
                                       "and/or 'bm25', with its score on that side.")
+    relevance: float | None = Field(None, description="Hybrid mode: how good a match the "
+                                    "hit is, 0 to 1, from its cosine and its BM25 score per "
+                                    "query term on scales fixed by the encoder (unlike "
+                                    "`score`, which puts every query's best hit near 1); "
+                                    "`score_threshold` applies to it.")
     text: str | None = None
     value: str | None = None
     metadata: dict[str, Any] | None = None

@@ -40,6 +40,10 @@ holds the best ``k`` of every hit either side found, scored by one of:
 
       score(d) = w · (1 + cos(d)) / 2 + (1 − w) · (2 / π) · atan(bm25(d))
 
+Every fused hit records the query's ``floor``: its dense list's cosine at rank
+:data:`CANDIDATES` (the last in a smaller collection), from which
+:mod:`index.hybrid.relevance` measures how far a hit stands out.
+
 For ``rrf`` and ``weighted`` a side that did not find ``d`` adds 0. Ties are broken by id,
 so the fused order is a pure function of the two input lists. Every fused hit's ``sources``
 maps each side that found it to its score there.
@@ -151,8 +155,11 @@ def fuse(dense: Sequence[Hit], bm25: Sequence[Hit], k: int, fusion: str = DEFAUL
     order = sorted(score, key=lambda i: (-score[i], i))[:k]
     # The vector, when asked for, may only have come with the dense side's hit.
     vectors = {h.id: h.vector for hits in sides.values() for h in hits if h.vector is not None}
+    # the query's CANDIDATES-th best cosine (its last in a smaller collection): what a
+    # hit's relevance is measured from (index.hybrid.relevance)
+    floor = dense[min(len(dense), CANDIDATES) - 1].score if dense else None
     return [replace(first[i], score=score[i], sources=dict(found[i]),
-                    vector=vectors.get(i, first[i].vector)) for i in order]
+                    vector=vectors.get(i, first[i].vector), floor=floor) for i in order]
 
 
 def model_dense_weight(model_dir: str | Path) -> float:

@@ -134,3 +134,22 @@ def test_modes_refused_on_dense_collections(make_client: MakeClient) -> None:
         assert r.status_code == 200 and r.json()["mode"] == "dense"
     finally:
         client.delete(f"/v1/collections/{name}")
+
+
+def test_hybrid_relevance_is_what_the_threshold_cuts(app: TestClient, hybrid: str) -> None:
+    # A hybrid score puts every query's best hit near 1; relevance does not (issue 75)
+    nonsense = post(app, hybrid, query="purple elephant banana spaceship")
+    assert nonsense["hits"] and nonsense["hits"][0]["score"] > 0.9
+    assert all(h["relevance"] < 0.5 for h in nonsense["hits"]), nonsense["hits"]
+    assert post(app, hybrid, query="purple elephant banana spaceship",
+                score_threshold=0.5)["hits"] == []
+    for query, best in (("kq7zeta", "d3"), ("kids enjoying winter", "d4"),
+                        ("a doctor examined a patient", "d1")):
+        every = post(app, hybrid, query=query)["hits"]
+        kept = post(app, hybrid, query=query, score_threshold=0.5)["hits"]
+        assert kept and kept[0]["id"] == best and kept[0]["relevance"] >= 0.5, every
+        # exactly the hits whose relevance reaches it, whatever their fused score
+        assert [h["id"] for h in kept] == [h["id"] for h in every if h["relevance"] >= 0.5]
+        assert len(kept) < len(every)
+    dense = post(app, hybrid, query="kids enjoying winter", mode="dense", score_threshold=0.3)
+    assert all("relevance" not in h and h["score"] >= 0.3 for h in dense["hits"])

@@ -22,7 +22,7 @@ ROOT = Path(__file__).resolve().parents[2]
 BENCH = ROOT / "bench"
 REQUIRED = ("date", "machine", "command", "commit", "figures")
 # scripts with a __main__ that are not benchmarks: a data builder, and the generator itself
-NOT_BENCHMARKS = {"devcollections.py", "report.py", "adapt_serve.py"}  # helpers
+NOT_BENCHMARKS = {"devcollections.py", "report.py", "adapt_serve.py", "query_sides.py"}  # helpers
 
 
 def by_path(name: str) -> ModuleType:

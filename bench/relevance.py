@@ -1,0 +1,252 @@
+"""What a hybrid hit's ``relevance`` means: fitting its line on dev collections, and how many
+judged-relevant hits and nonsense queries' hits a threshold keeps (issue 75, item 5).
+
+Usage: python bench/query_sides.py --data ../shared/data   (first: the cached lists)
+       python bench/relevance.py [--model models/encoder-default] [--sides var/qsides]
+       [--write]
+
+For each dev collection (SciFact's test held out, shown apart), each judged query's dense
+and BM25 lists (``bench/query_sides.py``) are fused as the stores fuse, at the weight the
+collection's tuning chooses, and its top 10 kept. Every hit has two features
+(:mod:`index.hybrid.relevance`): how far its cosine stands above the query's 100th best
+(``floor``, as the fusion records it), and its coverage of the query's distinct terms. Two
+kinds of hits are looked at: the judged-relevant hits of the judged queries, and every hit
+of the collection's nonsense queries (random WordNet nouns, half of them common ones).
+
+The line ``a·(cos − floor) + d·coverage = c`` is chosen on the dev collections: among
+directions ``(a, d)`` on the quarter circle, the offset ``c`` is the highest that keeps at
+least :data:`KEEP` of the judged-relevant hits of *every* collection, and the direction the
+one whose line drops the most nonsense queries whole (all ten hits below it). Relevance is
+then ``σ(s · (a·(cos − floor) + d·coverage − c))``, 0.5 on the line, with ``s`` fitted by
+logistic regression (relevant hits against nonsense hits). Each collection's figures are
+also given leave-one-out: the line fitted on the other collections. The issue's own example
+("purple elephant banana spaceship" on the demo ``docs`` corpus) is shown last.
+
+``--write`` stores the relevance in the encoder's ``retrieval.json``. Prints a markdown
+section and records it (``bench/machine.py``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import gzip
+import json
+import shlex
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "bench"))
+
+from machine import add_results_arg, record, stamp  # noqa: E402
+
+from index.hybrid.fusion import CANDIDATES, RETRIEVAL_FILE, fuse  # noqa: E402
+from index.hybrid.relevance import DEFAULT_THRESHOLD, Relevance  # noqa: E402
+from index.store import Hit  # noqa: E402
+
+KEEP = 0.92  # share of judged-relevant hits the line keeps on every fitting collection
+DIRECTIONS = 181  # angles tried on the quarter circle
+TOP = 10
+
+Features = np.ndarray  # (n, 2): cosine − the query's 100th cosine, coverage
+
+
+def fused(row: dict[str, Any], q: dict[str, Any]) -> list[tuple[str, list[float]]]:
+    """The top 10 fused hits of a cached query, each with its features."""
+    ids = row["ids"]
+    dense = [Hit(ids[j], s, "", None, {}) for j, s, _ in q["dense"]]
+    lexical = [Hit(ids[j], s, "", None, {}) for j, s, _, _ in q["bm25"]]
+    seen = {ids[j]: (c, v) for j, c, v in q["dense"]} | \
+        {ids[j]: (c, v) for j, _, c, v in q["bm25"]}
+    hits = fuse(dense, lexical, TOP, "convex", row["weight"], depth=CANDIDATES)
+    return [(h.id, [seen[h.id][0] - (h.floor or 0.0), seen[h.id][1]]) for h in hits]
+
+
+def load(sides: Path, fingerprint: str) -> dict[str, dict[str, Any]]:
+    """Per collection: its relevant hits' features (n, 2), its nonsense queries' hits'
+    (queries, 10, 2) and whether it is held out."""
+    out = {}
+    for path in sorted(sides.glob(f"*.{fingerprint}.json.gz")):
+        with gzip.open(path, "rt") as f:
+            row = json.load(f)
+        rel = []
+        for qid, q in row["queries"].items():
+            judged = row["qrels"].get(qid, {})
+            rel += [x for i, x in fused(row, q) if judged.get(i, 0) > 0]
+        nonsense = [[x for _, x in fused(row, q)] for q in row["nonsense"].values()]
+        width = max(len(h) for h in nonsense)  # a tiny collection may have fewer than 10
+        nonsense = [h + [h[-1]] * (width - len(h)) for h in nonsense if h]
+        out[row["name"]] = {"relevant": np.array(rel), "nonsense": np.array(nonsense),
+                            "held_out": row["held_out"], "docs": len(row["ids"]),
+                            "queries": len(row["queries"])}
+    return out
+
+
+def directions() -> list[np.ndarray]:
+    """Unit vectors (a, d), a > 0 and d ≥ 0, on a grid of angles."""
+    return [np.array([np.cos(th), np.sin(th)])
+            for th in np.linspace(0.0, np.pi / 2, DIRECTIONS)[:-1]]
+
+
+def line(sets: list[dict[str, Any]], keep: float = KEEP) -> tuple[np.ndarray, float]:
+    """The direction (a, b, d) and offset c of the line (see the module docstring)."""
+    best: tuple[float, np.ndarray, float] | None = None
+    for a in directions():
+        c = min(float(np.percentile(s["relevant"] @ a, (1 - keep) * 100)) for s in sets)
+        dropped = float(np.mean([((s["nonsense"] @ a).max(1) < c).mean() for s in sets]))
+        if best is None or dropped > best[0]:
+            best = (dropped, a, c)
+    assert best is not None
+    return best[1], best[2]
+
+
+def scale(sets: list[dict[str, Any]], a: np.ndarray, c: float) -> float:
+    """The logistic slope on the margin to the line (relevant 1, nonsense 0, balanced)."""
+    pos = np.concatenate([s["relevant"] @ a - c for s in sets])
+    neg = np.concatenate([(s["nonsense"] @ a - c).ravel() for s in sets])
+    x, y = np.concatenate([pos, neg]), np.r_[np.ones(len(pos)), np.zeros(len(neg))]
+    w = np.where(y == 1, 0.5 / len(pos), 0.5 / len(neg))
+    s = 10.0
+    for _ in range(50):  # Newton's method on one parameter
+        p = 1.0 / (1.0 + np.exp(-s * x))
+        s -= float(np.sum(w * (p - y) * x)) / max(float(np.sum(w * p * (1 - p) * x * x)), 1e-9)
+    return s
+
+
+def fit(sets: list[dict[str, Any]]) -> Relevance:
+    a, c = line(sets)
+    return Relevance(standing=round(float(a[0]), 4), cover=round(float(a[1]), 4),
+                     offset=round(c, 4), scale=round(scale(sets, a, c), 2))
+
+
+def figures(rel: Relevance, s: dict[str, Any], threshold: float) -> dict[str, float]:
+    """Share of the relevant hits kept, of the nonsense queries dropped whole, and the
+    nonsense hits kept per query, at ``threshold``."""
+    kept = rel.of(s["relevant"]) >= threshold
+    nonsense = rel.of(s["nonsense"]) >= threshold
+    return {"kept": float(kept.mean()), "dropped": float((~nonsense.any(1)).mean()),
+            "nonsense_hits": float(nonsense.sum(1).mean())}
+
+
+EXAMPLE = "purple elephant banana spaceship"  # the issue's query on the demo ``docs``
+
+
+def example(enc: Any, model: Path, rel: Relevance, cache: Path) -> tuple[list[str], int]:
+    """The issue's query on the demo ``docs`` corpus, fused at the encoder's default weight:
+    its top 5 as lines (id, fused score, relevance), and how many of its top 10 reach the
+    default threshold."""
+    from calibration import encoded
+
+    from index.hybrid.analysis import analyze
+    from index.hybrid.bm25 import BM25Index
+    from index.hybrid.fusion import model_dense_weight
+    from wiring.demo import read_jsonl
+
+    rows = read_jsonl(ROOT / "data/demo/python-docs.jsonl.gz")
+    ids, texts = [r["id"] for r in rows], [r["text"] for r in rows]
+    xb = encoded(enc, "demo-docs", texts, cache)
+    xq = enc.encode([EXAMPLE])[0]
+    s = xb @ xq
+    k = min(CANDIDATES, len(ids))
+    dense = [Hit(ids[j], float(s[j]), "", None, {}) for j in np.argsort(-s, kind="stable")[:k]]
+    lexical = [Hit(ids[j], v, "", None, {})
+               for j, v in BM25Index.from_texts(texts).top(EXAMPLE, k, ids)]
+    at = {d: j for j, d in enumerate(ids)}
+    asked = frozenset(analyze(EXAMPLE))
+    hits = fuse(dense, lexical, TOP, "convex", model_dense_weight(model), depth=k)
+    got = [(h, rel.hit(float(s[at[h.id]]), h.floor or 0.0,
+                       len(asked & set(analyze(texts[at[h.id]]))) / len(asked))) for h in hits]
+    return ([f"{h.id} ({h.score:.2f}, relevance {r:.3f})" for h, r in got[:5]],
+            sum(r >= DEFAULT_THRESHOLD for _, r in got))
+
+
+def main() -> None:
+    import encoder
+
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--model", type=Path, default=ROOT / "models/encoder-default")
+    ap.add_argument("--sides", type=Path, default=ROOT / "var/qsides")
+    ap.add_argument("--cache", type=Path, default=ROOT / "var/calibration",
+                    help="Encoded corpora (as bench/calibration.py caches them).")
+    ap.add_argument("--write", action="store_true", help="Store it with the model.")
+    add_results_arg(ap)
+    args = ap.parse_args()
+    enc = encoder.load(args.model)
+    fingerprint = enc.fingerprint
+    table = load(args.sides, fingerprint)
+    if not table:
+        sys.exit(f"no cached lists for {fingerprint} under {args.sides}: run "
+                 "bench/query_sides.py first")
+    dev = {n: s for n, s in table.items() if not s["held_out"]}
+    rel = fit(list(dev.values()))
+    loo = {n: fit([s for m, s in dev.items() if m != n]) for n in dev}
+    argv = shlex.join(["python", "bench/relevance.py", *sys.argv[1:]])
+    lines = [f"\n## What a hybrid hit's relevance means ({args.model.name}, "
+             f"{time.strftime('%Y-%m-%d')})", "", f"`{argv}` ({stamp()})", "",
+             f"Fitted on {len(dev)} dev collections: `{rel}`. Each collection's top {TOP} "
+             "hybrid hits, fused at the weight its tuning chooses; *kept*: the share of its "
+             "judged-relevant hits whose relevance reaches the threshold; *nonsense "
+             f"dropped*: the share of its {len(next(iter(dev.values()))['nonsense'])} "
+             "nonsense queries (3–5 random WordNet nouns) with no hit left, and the hits "
+             "those queries keep on average. Leave-one-out: the line fitted on the other "
+             "collections.", "",
+             "| collection | docs | queries | relevant hits | kept at 0.3 / 0.5 / 0.7 | "
+             "nonsense dropped at 0.3 / 0.5 / 0.7 (hits left at 0.5) | leave-one-out at 0.5: "
+             "kept, nonsense dropped |", "|---" * 7 + "|"]
+    stats: dict[str, list[float]] = {}
+    thresholds = (0.3, DEFAULT_THRESHOLD, 0.7)
+    for n, s in table.items():
+        got = {t: figures(rel, s, t) for t in thresholds}
+        lo = figures(loo.get(n, rel), s, DEFAULT_THRESHOLD)
+        if n in dev:
+            for t, f in got.items():
+                stats.setdefault(f"kept@{t}", []).append(f["kept"])
+                stats.setdefault(f"dropped@{t}", []).append(f["dropped"])
+            stats.setdefault(f"loo_kept@{DEFAULT_THRESHOLD}", []).append(lo["kept"])
+            stats.setdefault(f"loo_dropped@{DEFAULT_THRESHOLD}", []).append(lo["dropped"])
+        lines.append(
+            f"| {n}{' (held out)' if s['held_out'] else ''} | {s['docs']} | {s['queries']} | "
+            f"{len(s['relevant'])} | " + " / ".join(f"{f['kept']:.3f}" for f in got.values())
+            + " | " + " / ".join(f"{f['dropped']:.2f}" for f in got.values())
+            + f" ({got[DEFAULT_THRESHOLD]['nonsense_hits']:.1f}) | "
+            + (f"{lo['kept']:.3f}, {lo['dropped']:.2f} |" if n in dev else "– |"))
+    summary = {}
+    for k, v in stats.items():
+        summary[f"worst_{k}"] = round(min(v), 3)
+        summary[f"mean_{k}"] = round(float(np.mean(v)), 3)
+    lines += ["", "Over the dev collections: " + ", ".join(
+        f"{k} {v}" for k, v in summary.items() if f"@{DEFAULT_THRESHOLD}" in k) + "."]
+    top5, kept10 = example(enc, args.model, rel, args.cache)
+    summary["example_hits_kept"] = kept10
+    lines += ["", f'"{EXAMPLE}" on the demo `docs` (fused at the encoder\'s default weight): '
+              f"{kept10} of its top {TOP} reach {DEFAULT_THRESHOLD}; its best 5 (fused score, "
+              "relevance): " + "; ".join(top5) + "."]
+    text = "\n".join(lines)
+    print(text)
+    if args.write:
+        path = args.model / RETRIEVAL_FILE
+        meta = json.loads(path.read_text())
+        meta["relevance"] = rel.to_dict() | {
+            "threshold": DEFAULT_THRESHOLD, "fitted_on": sorted(dev),
+            "worst_kept": summary[f"worst_kept@{DEFAULT_THRESHOLD}"],
+            "worst_loo_kept": summary[f"worst_loo_kept@{DEFAULT_THRESHOLD}"],
+            "mean_nonsense_dropped": summary[f"mean_dropped@{DEFAULT_THRESHOLD}"],
+            "command": "python bench/relevance.py --write"}
+        path.write_text(json.dumps(meta, indent=2) + "\n")
+        print(f"wrote {path}")
+    t = DEFAULT_THRESHOLD
+    first = {"worst_kept": summary[f"worst_kept@{t}"],
+             "worst_loo_kept": summary[f"worst_loo_kept@{t}"],
+             "nonsense_dropped": summary[f"mean_dropped@{t}"], "example_kept": kept10}
+    record("relevance", argv, {**first, "threshold": t, "dev_collections": len(dev),
+                               "model": args.model.name, **summary},
+           section=text, results=args.results)
+
+
+if __name__ == "__main__":
+    main()
