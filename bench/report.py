@@ -58,6 +58,7 @@ TITLES = {
     "long_docs": "Long documents: the whole vector against its windows",
     "precision": "Weights stored in fp16, embedding tables in 8 bits",
     "races": "Races: data and admin calls at once",
+    "query_fusion": "Per-query fusion weight, leave-one-collection-out",
     "relevance": "What a hybrid hit's relevance keeps and drops",
     "ray_index": "`qkv index --engine ray` against the local engine",
     "scale": "Scaling: ingest and search by collection size",
