@@ -4,7 +4,9 @@ scope, its collection and its tenant; per-key limits; one audit line per write.
 - :func:`authorize` is the dependency of every ``/v1``, ``/embed``-family and web route
   (``/health``, ``/ready`` and ``/metrics`` stay open). 401: no key, an unknown one, a
   revoked one; 403: a key whose scope is below the route's (the message names the scope it
-  needs), or a collection the key is not granted. The key goes in ``request.state.key``
+  needs), or a tenant it is not bound to; a collection the key is not granted answers 404
+  as a name that does not exist does (a bound key does not learn which names exist). The
+  key goes in ``request.state.key``
   and in :data:`current` (routes ask :func:`bound_tenant` for the tenant to use).
 - :class:`Limiter`: token buckets per key id, requests/s checked here and texts/s where
   texts are encoded (:func:`charge_texts`, from ``Service.embed``): 429 with Retry-After.
@@ -27,7 +29,7 @@ from typing import Annotated, Any
 from fastapi import Depends, Request
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
-from api.errors import ApiError
+from api.errors import ApiError, not_found
 from api.keys import Key, KeyRing
 from index.store import CollectionInfo, CollectionNotFoundError, collection_name
 
@@ -225,13 +227,15 @@ async def _check_collection(request: Request, key: Key, name: str, route: str) -
         info = await svc.collections.describe(collection_name(name))
     except (CollectionNotFoundError, ValueError):
         return  # the route answers 404 (or 422 for the name) as for anyone
-    shared = (key.tenants is not None and info.multi_tenant and request.method == "POST"
-              and route == "/v1/collections/{name}/tune")
-    if not may_use(key, info, name) or shared:
+    if not may_use(key, info, name):
+        # as for a name that does not exist: a bound key must not learn which names do
+        svc.metrics.key_requests.labels(key.id, "forbidden").inc()
+        raise not_found(f"no collection {name!r}")
+    if (key.tenants is not None and info.multi_tenant and request.method == "POST"
+            and route == "/v1/collections/{name}/tune"):
         svc.metrics.key_requests.labels(key.id, "forbidden").inc()
         raise forbidden(f"key {key.id} may not tune collection {name!r}: its weight is every "
-                        "tenant's" if shared else
-                        f"key {key.id} may not use collection {name!r}")
+                        "tenant's")
     current_multi_tenant.set(info.multi_tenant)
 
 

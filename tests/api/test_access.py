@@ -84,10 +84,17 @@ def test_scopes_tenants_and_grants(make_client: MakeClient, store_uri: str,
               c.post(f"/v1/collections/{mt}/search", headers=acme,
                      json={"query": "secret", "tenant": "globex"}),
               c.post(f"/v1/collections/{mt}/search/batch", headers=acme, json={"searches": [
-                  {"query": "x"}, {"query": "x", "tenant": "globex"}]}),
-              c.post(f"/v1/collections/{plain}/search", json={"query": "x"}, headers=acme)):
+                  {"query": "x"}, {"query": "x", "tenant": "globex"}]})):
         assert r.status_code == 403, r.text
         assert "globex" not in r.text.replace("tenant 'globex'", "")
+    # a collection it is not granted reads as one that does not exist (issue 68, finding 6)
+    hidden = c.post(f"/v1/collections/{plain}/search", json={"query": "x"}, headers=acme)
+    missing = c.post("/v1/collections/no_such_one/search", json={"query": "x"}, headers=acme)
+    assert hidden.status_code == missing.status_code == 404, hidden.text
+    assert hidden.json() == {**missing.json(), "error": {
+        **missing.json()["error"], "message": f"no collection {plain!r}"}}
+    assert missing.json()["error"]["message"] == "no collection 'no_such_one'"
+    assert c.get(f"/v1/collections/{plain}", headers=acme).status_code == 404
     r = c.post(f"/v1/collections/{mt}/documents", headers=acme,
                json={"documents": [{"id": "d1", "text": "acme rewritten"}]})
     assert r.status_code == 200  # written in acme, not in globex
@@ -101,7 +108,7 @@ def test_scopes_tenants_and_grants(make_client: MakeClient, store_uri: str,
     assert c.post(f"/v1/collections/{plain}/search", json={"query": "plain"},
                   headers=_auth(s["granted"])).json()["hits"][0]["id"] == "p"
     assert c.post(f"/v1/collections/{other}/search", json={"query": "x"},
-                  headers=_auth(s["granted"])).status_code == 403
+                  headers=_auth(s["granted"])).status_code == 404
     me = c.get("/v1/keys/me", headers=acme).json()
     assert me["scope"] == "write" and me["tenants"] == ["acme"] and "hash" not in me
 
