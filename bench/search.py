@@ -106,7 +106,10 @@ def wait_indexed(uri: str, n: int, lite: bool, timeout: float = 1800) -> float:
     """Flush, then wait until the index covers all ``n`` rows; returns seconds waited."""
     from pymilvus import MilvusClient
 
-    client = MilvusClient(uri=uri, timeout=600)
+    token = ""
+    if lite:  # this process's Lite port takes its own token only
+        from index.milvus.lite.private import TOKEN as token
+    client = MilvusClient(uri=uri, token=token, timeout=600)
     t0 = time.perf_counter()
     client.flush(COLLECTION, timeout=600)
     if lite:  # Lite builds segment indexes in a background thread; load() builds them now

@@ -104,15 +104,19 @@ def version_at_least(version: str, least: tuple[int, int]) -> bool:
 
 def connect(uri: str, token: str, timeout: float) -> Any:
     """A ``MilvusClient`` of its own for ``uri`` (a path is a Milvus Lite file: its
-    directory is made, its noise filtered)."""
+    directory is made, its noise filtered, and its port serves this process only:
+    :mod:`index.milvus.lite.private`)."""
     from pymilvus import MilvusClient  # heavy import, paid on first use only
 
     if "://" not in uri:
         from index.milvus.lite import fixes as lite_fixes
+        from index.milvus.lite import private as lite_private
         from index.milvus.lite import speed as lite_speed
 
         lite_fixes.install()  # Lite runs in this process: its races mended,
-        lite_speed.install()  # and its search paths without the rescans
+        lite_speed.install()  # its search paths without the rescans,
+        lite_private.install()  # and its port refusing callers without this process's token
+        token = lite_private.TOKEN
         for name in ("grpc._server", "milvus_lite.server_manager"):
             noisy = logging.getLogger(name)
             if not any(isinstance(f, LiteNoise) for f in noisy.filters):
