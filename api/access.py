@@ -2,7 +2,8 @@
 scope, its collection and its tenant; per-key limits; one audit line per write.
 
 - :func:`authorize` is the dependency of every ``/v1``, ``/embed``-family and web route
-  (``/health``, ``/ready`` and ``/metrics`` stay open). 401: no key, an unknown one, a
+  (``/health`` and ``/ready`` stay open; ``/metrics``, which counts requests by key id,
+  needs an admin key when the service has keys). 401: no key, an unknown one, a
   revoked one; 403: a key whose scope is below the route's (the message names the scope it
   needs), or a tenant it is not bound to; a collection the key is not granted answers 404
   as a name that does not exist does (a bound key does not learn which names exist). The
@@ -47,6 +48,8 @@ def required_scope(method: str, route: str) -> str:
     """The scope a call needs, by its method and route template."""
     if route.startswith("/v1/keys"):
         return "read" if route == "/v1/keys/me" else "admin"
+    if route == "/metrics":  # counts by key id: what GET /v1/keys tells admins
+        return "admin"
     if route in ("/v1/collections", "/v1/collections/{name}") and method in ("POST", "DELETE"):
         return "admin"
     if route == "/v1/collections/{name}/adapt":  # makes and drops collections

@@ -95,9 +95,12 @@ async def ready(request: Request) -> Response:
     return json_response(out)
 
 
-@open_routes.get("/metrics", tags=["operations"],
-                 responses={200: {"content": {"text/plain": {}}, "description": "Prometheus"}})
+@open_routes.get("/metrics", tags=["operations"], dependencies=[Depends(require_key)],
+                 responses={200: {"content": {"text/plain": {}}, "description": "Prometheus"},
+                            401: TEI_ERRORS[401], 403: TEI_ERRORS[403]})
 async def metrics(request: Request) -> Response:
+    """Prometheus metrics; with keys, for an admin key only (they count requests by key
+    id)."""
     m = service(request).metrics
     return Response(m.render(), media_type=m.content_type)
 

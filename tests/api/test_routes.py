@@ -351,8 +351,12 @@ def test_api_key(make_client: MakeClient) -> None:
     ok = client.post("/v1/embeddings", json={"input": "a"},
                      headers={"Authorization": "Bearer s3cret"})
     assert ok.status_code == 200
-    for path in ("/health", "/ready", "/metrics"):
+    for path in ("/health", "/ready"):
         assert client.get(path).status_code == 200
+    # /metrics counts requests by key id: an admin's (QKV_API_KEY is one), not open
+    assert set(client.get("/metrics").json()) == {"error", "error_type"}  # TEI's shape, 401
+    assert client.get("/metrics").status_code == 401
+    assert client.get("/metrics", headers={"Authorization": "Bearer s3cret"}).status_code == 200
 
 
 def test_body_over_limit_is_413(make_client: MakeClient) -> None:
