@@ -48,7 +48,7 @@ def required_scope(method: str, route: str) -> str:
     """The scope a call needs, by its method and route template."""
     if route.startswith("/v1/keys"):
         return "read" if route == "/v1/keys/me" else "admin"
-    if route == "/metrics":  # counts by key id: what GET /v1/keys tells admins
+    if route == "/metrics" or route.startswith("/v1/backups"):  # key ids; every tenant's
         return "admin"
     if route in ("/v1/collections", "/v1/collections/{name}") and method in ("POST", "DELETE"):
         return "admin"

@@ -24,6 +24,7 @@ from fastapi import FastAPI
 
 from api import (
     adapt_routes,
+    backup_routes,
     embedding_routes,
     errors,
     key_routes,
@@ -258,6 +259,7 @@ def create_app(settings: Settings | None = None, banner: str | None = None) -> F
     app.include_router(retrieval_routes.retrieval_v1)
     app.include_router(key_routes.keys_v1)
     app.include_router(adapt_routes.adapt_v1)
+    app.include_router(backup_routes.backups_v1)
     app.include_router(tei_routes.tei)
     app.include_router(web.web)
     app.add_middleware(AuditMiddleware)

@@ -23,13 +23,14 @@ from api.batcher import DynamicBatcher
 from api.disk import DiskGuard, data_dir
 from api.errors import invalid
 from api.metrics import Metrics
-from api.settings import Settings, encoders_dir
+from api.settings import Settings, backup_dir, encoders_dir
 from encoder.backend_pick import Choice
 from index import CollectionInfo, StoreError, StoreUnavailableError
 from index.hybrid.calibration import model_mapping
 from index.hybrid.fusion import model_dense_weight
 from wiring import memory
 from wiring.adapter import Adapter
+from wiring.backups import Backups
 from wiring.collections import Collections, Limits
 from wiring.components import encoder_info, load_components, load_encoder
 from wiring.demo import Seeding
@@ -107,6 +108,8 @@ class Service:
         self.adapter = Adapter(self.store, self.encoders, self._calibrate,  # its re-embedding
                                workers=self.slot_count if self.batcher.slots else 1)  # per core
         self.adapter.recover()  # an adapt job a previous process left: finished or undone
+        self.backups = Backups(self.store, backup_dir(settings), self.call, self.encoder,
+                               self.info, self.disk.check)
         self.collections = Collections(
             self.store, self.encoders, self.embed, self.call, self.run, self.tuner,
             self.adapter, self.decoders, self.parts.token_memories, self.disk.check,

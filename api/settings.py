@@ -43,6 +43,14 @@ def parse_decoders(text: str, what: str = "QKV_DECODERS") -> dict[str, Any]:
                 for part in text.split(",") if part.strip())
 
 
+def backup_dir(settings: Settings) -> Path:
+    """Where the HTTP backups go: ``QKV_BACKUP_DIR``, else ``backups/`` beside a local store,
+    else ``var/backups``."""
+    if settings.backup_dir is not None:
+        return settings.backup_dir
+    return encoders_dir(settings.model_copy(update={"encoders_dir": None})).parent / "backups"
+
+
 def encoders_dir(settings: Settings) -> Path:
     """Where derived encoders live: ``QKV_ENCODERS_DIR``, else ``encoders/`` beside a local
     store (a Lite file's or a FAISS directory's parent), else ``var/encoders``."""
@@ -76,6 +84,10 @@ class Settings(BaseSettings):
         None, description="Derived encoders (qkv adapt writes them here), served beside "
         "`model` to the collections they made; default encoders/ beside a local store, else "
         "var/encoders.")
+    backup_dir: Path | None = Field(
+        None, description="Where `POST /v1/backups` writes backups and restores read them "
+        "(one directory each, by name); default backups/ beside a local store, else "
+        "var/backups.")
     encoders_loaded: int = Field(3, ge=1, description="Encoders kept loaded at once, the "
                                  "default included (least recently used unloaded first).")
     device: str | None = Field(None, description="cpu, cuda, cuda:1 ... (default: auto).")
@@ -183,7 +195,7 @@ class Settings(BaseSettings):
             seen[stored] = name
         return value
 
-    @field_validator("demo_token_memory", "encoders_dir", mode="before")
+    @field_validator("demo_token_memory", "encoders_dir", "backup_dir", mode="before")
     @classmethod
     def _no_token_memory(cls, value: Any) -> Any:
         return None if isinstance(value, str) and not value.strip() else value

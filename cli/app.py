@@ -7,7 +7,19 @@ import logging
 
 import typer
 
-from cli import adapt, alias, decoder, encoder, index, keys, serve, stack, token_memory, tune
+from cli import (
+    adapt,
+    alias,
+    backup,
+    decoder,
+    encoder,
+    index,
+    keys,
+    serve,
+    stack,
+    token_memory,
+    tune,
+)
 
 app = typer.Typer(help="qkv: retrieval-augmented embedding service.", no_args_is_help=True)
 
@@ -33,3 +45,4 @@ alias.register(app)
 tune.register(app)
 keys.register(app)
 adapt.register(app)
+backup.register(app)

@@ -252,11 +252,14 @@ class VectorStore(Protocol):
         tenant's, with their vectors; and how many items it holds."""
         ...
 
-    def scan(self, collection: str, after: str | None = None, batch_size: int = 1000
-             ) -> Iterator[list[Item]]:
+    def scan(self, collection: str, after: str | None = None, batch_size: int = 1000,
+             every_tenant: bool = False) -> Iterator[list[Item]]:
         """Every item of a (single-tenant) collection whose id sorts after ``after`` (all
         when None), with its vector, in pages of up to ``batch_size`` in id order: a job
-        that remembers the last id of the pages it finished resumes from there."""
+        that remembers the last id of the pages it finished resumes from there. With
+        ``every_tenant``, a multi-tenant collection too: every tenant's items, each with
+        its tenant, in the order of their stored ids (``tenant:id``, what ``after`` is
+        then)."""
         ...
 
     def close(self) -> None: ...
@@ -321,11 +324,12 @@ def _check_json(v: Any, where: str, depth: int = 0) -> None:
 
 
 def dedupe_last(items: Iterable[Item]) -> list[Item]:
-    """Items with duplicate ids resolved to the last one, in first-seen order."""
-    by_id: dict[str, Item] = {}
+    """Items with duplicate ids resolved to the last one, in first-seen order (an id is its
+    tenant's: two tenants' ``a`` in one call are two items)."""
+    by_id: dict[tuple[str | None, str], Item] = {}
     for it in items:
-        by_id.pop(it.id, None)
-        by_id[it.id] = it
+        by_id.pop((it.tenant, it.id), None)
+        by_id[(it.tenant, it.id)] = it
     return list(by_id.values())
 
 

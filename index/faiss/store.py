@@ -299,10 +299,11 @@ class FaissStore:
                    and (filter is None or matches(filter, it.metadata))
                    for it in list(col.items.values()))
 
-    def scan(self, collection: str, after: str | None = None, batch_size: int = 1000
-             ) -> Iterator[list[Item]]:
+    def scan(self, collection: str, after: str | None = None, batch_size: int = 1000,
+             every_tenant: bool = False) -> Iterator[list[Item]]:
         col = self._load(collection)
-        check_tenant(col.info, None)
+        if not (every_tenant and col.info.multi_tenant):
+            check_tenant(col.info, None)
         ids = sorted(i for i in list(col.items) if after is None or i > after)
         for start in range(0, len(ids), batch_size):
             page = [col.items.get(i) for i in ids[start : start + batch_size]]

@@ -364,15 +364,21 @@ class MilvusStore:
                 timeout=self.timeout))
         return int(res[0]["count(*)"])
 
-    def scan(self, collection: str, after: str | None = None, batch_size: int = 1000
-             ) -> Iterator[list[Item]]:
+    def scan(self, collection: str, after: str | None = None, batch_size: int = 1000,
+             every_tenant: bool = False) -> Iterator[list[Item]]:
         # The ids first, then pages of gets: neither a query with a limit nor pymilvus'
         # query_iterator pages in id order on every backend (2.3.5 skipped half the rows)
         collection = self._aliases.resolve(collection)
-        check_tenant(self._ready(collection), None)
+        info = self._ready(collection)
+        if not (every_tenant and info.multi_tenant):
+            check_tenant(info, None)
         ids = ids_after(self._call, collection, after or "", self.timeout)
+        fields = item_fields(info.multi_tenant)
         for start in range(0, len(ids), batch_size):
-            yield self.get(collection, ids[start : start + batch_size])
+            page = ids[start : start + batch_size]
+            rows = {str(r["id"]): r for r in rows_of(self._call, collection, page, fields,
+                                                      self.timeout)}
+            yield [item(rows[i], info.multi_tenant) for i in page if i in rows]
 
     def search(self, collection: str, xq: np.ndarray, k: int, filter: Filter | None = None,
                encoder: EncoderInfo | None = None, with_vectors: bool = False,

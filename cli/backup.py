@@ -1,0 +1,141 @@
+"""``qkv backup`` and ``qkv restore``: collections to a directory and back, into any store
+(:mod:`index.backup`).
+
+Exit status: 0 done; 2 a refused backup or restore (damaged backup, name taken: the message
+says which file or collection, and why; nothing was created); 75 (EX_TEMPFAIL) the store is
+unreachable or held by another process: run the same command again; 1 any other error.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import typer
+
+from index.store import explain
+
+EXIT_REFUSED = 2
+EXIT_UNAVAILABLE = 75
+STORE = typer.Option("var/qkv.db", "--store", help="Milvus Lite file, http://host:port, or "
+                     "faiss://DIR.")
+TOKEN = typer.Option("", "--token", envvar="QKV_MILVUS_TOKEN", help="Milvus token.")
+
+
+def _fail(e: Exception) -> typer.Exit:
+    from index import StoreLockedError, StoreUnavailableError
+    from index.backup import BackupError
+
+    if isinstance(e, BackupError):
+        typer.echo(f"error: {e}", err=True)
+        return typer.Exit(EXIT_REFUSED)
+    typer.echo(f"error: {e if isinstance(e, StoreLockedError) else explain(e)}", err=True)
+    return typer.Exit(EXIT_UNAVAILABLE if isinstance(e, StoreUnavailableError
+                                                     | StoreLockedError) else 1)
+
+
+def _progress(every_s: float = 5.0):  # type: ignore[no-untyped-def]
+    last = [0.0]
+
+    def say(name: str, rows: int) -> None:
+        if time.monotonic() - last[0] >= every_s:
+            last[0] = time.monotonic()
+            typer.echo(f"  {name}: {rows:,} rows", err=True)
+
+    return say
+
+
+def backup(
+    to: Path = typer.Option(..., "--to", help="The backup directory (replaced whole when the "
+                            "backup is complete; kept as it was if it fails)."),
+    collection: list[str] = typer.Option(None, "--collection", help="A collection or alias "
+                                         "to back up (repeat); every collection when none."),
+    store: str = STORE, token: str = TOKEN,
+) -> None:
+    """Back up collections: their rows and vectors, settings, calibration and aliases."""
+    from index import StoreError, collection_name, open_store
+    from index.backup import backup as run
+
+    try:
+        names = [collection_name(c) for c in collection] if collection else None
+    except ValueError as e:
+        raise typer.BadParameter(str(e)) from e
+    t0 = time.perf_counter()
+    s = open_store(store, token=token)
+    try:
+        manifest = run(s, to, names, _progress())
+    except StoreError as e:
+        raise _fail(e) from e
+    finally:
+        s.close()
+    rows = sum(c["rows"] for c in manifest["collections"])
+    seconds = time.perf_counter() - t0
+    for c in manifest["collections"]:
+        typer.echo(f"{c['name']}: {c['rows']:,} rows, {len(c['parts'])} files"
+                   + (f", aliases {', '.join(c['aliases'])}" if c["aliases"] else ""))
+    typer.echo(f"backup {manifest['id'][:8]} in {to}: {rows:,} rows in {seconds:.1f} s "
+               f"({rows / max(seconds, 1e-9):,.0f} rows/s)")
+
+
+def restore(
+    src: Path = typer.Argument(..., help="A backup directory (qkv backup --to)."),
+    collection: list[str] = typer.Option(None, "--collection", help="Restore this one of the "
+                                         "backup's collections (repeat); all when none."),
+    as_: str | None = typer.Option(None, "--as", help="The name to restore it under (one "
+                                   "collection only); default its own."),
+    replace: bool = typer.Option(False, "--replace", help="Move an alias of that name that "
+                                 "points at another collection."),
+    model: Path = typer.Option(Path("models/encoder-default"), "--model", help="The encoder "
+                               "the target serves: stored vectors are reused when it made "
+                               "them, else the texts are embedded again with it."),
+    store: str = STORE, token: str = TOKEN,
+) -> None:
+    """Restore collections from a backup into a store (any backend), atomically: each goes
+    into a new collection, then its name becomes an alias of it."""
+    from index import StoreError, collection_name, open_store
+    from index.backup import BackupError, verify
+    from index.backup import restore as run
+
+    try:
+        names = [collection_name(c) for c in collection] if collection else None
+        rename = {}
+        if as_ is not None:
+            manifest = verify(src)
+            chosen = names or [c["name"] for c in manifest["collections"]]
+            if len(chosen) != 1:
+                raise typer.BadParameter("--as names one collection: pick it with "
+                                         "--collection")
+            rename = {chosen[0]: collection_name(as_)}
+    except BackupError as e:
+        raise _fail(e) from e
+    except ValueError as e:
+        raise typer.BadParameter(str(e)) from e
+    import encoder
+    from wiring.components import encoder_info
+
+    enc = encoder.load(model)
+    info = encoder_info(enc)
+    t0 = time.perf_counter()
+    s = open_store(store, token=token, bulk=True)
+    try:
+        done = run(s, src, names, rename, info, lambda t: enc.encode(list(t), batch_size=64),
+                   replace, _progress())
+    except StoreError as e:
+        raise _fail(e) from e
+    finally:
+        s.close()
+    for r in done:
+        typer.echo(f"{r.name} -> {r.collection}: {r.rows:,} rows "
+                   f"({'stored vectors' if r.reused_vectors else 'embedded again'}) in "
+                   f"{r.seconds:.1f} s; aliases {', '.join(r.aliases)}")
+        for what in r.dropped:
+            typer.echo(f"  not restored: {what}")
+    rows = sum(r.rows for r in done)
+    seconds = time.perf_counter() - t0
+    typer.echo(f"restored {rows:,} rows in {seconds:.1f} s "
+               f"({rows / max(seconds, 1e-9):,.0f} rows/s)")
+
+
+def register(app: typer.Typer) -> None:
+    app.command("backup")(backup)
+    app.command("restore")(restore)

@@ -1,0 +1,201 @@
+"""Backups and restores across stores (issue 72, :mod:`index.backup`): what comes back is
+what went in (ids, texts, values, metadata, tenants, vectors, settings, calibration,
+aliases), a damaged backup or a taken name is refused before anything is created, and a
+backup or restore cut off half-way leaves the old backup whole and no half collection under
+the name; a rerun finishes it."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from index import FaissStore, MilvusStore
+from index.backup import STAGING, BackupError, backup, restore, verify
+from index.store import EncoderInfo, Item, VectorStore
+
+DIM = 8
+ENC = EncoderInfo("test-enc", "f" * 16, DIM)
+CAL = {"dense_weight": 0.77, "source": "labels", "method": "ndcg", "docs": 300}
+PASSAGES = {"size": 200, "overlap": 32, "pack": 8}
+
+
+def _items(n: int, seed: int, tenant: str | None = None) -> list[Item]:
+    rng = np.random.default_rng(seed)
+    x = rng.standard_normal((n, DIM)).astype(np.float32)
+    x /= np.linalg.norm(x, axis=1, keepdims=True)
+    return [Item(id=f"d{i:04d}", vector=x[i], text=f"text {i} of {tenant or 'all'} ünïcode",
+                 value=None if i % 3 else f"value {i}",
+                 metadata={"i": i, "tags": ["a", "b"][: i % 3], "nested": {"k": i % 5}},
+                 tenant=tenant) for i in range(n)]
+
+
+def _source(tmp_path: Path) -> MilvusStore:
+    store = MilvusStore(str(tmp_path / "src.db"))
+    store.create("docs", DIM, ENC, hybrid=True)
+    store.upsert("docs", _items(2500, 0), ENC)  # several pages and two parquet row groups
+    store.set_calibration("docs", CAL)
+    store.set_passages("docs", PASSAGES)
+    store.set_alias("live", "docs")
+    store.create("mt", DIM, ENC, multi_tenant=True)
+    store.upsert("mt", _items(40, 1, "acme") + _items(30, 2, "globex"), ENC)
+    return store
+
+
+def _rows(store: VectorStore, name: str, tenants: tuple[str | None, ...] = (None,)
+          ) -> dict[tuple[str | None, str], tuple[Any, ...]]:
+    out = {}
+    for t in tenants:
+        ids = [f"d{i:04d}" for i in range(3000)]
+        for it in store.get(name, ids, tenant=t):
+            out[(it.tenant, it.id)] = (it.text, it.value, json.dumps(it.metadata, sort_keys=True),
+                                       np.round(it.vector, 6).tobytes())
+    return out
+
+
+@pytest.fixture(scope="module")
+def made(tmp_path_factory: pytest.TempPathFactory) -> tuple[MilvusStore, Path, dict[str, Any]]:
+    tmp = tmp_path_factory.mktemp("backup")
+    store = _source(tmp)
+    manifest = backup(store, tmp / "b1")
+    return store, tmp / "b1", manifest
+
+
+def test_the_manifest_says_what_the_backup_holds(made: tuple[MilvusStore, Path, Any]) -> None:
+    _, where, manifest = made
+    assert verify(where) == manifest
+    by = {c["name"]: c for c in manifest["collections"]}
+    assert set(by) == {"docs", "mt"} and by["docs"]["rows"] == 2500 and by["mt"]["rows"] == 70
+    assert by["docs"]["aliases"] == ["live"] and by["docs"]["calibration"]["dense_weight"] == 0.77
+    assert by["docs"]["passages"] == PASSAGES and by["docs"]["hybrid"] is True
+    assert by["mt"]["multi_tenant"] is True and by["docs"]["encoder"] == ENC.to_dict()
+    assert not list(where.parent.glob(".b1.*"))  # nothing left beside it
+
+
+@pytest.mark.parametrize("target", ["faiss", "lite"])
+def test_restore_into_another_backend_gives_back_the_same(
+        made: tuple[MilvusStore, Path, Any], tmp_path: Path, target: str) -> None:
+    source, where, manifest = made
+    store: VectorStore = FaissStore(tmp_path / "f") if target == "faiss" else \
+        MilvusStore(str(tmp_path / "dst.db"))
+    done = {r.name: r for r in restore(store, where, encoder=ENC)}
+    assert all(r.reused_vectors for r in done.values()) and done["docs"].rows == 2500
+    staged = f"docs{STAGING}{manifest['id'][:8]}"
+    assert store.list_aliases() == {"docs": staged, "live": staged,
+                                    "mt": f"mt{STAGING}{manifest['id'][:8]}"}
+    assert _rows(store, "docs") == _rows(source, "docs")
+    tenants = ("acme", "globex")
+    assert _rows(store, "mt", tenants) == _rows(source, "mt", tenants)
+    assert store.count("mt", tenant="globex") == 30
+    info = store.describe("live")
+    assert info.calibration == CAL and info.passages == PASSAGES and info.hybrid
+    assert info.encoder == ENC
+    rng = np.random.default_rng(9)
+    xq = rng.standard_normal((20, DIM)).astype(np.float32)
+    xq /= np.linalg.norm(xq, axis=1, keepdims=True)
+    got = store.search("docs", xq, 10, consistency="Strong")
+    want = source.search("docs", xq, 10, consistency="Strong")
+    assert [[h.id for h in q] for q in got] == [[h.id for h in q] for q in want]
+
+
+def test_another_encoder_embeds_the_texts_again(made: tuple[MilvusStore, Path, Any],
+                                                tmp_path: Path) -> None:
+    _, where, _ = made
+    other = EncoderInfo("other-enc", "0" * 16, 4)
+    store = FaissStore(tmp_path / "f")
+    with pytest.raises(BackupError, match="another encoder"):
+        restore(store, where, ["docs"], encoder=other)  # no embed: refused, nothing made
+    assert store.list_collections() == []
+    embedded: list[int] = []
+
+    def embed(texts: Any) -> np.ndarray:
+        embedded.append(len(texts))
+        return np.tile(np.array([1.0, 0, 0, 0], np.float32), (len(texts), 1))
+
+    (r,) = restore(store, where, ["docs"], encoder=other, embed=embed)
+    assert not r.reused_vectors and sum(embedded) == 2500
+    assert store.describe("docs").encoder == other and store.describe("docs").dim == 4
+    assert store.get("docs", ["d0007"])[0].vector.tolist() == [1.0, 0, 0, 0]
+
+
+def test_a_damaged_backup_or_a_taken_name_creates_nothing(
+        made: tuple[MilvusStore, Path, Any], tmp_path: Path) -> None:
+    import shutil
+
+    _, where, manifest = made
+    copy = tmp_path / "copy"
+    shutil.copytree(where, copy)
+    part = copy / manifest["collections"][0]["parts"][0]["path"]
+    data = bytearray(part.read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    part.write_bytes(bytes(data))
+    store = FaissStore(tmp_path / "f")
+    with pytest.raises(BackupError, match=f"{part.name}: checksum"):
+        restore(store, copy)
+    part.unlink()
+    with pytest.raises(BackupError, match=f"{part.name}: missing"):
+        restore(store, copy)
+    (copy / "manifest.json").write_text('{"format": "qkv-backup", "version": 9}')
+    with pytest.raises(BackupError, match="version 9"):
+        verify(copy)
+    assert store.list_collections() == []
+    store.create("docs", DIM, ENC)  # the name is a collection: refused, nothing made
+    with pytest.raises(BackupError, match="'docs' exists"):
+        restore(store, where)
+    assert store.list_collections() == ["docs"] and store.list_aliases() == {}
+    (r,) = restore(store, where, ["docs"], rename={"docs": "docs2"})
+    assert r.name == "docs2" and store.count("docs2") == 2500
+
+
+def test_a_restore_cut_off_shows_nothing_and_a_rerun_finishes_it(
+        made: tuple[MilvusStore, Path, Any], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _, where, _ = made
+    store = FaissStore(tmp_path / "f")
+    real = store.upsert
+    calls = {"n": 0}
+
+    def dies(*args: Any, **kwargs: Any) -> int:
+        calls["n"] += 1
+        if calls["n"] == 2:
+            raise KeyboardInterrupt  # as a kill would: mid-collection
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(store, "upsert", dies)
+    with pytest.raises(KeyboardInterrupt):
+        restore(store, where, ["docs"])
+    assert store.list_aliases() == {}  # readers of "docs" see nothing yet
+    monkeypatch.setattr(store, "upsert", real)
+    (r,) = restore(store, where, ["docs"])
+    assert store.count("docs") == 2500 and r.collection in store.list_collections()
+
+
+def test_a_backup_cut_off_keeps_the_last_one_whole(
+        made: tuple[MilvusStore, Path, Any], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import shutil
+
+    source, where, manifest = made
+    dest = tmp_path / "nightly"
+    shutil.copytree(where, dest)
+    real = source.scan
+
+    def dies(*args: Any, **kwargs: Any) -> Any:
+        for i, page in enumerate(real(*args, **kwargs)):
+            if i == 1:
+                raise KeyboardInterrupt
+            yield page
+
+    monkeypatch.setattr(source, "scan", dies)
+    with pytest.raises(KeyboardInterrupt):
+        backup(source, dest)
+    assert verify(dest) == manifest  # the last backup, whole
+    assert (tmp_path / ".nightly.partial").is_dir()
+    monkeypatch.setattr(source, "scan", real)
+    again = backup(source, dest, ["live"])  # an alias names its collection
+    assert verify(dest) == again and again["id"] != manifest["id"]
+    assert [c["name"] for c in again["collections"]] == ["docs"]
+    assert not (tmp_path / ".nightly.partial").exists()
