@@ -22,14 +22,19 @@ STORE = typer.Option("var/qkv.db", "--store", help="Milvus Lite file, http://hos
 TOKEN = typer.Option("", "--token", envvar="QKV_MILVUS_TOKEN", help="Milvus token.")
 
 
-def _fail(e: Exception) -> typer.Exit:
+def _fail(e: Exception, store: str) -> typer.Exit:
     from index import StoreLockedError, StoreUnavailableError
     from index.backup import BackupError
 
     if isinstance(e, BackupError):
         typer.echo(f"error: {e}", err=True)
         return typer.Exit(EXIT_REFUSED)
-    typer.echo(f"error: {e if isinstance(e, StoreLockedError) else explain(e)}", err=True)
+    if isinstance(e, StoreLockedError):
+        typer.echo(f"error: the Milvus Lite file {store} is held by another process (a "
+                   "running qkv serve?): back up or restore through it (POST /v1/backups, "
+                   "POST /v1/backups/NAME/restore), or stop it first", err=True)
+        return typer.Exit(EXIT_UNAVAILABLE)
+    typer.echo(f"error: {explain(e)}", err=True)
     return typer.Exit(EXIT_UNAVAILABLE if isinstance(e, StoreUnavailableError
                                                      | StoreLockedError) else 1)
 
@@ -65,7 +70,7 @@ def backup(
     try:
         manifest = run(s, to, names, _progress())
     except StoreError as e:
-        raise _fail(e) from e
+        raise _fail(e, store) from e
     finally:
         s.close()
     rows = sum(c["rows"] for c in manifest["collections"])
@@ -107,7 +112,7 @@ def restore(
                                          "--collection")
             rename = {chosen[0]: collection_name(as_)}
     except BackupError as e:
-        raise _fail(e) from e
+        raise _fail(e, store) from e
     except ValueError as e:
         raise typer.BadParameter(str(e)) from e
     import encoder
@@ -121,7 +126,7 @@ def restore(
         done = run(s, src, names, rename, info, lambda t: enc.encode(list(t), batch_size=64),
                    replace, _progress())
     except StoreError as e:
-        raise _fail(e) from e
+        raise _fail(e, store) from e
     finally:
         s.close()
     for r in done:

@@ -1,0 +1,71 @@
+"""``qkv backup`` and ``qkv restore`` as real processes (issue 72): a Lite file backed up and
+restored into FAISS with its stored vectors (the same encoder) and into Lite embedded again
+(another one); a damaged backup exits 2 naming the file, creating nothing."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+from index import FaissStore, MilvusStore
+from index.store import EncoderInfo, Item
+
+
+def qkv(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-c", "from cli.app import app; app()", *args],
+                          capture_output=True, text=True, timeout=300)
+
+
+def test_backup_then_restore_across_backends(tmp_path: Path, tiny_model_dir: Path) -> None:
+    import encoder
+
+    enc = encoder.load(tiny_model_dir)
+    info = EncoderInfo(enc.name, enc.fingerprint, enc.dim)
+    texts = [f"document {i} about {'dogs' if i % 2 else 'trains'}" for i in range(120)]
+    src = MilvusStore(str(tmp_path / "src.db"))
+    src.create("notes", enc.dim, info, hybrid=True)
+    src.upsert("notes", [Item(f"n{i}", v, t, metadata={"i": i}) for i, (t, v) in
+                         enumerate(zip(texts, enc.encode(texts), strict=True))], info)
+    src.set_alias("notes_live", "notes")
+    out = qkv("backup", "--store", str(tmp_path / "src.db"), "--to", str(tmp_path / "b"))
+    assert out.returncode == 75 and "POST /v1/backups" in out.stderr  # this process holds it
+    src.close()
+    from milvus_lite.server_manager import server_manager_instance
+
+    server_manager_instance.release_server(str(tmp_path / "src.db"))
+
+    out = qkv("backup", "--store", str(tmp_path / "src.db"), "--to", str(tmp_path / "b"))
+    assert out.returncode == 0, out.stderr
+    assert "notes: 120 rows" in out.stdout and "aliases notes_live" in out.stdout
+
+    out = qkv("restore", str(tmp_path / "b"), "--store", f"faiss://{tmp_path / 'f'}",
+              "--model", str(tiny_model_dir))
+    assert out.returncode == 0, out.stderr
+    assert "120 rows (stored vectors)" in out.stdout
+    faiss = FaissStore(tmp_path / "f")
+    assert faiss.list_aliases().keys() == {"notes", "notes_live"}
+    assert faiss.get("notes_live", ["n3"])[0].metadata == {"i": 3}
+
+    other = tmp_path / "other-model"  # other weights, another fingerprint: re-embedded
+    import shutil
+
+    from safetensors.torch import load_file, save_file
+
+    shutil.copytree(tiny_model_dir, other)
+    weights = load_file(other / "model.safetensors")
+    first = sorted(weights)[0]
+    weights[first] = weights[first] + 0.01
+    save_file(weights, other / "model.safetensors")
+    out = qkv("restore", str(tmp_path / "b"), "--store", str(tmp_path / "dst.db"),
+              "--model", str(other), "--as", "notes2")
+    assert out.returncode == 0, out.stderr
+    assert "notes2 -> notes2__r" in out.stdout and "(embedded again)" in out.stdout
+
+    part = next((tmp_path / "b").rglob("*.parquet"))
+    part.write_bytes(b"garbage" + part.read_bytes())
+    out = qkv("restore", str(tmp_path / "b"), "--store", f"faiss://{tmp_path / 'g'}",
+              "--model", str(tiny_model_dir))
+    assert out.returncode == 2 and part.name in out.stderr and "checksum" in out.stderr
+    assert len(out.stderr.strip().splitlines()) == 1
+    assert not (tmp_path / "g").exists() or FaissStore(tmp_path / "g").list_collections() == []
