@@ -57,6 +57,7 @@ TITLES = {
     "filter_cost": "A large filter's cost on Milvus Lite",
     "long_docs": "Long documents: the whole vector against its windows",
     "precision": "Weights stored in fp16, embedding tables in 8 bits",
+    "backup": "Backup and restore against re-indexing",
     "races": "Races: data and admin calls at once",
     "query_fusion": "Per-query fusion weight, leave-one-collection-out",
     "relevance": "What a hybrid hit's relevance keeps and drops",
