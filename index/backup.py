@@ -72,7 +72,7 @@ FORMAT = "qkv-backup"
 VERSION = 1
 MANIFEST = "manifest.json"
 ROWS_PER_FILE = 100_000
-PAGE = 2000  # rows read or written at a time
+PAGE = 10_000  # rows read or written at a time
 STAGING = "__r"  # restored into NAME + STAGING + the backup's id, then aliased as NAME
 
 Embed = Callable[[Sequence[str]], np.ndarray]
