@@ -62,6 +62,10 @@ def _calls(mt: str, model: str) -> dict[tuple[str, str], tuple[str, Any]]:
         ("GET", "/v1/keys"): ("/v1/keys", None),
         ("POST", "/v1/keys"): ("/v1/keys", {"scope": "read", "tenants": ["globex"]}),
         ("POST", "/v1/keys/{key_id}/revoke"): ("/v1/keys/k00000000/revoke", None),
+        ("POST", "/v1/backups"): ("/v1/backups", {"name": "fuzz", "collections": [mt]}),
+        ("GET", "/v1/backups"): ("/v1/backups", None),
+        ("POST", "/v1/backups/{name}/restore"): ("/v1/backups/fuzz/restore",
+                                                 {"as": "restored_" + mt}),
         ("POST", "/embed"): ("/embed", {"inputs": "secret"}),
         ("POST", "/"): ("/", {"inputs": "secret"}),
         ("POST", "/embed_all"): ("/embed_all", {"inputs": "secret"}),
@@ -99,7 +103,8 @@ def test_no_key_reaches_past_its_scope_or_tenant(make_client: MakeClient, store_
             key, secret = new_key(scope, tenants=[tenant] if tenant else None)
             keys[key.id], secrets[(scope, tenant)] = key, secret
     write_keys(tmp_path / "keys.jsonl", keys)
-    c = make_client(store=store_uri, keys_file=tmp_path / "keys.jsonl")
+    c = make_client(store=store_uri, keys_file=tmp_path / "keys.jsonl",
+                    backup_dir=tmp_path / "backups")
     admin = {"Authorization": f"Bearer {secrets[('admin', None)]}"}
     assert c.post("/v1/collections", json={"name": mt, "multi_tenant": True},
                   headers=admin).status_code == 201
