@@ -283,8 +283,9 @@ def restore(store: VectorStore, src: str | Path, names: Sequence[str] | None = N
     chosen = [c for c in manifest["collections"] if names is None or c["name"] in names]
     missing = sorted(set(names or ()) - {c["name"] for c in chosen})
     if missing:
+        held = ", ".join(c["name"] for c in manifest["collections"]) or "none"
         raise BackupError(f"{src / MANIFEST}: no collection {missing[0]!r} in this backup "
-                          f"(it has {', '.join(c['name'] for c in manifest['collections'])})")
+                          f"(it has {held})")
     plans = []
     for c in chosen:  # every refusal before anything is created
         name = rename.get(c["name"], c["name"])
