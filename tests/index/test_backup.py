@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 
 from index import FaissStore, MilvusStore
+from index import backup as index_backup
 from index.backup import STAGING, BackupError, backup, restore, verify
 from index.store import EncoderInfo, Item, VectorStore
 
@@ -36,7 +37,7 @@ def _items(n: int, seed: int, tenant: str | None = None) -> list[Item]:
 def _source(tmp_path: Path) -> MilvusStore:
     store = MilvusStore(str(tmp_path / "src.db"))
     store.create("docs", DIM, ENC, hybrid=True)
-    store.upsert("docs", _items(2500, 0), ENC)  # several pages and two parquet row groups
+    store.upsert("docs", _items(2500, 0), ENC)
     store.set_calibration("docs", CAL)
     store.set_passages("docs", PASSAGES)
     store.set_alias("live", "docs")
@@ -154,6 +155,7 @@ def test_a_restore_cut_off_shows_nothing_and_a_rerun_finishes_it(
         made: tuple[MilvusStore, Path, Any], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     _, where, _ = made
+    monkeypatch.setattr(index_backup, "PAGE", 500)  # several pages to be cut between
     store = FaissStore(tmp_path / "f")
     real = store.upsert
     calls = {"n": 0}
@@ -179,6 +181,7 @@ def test_a_backup_cut_off_keeps_the_last_one_whole(
     import shutil
 
     source, where, manifest = made
+    monkeypatch.setattr(index_backup, "PAGE", 500)  # several pages to be cut between
     dest = tmp_path / "nightly"
     shutil.copytree(where, dest)
     real = source.scan
