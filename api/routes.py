@@ -96,7 +96,8 @@ async def ready(request: Request) -> Response:
 
 
 @open_routes.get("/metrics", tags=["operations"], dependencies=[Depends(require_key)],
-                 responses={200: {"content": {"text/plain": {}}, "description": "Prometheus"}})
+                 responses={200: {"content": {"text/plain": {}}, "description": "Prometheus"},
+                            401: TEI_ERRORS[401], 403: TEI_ERRORS[403]})
 async def metrics(request: Request) -> Response:
     """Prometheus metrics; with keys, for an admin key only (they count requests by key
     id)."""
