@@ -107,17 +107,26 @@ def real_curve(enc: Any, corpus: dict[str, str], xb: np.ndarray, queries: dict[s
     return {m: score_run(run, qrels)["ndcg@10"] for m, run in runs.items()}
 
 
-def collect(args: argparse.Namespace) -> dict[str, dict[str, Any]]:
+def dev_sets(data: Path, dev: Path, devcoll: Path) -> dict[str, tuple[Path, str]]:
+    """Every labelled collection the hybrid studies use, name → (BEIR folder, split): the
+    public dev sets and SciFact's held-out test, the carved dev sets (written under ``dev``
+    when missing) and ``bench/devcollections.py``'s (under ``devcoll``)."""
     from devcollections import write_dev_collections
 
-    import encoder
     from encoder.devsets import write_dev_sets
 
-    if not (args.dev / "medquad-dev").is_dir():
-        write_dev_sets(args.data, args.dev)
-    sets = {n: (args.data / "beir" / n, s) for n, s in PUBLIC_DEV + HELD_OUT}
-    sets |= {n: (args.dev / n, s) for n, s in CARVED_DEV}
-    sets |= {n: (p, "dev") for n, p in write_dev_collections(args.data, args.devcoll).items()}
+    if not (dev / "medquad-dev").is_dir():
+        write_dev_sets(data, dev)
+    sets = {n: (data / "beir" / n, s) for n, s in PUBLIC_DEV + HELD_OUT}
+    sets |= {n: (dev / n, s) for n, s in CARVED_DEV}
+    sets |= {n: (p, "dev") for n, p in write_dev_collections(data, devcoll).items()}
+    return sets
+
+
+def collect(args: argparse.Namespace) -> dict[str, dict[str, Any]]:
+    import encoder
+
+    sets = dev_sets(args.data, args.dev, args.devcoll)
     enc = encoder.load(args.model)
     out: dict[str, dict[str, Any]] = {}
     for name, (folder, split) in sets.items():

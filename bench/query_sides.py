@@ -35,7 +35,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
-from calibration import CARVED_DEV, HELD_OUT, PUBLIC_DEV, encoded  # noqa: E402
+from calibration import HELD_OUT, dev_sets, encoded  # noqa: E402
 
 from index.beir import load_beir  # noqa: E402
 from index.hybrid.analysis import analyze  # noqa: E402
@@ -99,10 +99,7 @@ def searched(enc: Any, texts: list[str], xb: np.ndarray, bm25: BM25Index, ids: l
 
 
 def main() -> None:
-    from devcollections import write_dev_collections
-
     import encoder
-    from encoder.devsets import write_dev_sets
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--data", type=Path, required=True)
@@ -114,11 +111,7 @@ def main() -> None:
     ap.add_argument("--only", default="", help="Comma-separated collection names.")
     args = ap.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
-    if not (args.dev / "medquad-dev").is_dir():
-        write_dev_sets(args.data, args.dev)
-    sets = {n: (args.data / "beir" / n, s) for n, s in PUBLIC_DEV + HELD_OUT}
-    sets |= {n: (args.dev / n, s) for n, s in CARVED_DEV}
-    sets |= {n: (p, "dev") for n, p in write_dev_collections(args.data, args.devcoll).items()}
+    sets = dev_sets(args.data, args.dev, args.devcoll)
     if args.only:
         sets = {n: v for n, v in sets.items() if n in args.only.split(",")}
     enc = encoder.load(args.model)
