@@ -46,7 +46,12 @@ sys.path.insert(0, str(ROOT / "bench"))
 from machine import add_results_arg, record, stamp  # noqa: E402
 
 from index.hybrid.fusion import CANDIDATES, RETRIEVAL_FILE, fuse  # noqa: E402
-from index.hybrid.relevance import DEFAULT_THRESHOLD, Relevance  # noqa: E402
+from index.hybrid.relevance import (  # noqa: E402
+    DEFAULT_THRESHOLD,
+    Relevance,
+    coverage,
+    distinct_terms,
+)
 from index.store import Hit  # noqa: E402
 
 KEEP = 0.92  # share of judged-relevant hits the line keeps on every fitting collection
@@ -142,7 +147,6 @@ def example(enc: Any, model: Path, rel: Relevance, cache: Path) -> tuple[list[st
     default threshold."""
     from calibration import encoded
 
-    from index.hybrid.analysis import analyze
     from index.hybrid.bm25 import BM25Index
     from index.hybrid.fusion import model_dense_weight
     from wiring.demo import read_jsonl
@@ -157,10 +161,10 @@ def example(enc: Any, model: Path, rel: Relevance, cache: Path) -> tuple[list[st
     lexical = [Hit(ids[j], v, "", None, {})
                for j, v in BM25Index.from_texts(texts).top(EXAMPLE, k, ids)]
     at = {d: j for j, d in enumerate(ids)}
-    asked = frozenset(analyze(EXAMPLE))
+    asked = distinct_terms(EXAMPLE)
     hits = fuse(dense, lexical, TOP, "convex", model_dense_weight(model), depth=k)
     got = [(h, rel.hit(float(s[at[h.id]]), h.floor or 0.0,
-                       len(asked & set(analyze(texts[at[h.id]]))) / len(asked))) for h in hits]
+                       coverage(asked, texts[at[h.id]]))) for h in hits]
     return ([f"{h.id} ({h.score:.2f}, relevance {r:.3f})" for h, r in got[:5]],
             sum(r >= DEFAULT_THRESHOLD for _, r in got))
 
