@@ -192,13 +192,10 @@ def backup(store: VectorStore, dest: str | Path, names: Sequence[str] | None = N
     return manifest
 
 
-def verify(src: str | Path) -> dict[str, Any]:
-    """The manifest of the backup in ``src``, every part checked (see the module
-    docstring); :class:`BackupError` naming the file and the reason."""
-    import pyarrow.parquet as pq
-
-    src = Path(src)
-    path = src / MANIFEST
+def read_manifest(src: str | Path) -> dict[str, Any]:
+    """The manifest of the backup in ``src``, its format and version checked, its parts not
+    (:func:`verify` checks them); :class:`BackupError` naming the file and the reason."""
+    path = Path(src) / MANIFEST
     if not path.is_file():
         raise BackupError(f"{path}: no manifest (not a backup, or one that did not finish)")
     try:
@@ -210,6 +207,17 @@ def verify(src: str | Path) -> dict[str, Any]:
     if manifest.get("version") != VERSION:
         raise BackupError(f"{path}: version {manifest.get('version')!r}; this qkv reads "
                           f"version {VERSION}")
+    return manifest
+
+
+def verify(src: str | Path) -> dict[str, Any]:
+    """The manifest of the backup in ``src``, every part checked (see the module
+    docstring); :class:`BackupError` naming the file and the reason."""
+    import pyarrow.parquet as pq
+
+    src = Path(src)
+    path = src / MANIFEST
+    manifest = read_manifest(src)
     for c in manifest.get("collections", []):
         total = 0
         for part in c["parts"]:
@@ -315,8 +323,9 @@ def restore(store: VectorStore, src: str | Path, names: Sequence[str] | None = N
                          multi_tenant=bool(c["multi_tenant"]))
         except UnsupportedError as e:
             raise BackupError(f"collection {c['name']!r}: {e}") from e
-        done = 0
+        done, tenants = 0, set()
         for page in _rows(src, c):
+            tenants |= {it.tenant for it in page}
             if not reuse:
                 assert embed is not None
                 vectors = embed([it.text for it in page])
@@ -330,9 +339,8 @@ def restore(store: VectorStore, src: str | Path, names: Sequence[str] | None = N
             store.set_passages(staging, c["passages"])
         if hybrid and c["calibration"] is not None:
             store.set_calibration(staging, c["calibration"])
-        tenants = {it.tenant for page in _rows(src, c) for it in page} if c["multi_tenant"] \
-            else {None}
-        have = sum(store.count(staging, tenant=t) for t in tenants)
+        have = sum(store.count(staging, tenant=t)
+                   for t in (tenants if c["multi_tenant"] else {None}))
         if have != c["rows"]:
             raise BackupError(f"collection {staging!r} holds {have} rows after the restore, "
                               f"the backup {c['rows']}: run the restore again")
