@@ -58,7 +58,7 @@ def pick_encoder_backend(encoder: Any, settings: Settings) -> Choice:
     from encoder.backend_pick import choose
     from encoder.cpu import cpu_model
 
-    if settings.encoder_backend is not None or os.environ.get("QKV_ENCODER_BACKEND"):
+    if settings.encoder_backend is not None:
         return Choice(encoder.backend, f"{encoder.backend}: set by QKV_ENCODER_BACKEND",
                       cpu=cpu_model())
     if encoder.device.type != "cpu":
@@ -72,6 +72,7 @@ class Service:
     def __init__(self, settings: Settings, metrics: Metrics) -> None:
         self.settings, self.metrics = settings, metrics
         self.limiter = Limiter()  # per API key (api.access)
+        settings.use()  # the process's device, precision and search paths (api.settings.Runtime)
         memory.cap_arenas()  # before the batcher and ONNX Runtime threads start (wiring.memory)
         # On the CPU the encoder's threads share the cores with the event loop (HTTP, JSON,
         # tokenizing). Driven by wrk (a C client that costs next to nothing), all the cores

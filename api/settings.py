@@ -64,7 +64,44 @@ def encoders_dir(settings: Settings) -> Path:
     return Path(store).expanduser().parent / "encoders"
 
 
-class Settings(BaseSettings):
+class Runtime(BaseSettings):
+    """The settings a whole process runs with, the service or any ``qkv`` command: where
+    the encoder runs and at what precision, and Milvus Lite's search paths. Read once at
+    the process's edge and handed down (:meth:`use`): nothing below reads them from the
+    environment."""
+
+    model_config = SettingsConfigDict(env_prefix="QKV_", extra="ignore")
+
+    device: str | None = Field(None, description="cpu, cuda, cuda:1 ... (default: auto).")
+    encoder_backend: Literal["torch", "onnx"] | None = Field(
+        None, description="torch, or onnx: the encoder's int8 ONNX Runtime graph, 1.1-1.6 x "
+        "torch's speed on the CPUs timed so far, vectors within cosine 0.999 of fp32. Default "
+        "(or empty): on a CPU, whichever of the two a self-timing at start finds faster "
+        "(about 2 s, cached per CPU, threads and encoder in the encoders directory; GET "
+        "/v1/models says which and why); torch on CUDA.")
+    no_bf16: bool = Field(False, description="Run torch in fp32 even where bf16 is native "
+                          "(CUDA, CPUs with AVX-512 BF16 or AMX): exact comparisons.")
+    onnx_activations: Literal["static", "token"] = Field(
+        "static", description="The onnx backend's activation ranges: static (calibrated "
+        "once, the default) or token (a range per token).")
+    lite_fast_search: bool = Field(True, description="Milvus Lite's searches on qkv's paths "
+                                   "(no rescan of the collection per search); false keeps "
+                                   "Lite's own, for comparison.")
+
+    @field_validator("encoder_backend", mode="before")
+    @classmethod
+    def _empty_backend_is_the_default(cls, value: Any) -> Any:
+        return None if value == "" else value
+
+    def use(self) -> None:
+        """Hand these to the rooms that use them (:func:`wiring.runtime.use`)."""
+        from wiring import runtime
+
+        runtime.use(self.device, self.encoder_backend, self.no_bf16, self.onnx_activations,
+                    self.lite_fast_search)
+
+
+class Settings(Runtime):
     model_config = SettingsConfigDict(env_prefix="QKV_", extra="ignore")
 
     # where things are
@@ -90,13 +127,6 @@ class Settings(BaseSettings):
         "var/backups.")
     encoders_loaded: int = Field(3, ge=1, description="Encoders kept loaded at once, the "
                                  "default included (least recently used unloaded first).")
-    device: str | None = Field(None, description="cpu, cuda, cuda:1 ... (default: auto).")
-    encoder_backend: Literal["torch", "onnx"] | None = Field(
-        None, description="torch, or onnx: the encoder's int8 ONNX Runtime graph, 1.1-1.6 x "
-        "torch's speed on the CPUs timed so far, vectors within cosine 0.999 of fp32. Default "
-        "(or empty): on a CPU, whichever of the two a self-timing at start finds faster "
-        "(about 2 s, cached per CPU, threads and encoder in the encoders directory; GET "
-        "/v1/models says which and why); torch on CUDA.")
     encoder_threads: int | None = Field(None, ge=1, description="CPU threads of the encoder "
                                         "(default: all the cores).")
     encoder_spin: bool = Field(False, description="Let the onnx encoder's threads spin-wait "
@@ -167,11 +197,6 @@ class Settings(BaseSettings):
         None, description="Directory of the demo translation memory's token memory (kNN-MT): "
         "read when built before, else built from the filled collection in the background "
         "(resumable) and used by generate once built. Ignored when `token_memories` names one.")
-
-    @field_validator("encoder_backend", mode="before")
-    @classmethod
-    def _empty_backend_is_the_default(cls, value: Any) -> Any:
-        return None if value == "" else value
 
     @field_validator("decoders", mode="before")
     @classmethod

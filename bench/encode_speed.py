@@ -80,7 +80,9 @@ def run_ours(texts: list[str], model: str, backend: str) -> dict:
     import encoder
 
     if backend == "onnx-token":  # the int8 graph with per-token activation ranges
-        os.environ["QKV_ONNX_ACTIVATIONS"] = "token"
+        from encoder.onnx_graph import use_activations
+
+        use_activations("token")
     enc = encoder.load(model, backend=backend.removesuffix("-token"))
     enc.encode(texts[:64])  # warm-up
     vectors: list[np.ndarray] = []
@@ -166,7 +168,9 @@ def main() -> None:
         "| model | sentences/s | × MiniLM | peak RSS (MB) |",
         "|---|---|---|---|",
     ]
-    precision = "bf16" if cpu_has_bf16() and not os.environ.get("QKV_NO_BF16") else "fp32"
+    from encoder.device import Defaults
+
+    precision = "bf16" if cpu_has_bf16() and Defaults.bf16 else "fp32"
     names = {"onnx": "qkv encoder-default, onnx int8, calibrated activation ranges (batch 64; "
                      "the default on a CPU)",
              "onnx-token": "qkv encoder-default, onnx int8, per-token activation ranges "

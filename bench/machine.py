@@ -27,8 +27,13 @@ ENV = "QKV_BENCH_RESULTS"
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
+# A bench script is a process's edge, as the service and the qkv command are: QKV_NO_BF16,
+# QKV_ONNX_ACTIVATIONS, QKV_DEVICE ... apply to what it loads (api.settings.Runtime)
+from api.settings import Runtime  # noqa: E402
 from encoder.cpu import cpu_flags as all_cpu_flags  # noqa: E402
 from encoder.cpu import cpu_model  # noqa: E402
+
+Runtime().use()
 
 OUTPUTS = ("bench/results/", "bench/history/", "bench/RESULTS.md", "docs/benchmarks")
 

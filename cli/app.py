@@ -33,6 +33,15 @@ def main(verbose: bool = typer.Option(False, "--verbose", "-v", help="Debug logg
     # faiss probes for builds it does not ship (AVX-512, AVX2) and logs each miss as a
     # ModuleNotFoundError at INFO on every start, which reads as an error (issue 75)
     logging.getLogger("faiss.loader").setLevel(logging.DEBUG if verbose else logging.WARNING)
+    from pydantic import ValidationError
+
+    from api.settings import Runtime
+
+    try:  # QKV_DEVICE, QKV_NO_BF16 ...: every command runs as the service would
+        Runtime().use()
+    except ValidationError as e:
+        typer.echo(f"qkv: {e}", err=True)
+        raise typer.Exit(2) from None
 
 
 encoder.register(app)

@@ -4,7 +4,6 @@ the CPU has native bf16 instructions); and which attention kernels inference use
 from __future__ import annotations
 
 import contextlib
-import os
 import threading
 
 import torch
@@ -12,9 +11,19 @@ import torch
 from encoder.cpu import cpu_flags
 
 
+class Defaults:
+    """The process's defaults, set once at its edge from the settings (``QKV_DEVICE``,
+    ``QKV_NO_BF16``: :func:`wiring.runtime.use`); an argument given to a function here
+    wins over them."""
+
+    device: str | None = None  # None: CUDA when available, else the CPU
+    bf16: bool = True  # False: fp32 everywhere (exact comparisons)
+
+
 def pick_device(name: str | None = None) -> torch.device:
-    """``name`` if given, else ``$QKV_DEVICE``, else CUDA when available, else CPU."""
-    name = name or os.environ.get("QKV_DEVICE")
+    """``name`` if given, else the process's default (``QKV_DEVICE``), else CUDA when
+    available, else CPU."""
+    name = name or Defaults.device
     if name:
         return torch.device(name)
     return torch.device("cuda" if torch.cuda.is_available() else "cpu")
@@ -26,8 +35,9 @@ def cpu_has_bf16() -> bool:
 
 
 def autocast(device: torch.device, enabled: bool = True) -> contextlib.AbstractContextManager:
-    """bf16 autocast on CUDA, and on CPUs with native bf16; a no-op otherwise."""
-    if not enabled or os.environ.get("QKV_NO_BF16"):
+    """bf16 autocast on CUDA, and on CPUs with native bf16; a no-op otherwise, and where
+    the process runs in fp32 (``Defaults.bf16`` false: ``QKV_NO_BF16``)."""
+    if not enabled or not Defaults.bf16:
         return contextlib.nullcontext()
     if device.type == "cuda":
         return torch.autocast("cuda", dtype=torch.bfloat16)

@@ -34,7 +34,7 @@ Zen 2) 2,000 sentences came out within cosine 0.9997 of torch's fp32 vectors, as
 AVX-512 (``bench/encode_speed.py``). Nothing is written to disk: the graph is built in
 memory at load.
 
-**Activation ranges, calibrated.** By default (``$QKV_ONNX_ACTIVATIONS`` unset or
+**Activation ranges, calibrated.** By default (``QKV_ONNX_ACTIVATIONS`` unset or
 ``static``) each linear layer's input has one fixed range instead: the largest max |x| its
 tokens reached on 64 passages of the Python documentation (``encoder/calibration.txt.gz``,
 PSF licence) run through the per-token graph when the graph is built (:func:`calibrate`,
@@ -76,14 +76,30 @@ if TYPE_CHECKING:
     from encoder.model import TransformerEncoder
 
 BACKENDS = ("torch", "onnx")
-ENV = "QKV_ENCODER_BACKEND"
+ACTIVATIONS = ("static", "token")  # calibrated ranges (the default); a range per token
 W_LEVELS = 64  # weights in -64..64: 2 × 255 × 64 fits the int16 pair sums of AVX2
 A_LEVELS = 127  # a token's activations in 128 ± 127 (uint8, symmetric around 128)
 A_ZERO = 128
 GRAPH_VERSION = 4  # bumped when the graph changes what it costs (2: FastGelu, 3: static
 # activation ranges, 4: QAttention), so a cached backend choice (backend_pick) is timed again
-ACTIVATIONS_ENV = "QKV_ONNX_ACTIVATIONS"  # static (default): calibrated ranges; token
 CALIBRATION = Path(__file__).with_name("calibration.txt.gz")
+
+
+class Defaults:
+    """The process's defaults, set once at its edge from the settings
+    (``QKV_ENCODER_BACKEND``, ``QKV_ONNX_ACTIVATIONS``: :func:`wiring.runtime.use`); an
+    argument given to a function here wins over them."""
+
+    backend: str | None = None  # None: picked by pick_backend
+    activations: str = "static"
+
+
+def use_activations(mode: str) -> None:
+    """Set the process's activation ranges (``static`` or ``token``); a ``ValueError``
+    naming ``QKV_ONNX_ACTIVATIONS`` for another value."""
+    if mode not in ACTIVATIONS:
+        raise ValueError(f"QKV_ONNX_ACTIVATIONS must be static or token, not {mode!r}")
+    Defaults.activations = mode
 
 
 def onnx_available() -> bool:
@@ -98,12 +114,13 @@ def supports(config: Any) -> bool:
 
 
 def pick_backend(name: str | None, device_type: str, config: Any = None) -> str:
-    """``name`` if given, else ``$QKV_ENCODER_BACKEND``, else ``onnx`` on a CPU where
-    ONNX Runtime is installed and the graph covers ``config`` (when given), ``torch``
-    otherwise (CUDA keeps torch's bf16 path). ``onnx`` asked for on CUDA, without ONNX
-    Runtime or for an architecture the graph does not cover is a ``ValueError``."""
+    """``name`` if given, else the process's default (``QKV_ENCODER_BACKEND``), else
+    ``onnx`` on a CPU where ONNX Runtime is installed and the graph covers ``config`` (when
+    given), ``torch`` otherwise (CUDA keeps torch's bf16 path). ``onnx`` asked for on CUDA,
+    without ONNX Runtime or for an architecture the graph does not cover is a
+    ``ValueError``."""
     covered = config is None or supports(config)
-    name = name or os.environ.get(ENV) or None
+    name = name or Defaults.backend or None
     if name is None:
         return "onnx" if device_type == "cpu" and onnx_available() and covered else "torch"
     if name not in BACKENDS:
@@ -119,11 +136,9 @@ def pick_backend(name: str | None, device_type: str, config: Any = None) -> str:
 
 
 def activations_mode() -> str:
-    """``static`` (calibrated ranges, the default) or ``token`` (``$QKV_ONNX_ACTIVATIONS``)."""
-    mode = os.environ.get(ACTIVATIONS_ENV) or "static"
-    if mode not in ("static", "token"):
-        raise ValueError(f"{ACTIVATIONS_ENV} must be static or token, not {mode!r}")
-    return mode
+    """``static`` (calibrated ranges, the default) or ``token`` (the process's default:
+    ``QKV_ONNX_ACTIVATIONS``, :func:`use_activations`)."""
+    return Defaults.activations
 
 
 def calibration_texts() -> list[str]:

@@ -35,7 +35,7 @@ class OnnxForward:
 
     ``calibration``: token id lists to calibrate the int8 graph's activation ranges on
     (:func:`calibrate`; ``TextEncoder`` gives :func:`calibration_texts` unless
-    ``$QKV_ONNX_ACTIVATIONS`` is ``token``); without them the ranges are per token.
+    ``QKV_ONNX_ACTIVATIONS`` is ``token``); without them the ranges are per token.
     ``activations`` says which the graph has."""
 
     def __init__(self, model: TransformerEncoder, int8: bool = True, spin: bool = True,

@@ -55,7 +55,7 @@ class Bucket:
         bucket, _, prefix = url[len(SCHEME):].partition("/")
         if not bucket:
             raise ValueError(f"--bulk-dir {url!r} names no bucket (s3://BUCKET/PREFIX)")
-        endpoint = endpoint or os.environ.get("QKV_S3_ENDPOINT") or "https://s3.amazonaws.com"
+        endpoint = endpoint or "https://s3.amazonaws.com"
         parsed = urlparse(endpoint if "://" in endpoint else f"http://{endpoint}")
         if parsed.scheme not in ("http", "https") or not parsed.netloc:
             raise ValueError(f"--s3-endpoint {endpoint!r}: give http(s)://host:port")

@@ -1,4 +1,5 @@
-"""Process-wide settings for torch's CPU runtime, applied before torch is imported.
+"""Process-wide settings: torch's CPU runtime, applied before torch is imported
+(:func:`configure`), and the process's defaults from its settings (:func:`use`).
 
 Long-running processes (``qkv index``, ``qkv serve``) encode batches of many shapes while
 other threads (the store writer, the HTTP server) need the cores too:
@@ -32,3 +33,21 @@ def configure(serving: bool = False) -> None:
     """Set the defaults above unless already set. Call before the first ``import torch``."""
     for key, value in (SERVING if serving else DEFAULTS).items():
         os.environ.setdefault(key, value)
+
+
+def use(device: str | None = None, encoder_backend: str | None = None, no_bf16: bool = False,
+        onnx_activations: str = "static", lite_fast_search: bool = True) -> None:
+    """The process's defaults from its settings (``QKV_DEVICE``, ``QKV_ENCODER_BACKEND``,
+    ``QKV_NO_BF16``, ``QKV_ONNX_ACTIVATIONS``, ``QKV_LITE_FAST_SEARCH``: fields of
+    ``api.settings.Runtime``), handed to the rooms that use them, once, at the process's
+    edge (the service's start, the ``qkv`` command). Nothing below reads the environment
+    for them; an argument given to a function there still wins."""
+    from encoder.device import Defaults as DeviceDefaults
+    from encoder.onnx_graph import Defaults as BackendDefaults
+    from encoder.onnx_graph import use_activations
+    from index.milvus.lite import speed
+
+    DeviceDefaults.device, DeviceDefaults.bf16 = device or None, not no_bf16
+    BackendDefaults.backend = encoder_backend or None
+    use_activations(onnx_activations)
+    speed.use(lite_fast_search)

@@ -12,9 +12,8 @@ reference that approximate stores' recall is measured against.
 A hybrid collection also has a BM25 index of the items' text (:mod:`index.hybrid.bm25`, over
 :func:`index.hybrid.analysis.analyze`'s terms, scored as Milvus' BM25 function scores), built in
 process, lazily after writes like the faiss index; nothing of it is stored but the texts.
-Searches take ``mode`` ``dense``, ``bm25`` or ``hybrid`` as on Milvus: a hybrid search runs
-both sides :func:`index.hybrid.fusion.candidates` deep and fuses them with
-:func:`index.hybrid.fusion.fuse`.
+Searches take ``mode`` ``dense``, ``bm25`` or ``hybrid`` as on Milvus, through the steps
+every backend shares (:func:`index.steps.search`: both sides ``candidates(k)`` deep, fused).
 """
 
 from __future__ import annotations
@@ -32,25 +31,21 @@ from typing import Any
 
 import numpy as np
 
-from index.aliases import AliasCache, check_create, check_drop, checked_set
+from index import steps
+from index.aliases import AliasCache, check_drop, checked_set
 from index.bulk.ranges import write_json
 from index.faiss.memory import Memory, decode_item, encode_item, read_snapshot, write_snapshot
 from index.filters import Filter, matches
-from index.hybrid.fusion import DEFAULT_DENSE_WEIGHT, DEFAULT_FUSION, candidates, check_fusion, fuse
+from index.hybrid.fusion import DEFAULT_DENSE_WEIGHT, DEFAULT_FUSION
+from index.steps import check_new, check_search, writable
 from index.store import (
     CollectionInfo,
     CollectionNotFoundError,
     EncoderInfo,
     Hit,
     Item,
-    as_matrix,
     check_collection_name,
-    check_encoder,
-    check_item,
     check_same,
-    check_search_args,
-    dedupe_last,
-    resolve_mode,
 )
 from index.tenancy import check_tenant, stored_id
 
@@ -175,12 +170,8 @@ class FaissStore:
         self, collection: str, dim: int, encoder: EncoderInfo | None = None,
         exist_ok: bool = True, hybrid: bool = False, multi_tenant: bool = False,
     ) -> CollectionInfo:
+        check_new(collection, dim, encoder, self._aliases.get())
         path = self._dir(collection)
-        check_create(self._aliases.get(), collection)
-        if dim < 1:
-            raise ValueError(f"dim must be >= 1, got {dim}")
-        if encoder is not None and encoder.dim != dim:
-            raise ValueError(f"encoder {encoder.name!r} makes dim {encoder.dim}, not {dim}")
         with self._lock(collection):  # two at once: one makes it, the other finds it
             if (path / "collection.json").is_file():
                 info = self.describe(collection)
@@ -262,14 +253,9 @@ class FaissStore:
     ) -> int:
         info = self.describe(collection)
         collection = info.name  # an alias's collection
-        check_encoder(info, encoder)
-        items = dedupe_last(items)
+        items, xb = writable(info, items, encoder)
         if not items:
             return 0
-        for it in items:
-            check_item(it)
-            check_tenant(info, it.tenant)
-        xb = as_matrix(np.stack([it.vector for it in items]), info.dim)
         stored = [Item(it.id, xb[i].copy(), it.text, it.value or None, dict(it.metadata),
                        it.tenant) for i, it in enumerate(items)]
         self._append(collection, {"op": "upsert", "items": stored})
@@ -324,27 +310,18 @@ class FaissStore:
         dense_weight: float = DEFAULT_DENSE_WEIGHT,
         tenant: str | None = None,
     ) -> list[list[Hit]]:
-        check_search_args(k, consistency)
-        check_fusion(fusion, dense_weight)
+        check_search(k, consistency, fusion, dense_weight)
         col = self._load(collection)
-        check_encoder(col.info, encoder)
-        check_tenant(col.info, tenant)
-        xq = as_matrix(xq, col.info.dim)
-        mode = resolve_mode(col.info, mode, query_text, len(xq))
         keep: Callable[[Item], bool] | None = None
         if tenant is not None or filter is not None:
             def keep(it: Item) -> bool:  # the tenant's items that the filter matches
                 return ((tenant is None or it.tenant == tenant)
                         and (filter is None or matches(filter, it.metadata)))
-        if mode == "dense":
-            return self._dense(col, xq, k, keep, with_vectors)
-        assert query_text is not None  # resolve_mode checked it
-        if mode == "bm25":
-            return self._bm25(col, query_text, k, keep, with_vectors)
-        depth = candidates(k)
-        dense = self._dense(col, xq, depth, keep, with_vectors)
-        bm25 = self._bm25(col, query_text, depth, keep, with_vectors)
-        return [fuse(d, b, k, fusion, dense_weight) for d, b in zip(dense, bm25, strict=True)]
+        return steps.search(
+            col.info, xq, k, encoder=encoder, tenant=tenant, mode=mode, query_text=query_text,
+            fusion=fusion, dense_weight=dense_weight,
+            dense=lambda x, depth: self._dense(col, x, depth, keep, with_vectors),
+            bm25=lambda texts, depth: self._bm25(col, texts, depth, keep, with_vectors))
 
     def _dense(self, col: Memory, xq: np.ndarray, k: int, keep: Callable[[Item], bool] | None,
                with_vectors: bool) -> list[list[Hit]]:

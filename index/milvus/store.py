@@ -13,8 +13,9 @@ analyzers do not stem), and Milvus' BM25 function turns it into a ``sparse``
 SPARSE_FLOAT_VECTOR field (inverted index, BM25 metric, k1/b as bm25s), in Milvus Lite 3.x
 and Milvus ≥ 2.5. Queries are analysed the same way, so Milvus' BM25 ranks as bm25s does. A
 hybrid search runs the dense and the BM25 search in Milvus, each ``candidates(k)`` deep, and
-fuses them with :func:`index.hybrid.fusion.fuse`. (Hybrid collections made before ``bm25_text``
-analyse ``text`` itself and are still searched, without stemming.)
+fuses them (the steps every backend shares: :func:`index.steps.search`). (Hybrid
+collections made before ``bm25_text`` analyse ``text`` itself and are still searched,
+without stemming.)
 
 On Milvus Lite the store seals what it writes (:mod:`index.milvus.sealing`), and its searches run
 on :mod:`index.milvus.lite.speed`'s paths (no per-search rescan of the collection)."""
@@ -31,9 +32,10 @@ from typing import Any, TypeVar
 
 import numpy as np
 
-from index.aliases import AliasCache, check_create, check_drop, checked_set
+from index import steps
+from index.aliases import AliasCache, check_drop, checked_set
 from index.filters import Filter, quote, to_milvus_expr
-from index.hybrid.fusion import DEFAULT_DENSE_WEIGHT, DEFAULT_FUSION, candidates, check_fusion, fuse
+from index.hybrid.fusion import DEFAULT_DENSE_WEIGHT, DEFAULT_FUSION
 from index.milvus.conn import connect, failure, is_io_failure, restart_lite, version_at_least
 from index.milvus.reads import ids_after, read_aliases, rows_of
 from index.milvus.schema import (
@@ -49,6 +51,7 @@ from index.milvus.schema import (
 )
 from index.milvus.sealing import SEAL_QUIET_S, SEAL_ROWS, Sealer
 from index.milvus.search import bm25_search, dense_search
+from index.steps import check_new, check_search, writable
 from index.store import (
     CollectionInfo,
     CollectionNotFoundError,
@@ -58,14 +61,9 @@ from index.store import (
     StoreError,
     StoreUnavailableError,
     UnsupportedError,
-    as_matrix,
-    check_collection_name,
     check_encoder,
-    check_item,
     check_same,
     check_search_args,
-    dedupe_last,
-    resolve_mode,
 )
 from index.tenancy import TENANT_FIELD, check_tenant, stored_id, tenant_expr
 
@@ -160,12 +158,7 @@ class MilvusStore:
         self, collection: str, dim: int, encoder: EncoderInfo | None = None,
         exist_ok: bool = True, hybrid: bool = False, multi_tenant: bool = False,
     ) -> CollectionInfo:
-        check_collection_name(collection)
-        if dim < 1:
-            raise ValueError(f"dim must be >= 1, got {dim}")
-        if encoder is not None and encoder.dim != dim:
-            raise ValueError(f"encoder {encoder.name!r} makes dim {encoder.dim}, not {dim}")
-        check_create(self._aliases.get(), collection)
+        check_new(collection, dim, encoder, self._aliases.get())
         if self._call("has_collection", lambda c: c.has_collection(collection)):
             info = self.describe(collection)
             check_same(info, exist_ok, dim, encoder, hybrid, multi_tenant)
@@ -304,14 +297,10 @@ class MilvusStore:
         self, collection: str, items: Sequence[Item], encoder: EncoderInfo | None = None
     ) -> int:
         collection = self._aliases.resolve(collection)
-        info = self._ready(collection, encoder)
-        items = dedupe_last(items)
+        info = self._ready(collection)
+        items, xb = writable(info, items, encoder)
         if not items:
             return 0
-        for it in items:
-            check_item(it)
-            check_tenant(info, it.tenant)
-        xb = as_matrix(np.stack([it.vector for it in items]), info.dim)
         rows = [{"id": stored_id(it.tenant, it.id), "vector": xb[i].tolist(), "text": it.text,
                  "value": it.value or "", "metadata": it.metadata} for i, it in enumerate(items)]
         if info.multi_tenant:
@@ -386,31 +375,24 @@ class MilvusStore:
                mode: str | None = None, fusion: str = DEFAULT_FUSION,
                dense_weight: float = DEFAULT_DENSE_WEIGHT, tenant: str | None = None,
                ) -> list[list[Hit]]:
-        check_search_args(k, consistency)
-        check_fusion(fusion, dense_weight)
+        check_search(k, consistency, fusion, dense_weight)
         collection = self._aliases.resolve(collection)
-        info = self._ready(collection, encoder)
-        check_tenant(info, tenant)
-        xq = as_matrix(xq, info.dim)
-        mode = resolve_mode(info, mode, query_text, len(xq))
-        if len(xq) == 0:
-            return []
+        info = self._ready(collection)
         fields = [*OUTPUT_FIELDS, "vector"] if with_vectors else OUTPUT_FIELDS
         expr = tenant_expr(tenant, to_milvus_expr(filter) if filter is not None else "")
-        depth = candidates(k) if mode == "hybrid" else k
-        dense: list[list[Hit]] = []
-        if mode in ("dense", "hybrid"):
+
+        def dense(x: np.ndarray, depth: int) -> list[list[Hit]]:
             ef = max(self.ef, depth) if self.index_type == "HNSW" else None
-            dense = self._call("search", lambda c: dense_search(
-                c, collection, xq, depth, expr, fields, consistency, self.timeout, ef,
+            return self._call("search", lambda c: dense_search(
+                c, collection, x, depth, expr, fields, consistency, self.timeout, ef,
                 info.hybrid, with_vectors, info.multi_tenant))
-            if mode == "dense":
-                return dense
-        assert query_text is not None  # resolve_mode checked it
-        analysed = self._analysed.get(collection, False)
-        bm25 = self._call("bm25 search", lambda c: bm25_search(
-            c, collection, query_text, analysed, depth, expr, fields, consistency, self.timeout,
-            with_vectors, info.multi_tenant))
-        if mode == "bm25":
-            return bm25
-        return [fuse(d, b, k, fusion, dense_weight) for d, b in zip(dense, bm25, strict=True)]
+
+        def bm25(texts: Sequence[str], depth: int) -> list[list[Hit]]:
+            analysed = self._analysed.get(collection, False)
+            return self._call("bm25 search", lambda c: bm25_search(
+                c, collection, texts, analysed, depth, expr, fields, consistency,
+                self.timeout, with_vectors, info.multi_tenant))
+
+        return steps.search(info, xq, k, encoder=encoder, tenant=tenant, mode=mode,
+                            query_text=query_text, fusion=fusion, dense_weight=dense_weight,
+                            dense=dense, bm25=bm25)

@@ -12,10 +12,9 @@ different texts differ by far more than :data:`BF16_ATOL`.
 
 from __future__ import annotations
 
-import os
 from typing import Any
 
-from encoder.device import cpu_has_bf16
+from encoder.device import Defaults, cpu_has_bf16
 from encoder.onnx_graph import pick_backend
 
 BF16_ATOL = 5e-3
@@ -31,6 +30,6 @@ def encoder_atol(fp32: float, backend: str | None = None) -> float:
     """``fp32`` where the served encoder (or ``backend``: token vectors always come from
     torch) rounds each text alone, else bf16's tolerance."""
     if (backend or pick_backend(None, "cpu")) == "torch" and cpu_has_bf16() \
-            and not os.environ.get("QKV_NO_BF16"):
+            and Defaults.bf16:
         return max(fp32, BF16_ATOL)
     return fp32

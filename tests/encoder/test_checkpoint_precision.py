@@ -21,6 +21,7 @@ from encoder.checkpoint import (
     quantize_q8,
     stored_state,
 )
+from encoder.device import Defaults
 
 ROOT = Path(__file__).resolve().parents[2]
 SHIPPED = ["encoder-default", "decoder-en-fr"]
@@ -92,7 +93,7 @@ def test_shipped_encoder_matches_its_fp32_vectors(
 ) -> None:
     """Reference vectors of the fp32 weights (tests/fixtures/make_fp32_reference.py); the
     comparison is of storage, so both run in float32 (no bf16 autocast)."""
-    monkeypatch.setenv("QKV_NO_BF16", "1")
+    monkeypatch.setattr(Defaults, "bf16", False)  # QKV_NO_BF16
     texts, want, fingerprint_fp32 = fp32_reference
     enc = encoder.load(ROOT / "models/encoder-default", device="cpu", backend="torch")
     meta = json.loads((ROOT / "models/encoder-default/config.json").read_text())

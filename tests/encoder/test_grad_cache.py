@@ -8,6 +8,7 @@ import pytest
 import torch
 
 from encoder.config import EncoderConfig
+from encoder.device import Defaults
 from encoder.grad_cache import cached_backward
 from encoder.losses import InfoNCE, Matryoshka, duplicates
 from encoder.model import TransformerEncoder
@@ -30,7 +31,7 @@ def _grads(model: torch.nn.Module) -> dict[str, torch.Tensor]:
 
 
 def test_cached_gradient_equals_one_big_forward(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("QKV_NO_BF16", "1")  # fp32 on every CPU: exact comparison
+    monkeypatch.setattr(Defaults, "bf16", False)  # fp32 on every CPU: exact comparison
     torch.manual_seed(0)
     model = TransformerEncoder(EncoderConfig(**ARCH)).train()
     gen = torch.Generator().manual_seed(1)
@@ -58,7 +59,7 @@ def test_cached_gradient_equals_one_big_forward(monkeypatch: pytest.MonkeyPatch)
 def test_dropout_masks_replay_within_a_chunk(monkeypatch: pytest.MonkeyPatch) -> None:
     """One chunk holding the whole batch: the cached step is the plain step, dropout and
     all, only if the second forward drew the first one's masks."""
-    monkeypatch.setenv("QKV_NO_BF16", "1")
+    monkeypatch.setattr(Defaults, "bf16", False)
     torch.manual_seed(0)
     model = TransformerEncoder(EncoderConfig(**ARCH, dropout=0.3)).train()
     gen = torch.Generator().manual_seed(2)

@@ -1,13 +1,13 @@
 import torch
 
-from encoder.device import autocast, pick_device
+from encoder.device import Defaults, autocast, pick_device
 
 
 def test_pick_device_and_autocast(monkeypatch) -> None:
-    monkeypatch.setenv("QKV_DEVICE", "cpu")
+    monkeypatch.setattr(Defaults, "device", "cpu")  # QKV_DEVICE, as the edge hands it down
     assert pick_device() == torch.device("cpu")
     assert pick_device("cpu").type == "cpu"
-    monkeypatch.setenv("QKV_NO_BF16", "1")
+    monkeypatch.setattr(Defaults, "bf16", False)  # QKV_NO_BF16
     with autocast(torch.device("cpu")):
         y = torch.ones(2, 2) @ torch.ones(2, 2)
     assert y.dtype == torch.float32  # autocast off when asked

@@ -6,15 +6,17 @@ import numpy as np
 import pytest
 
 import encoder
+from encoder.device import Defaults
 from encoder.onnx_graph import (
-    ACTIVATIONS_ENV,
     BACKENDS,
     activations_mode,
     build_graph,
     calibrate,
     pack,
     pick_backend,
+    use_activations,
 )
+from encoder.onnx_graph import Defaults as BackendDefaults
 from encoder.onnx_session import OnnxForward
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -43,7 +45,7 @@ def test_fp32_graph_equals_the_torch_network(monkeypatch: pytest.MonkeyPatch) ->
     import onnxruntime as ort
     import torch
 
-    monkeypatch.setenv("QKV_NO_BF16", "1")
+    monkeypatch.setattr(Defaults, "bf16", False)
     enc = encoder.load(MODEL, device="cpu", backend="torch")
     texts = ["A dog runs.", "The central bank raised interest rates by half a point today.",
              "cat", "Le café est très bon ☕ 東京 " * 40]  # the last one is cut at max_tokens
@@ -140,10 +142,10 @@ def test_spin_waiting_is_a_session_option_that_changes_no_vector(tiny_encoder_di
 
 
 def test_backend_choice(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.delenv("QKV_ENCODER_BACKEND", raising=False)
+    monkeypatch.setattr(BackendDefaults, "backend", None)
     assert pick_backend(None, "cpu") == "onnx" and pick_backend(None, "cuda") == "torch"
     assert pick_backend("torch", "cpu") == "torch"
-    monkeypatch.setenv("QKV_ENCODER_BACKEND", "torch")
+    monkeypatch.setattr(BackendDefaults, "backend", "torch")  # QKV_ENCODER_BACKEND
     assert pick_backend(None, "cpu") == "torch"
     with pytest.raises(ValueError, match="valid: torch, onnx"):
         pick_backend("tensorrt", "cpu")
@@ -156,7 +158,7 @@ def test_additive_pooling_stays_on_torch(tiny_encoder_dir: Path, tmp_path: Path,
                                          monkeypatch: pytest.MonkeyPatch) -> None:
     from dataclasses import replace
 
-    monkeypatch.delenv("QKV_ENCODER_BACKEND", raising=False)
+    monkeypatch.setattr(BackendDefaults, "backend", None)
     tiny = encoder.load(tiny_encoder_dir, device="cpu", backend="torch")
     model = encoder.TransformerEncoder(replace(tiny.config, pooling="additive"))
     encoder.save_checkpoint(tmp_path / "additive", model, tiny.tokenizer, {})
@@ -203,13 +205,13 @@ def test_calibrated_ranges_and_per_token_ranges(
     # the attention in one (two operators fewer a block)
     assert len(token) - len(static) == 4 * layers * 7 + 2 * layers
     assert static.count("QAttention") == layers and "MultiHeadAttention" not in static
-    monkeypatch.setenv(ACTIVATIONS_ENV, "token")
+    monkeypatch.setattr(BackendDefaults, "activations", "token")  # QKV_ONNX_ACTIVATIONS
     per_token = encoder.load(MODEL, device="cpu", backend="onnx")
     assert per_token._onnx is not None and per_token._onnx.activations == "token"
     cos_token = (per_token.encode(texts) * want).sum(axis=1)
     cos_static = (fast.encode(texts) * want).sum(axis=1)
     assert min(cos_token.min(), cos_static.min()) >= 0.999
     assert not np.allclose(cos_token, cos_static)  # two graphs, not one
-    monkeypatch.setenv(ACTIVATIONS_ENV, "dynamic")
-    with pytest.raises(ValueError, match="static or token"):
-        activations_mode()
+    with pytest.raises(ValueError, match="QKV_ONNX_ACTIVATIONS must be static or token"):
+        use_activations("dynamic")
+    assert activations_mode() == "token"  # the refused value changed nothing

@@ -115,3 +115,19 @@ def test_routes_reach_the_store_through_the_wiring() -> None:
     wiring = graph()["wiring.collections"]
     assert {"wiring.encoders", "wiring.tuner", "wiring.adapter"} <= wiring
     assert not any(d.startswith("api") for d in wiring)
+
+
+def test_qkv_variables_are_settings_fields() -> None:
+    """Issue 69, item 5: the service's QKV_ variables are read once, by pydantic-settings
+    (api/settings.py) or a command's option; no module reads one from os.environ."""
+    import re
+
+    reads = re.compile(r"""(environ\.get\(|environ\[|getenv\()\s*["']QKV_""")
+    found = [str(p.relative_to(ROOT)) for pkg in PACKAGES for p in (ROOT / pkg).rglob("*.py")
+             if reads.search(p.read_text(encoding="utf-8"))]
+    assert found == []
+    from api.settings import Runtime, Settings
+
+    assert set(Runtime.model_fields) <= set(Settings.model_fields)
+    assert {"device", "encoder_backend", "no_bf16", "onnx_activations",
+            "lite_fast_search"} <= set(Runtime.model_fields)

@@ -13,7 +13,8 @@ written to go upstream as they are.
 
 They replace Lite's functions only when the installed Lite is the one they were copied
 from (the replaced functions' source hashes to what is recorded here): any other version
-runs unpatched, with a warning, at Lite's own speed. ``QKV_LITE_FAST_SEARCH=0`` keeps
+runs unpatched, with a warning, at Lite's own speed. ``QKV_LITE_FAST_SEARCH=0`` (a setting
+applied by :func:`wiring.runtime.use` before the first connection: :func:`use`) keeps
 Lite's own paths (for comparison).
 """
 
@@ -43,8 +44,14 @@ KNOWN_SOURCES = {
 # ones again and again (1,000 → 4,000 → 16,000 → 64,000 → 100,000 rows) and built a graph
 # at every step, the largest cost of ingest after the encoder (bench/history/, Scaling).
 HNSW_MIN_ROWS = 50_000
-_state: dict[str, Any] = {"installed": None}
+_state: dict[str, Any] = {"installed": None, "wanted": True}
 _lock = threading.Lock()
+
+
+def use(fast: bool) -> None:
+    """Whether this process's first connection to a Lite file installs the fast paths
+    (``QKV_LITE_FAST_SEARCH``); a later call changes nothing once they are installed."""
+    _state["wanted"] = fast
 
 
 def _targets() -> dict[str, Any]:
@@ -69,7 +76,7 @@ def install() -> bool:
     with _lock:
         if _state["installed"] is not None:
             return bool(_state["installed"])
-        if os.environ.get("QKV_LITE_FAST_SEARCH", "1") == "0":
+        if not _state["wanted"]:
             _state["installed"] = False
             return False
         try:

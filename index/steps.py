@@ -1,0 +1,88 @@
+"""The steps every backend takes around its own work, written once (issue 69, item 3): the
+checks that open a create, a write and a search, and hybrid's two searches, each
+``candidates(k)`` deep, fused. A backend (:mod:`index.milvus.store`, :mod:`index.faiss.store`)
+keeps what is its own: where a collection lives, how it searches one side, how it stores
+rows."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+import numpy as np
+
+from index.aliases import check_create
+from index.hybrid.fusion import candidates, check_fusion, fuse
+from index.store import (
+    CollectionInfo,
+    EncoderInfo,
+    Hit,
+    Item,
+    as_matrix,
+    check_collection_name,
+    check_encoder,
+    check_item,
+    check_search_args,
+    dedupe_last,
+    resolve_mode,
+)
+from index.tenancy import check_tenant
+
+Dense = Callable[[np.ndarray, int], list[list[Hit]]]  # (queries (nq, d), depth) -> hits
+Sparse = Callable[[Sequence[str], int], list[list[Hit]]]  # (query texts, depth) -> hits
+
+
+def check_new(collection: str, dim: int, encoder: EncoderInfo | None,
+              aliases: dict[str, str]) -> None:
+    """Before a collection is made: a valid name that no alias holds, a dimension, and an
+    encoder (when named) that makes it."""
+    check_collection_name(collection)
+    if dim < 1:
+        raise ValueError(f"dim must be >= 1, got {dim}")
+    if encoder is not None and encoder.dim != dim:
+        raise ValueError(f"encoder {encoder.name!r} makes dim {encoder.dim}, not {dim}")
+    check_create(aliases, collection)
+
+
+def writable(info: CollectionInfo, items: Sequence[Item], encoder: EncoderInfo | None
+             ) -> tuple[list[Item], np.ndarray]:
+    """Before a write: the collection's encoder, the last of duplicate ids, each item's
+    sizes and tenant checked; the items to write and their vectors as one float32 matrix
+    (``ValueError`` for a wrong dimension or a vector that is not finite)."""
+    check_encoder(info, encoder)
+    kept = dedupe_last(items)
+    for it in kept:
+        check_item(it)
+        check_tenant(info, it.tenant)
+    if not kept:
+        return [], np.zeros((0, info.dim), np.float32)
+    return kept, as_matrix(np.stack([it.vector for it in kept]), info.dim)
+
+
+def check_search(k: int, consistency: str, fusion: str, dense_weight: float) -> None:
+    """The arguments of a search that need no collection: checked before it is opened."""
+    check_search_args(k, consistency)
+    check_fusion(fusion, dense_weight)
+
+
+def search(info: CollectionInfo, xq: np.ndarray, k: int, *, encoder: EncoderInfo | None,
+           tenant: str | None, mode: str | None, query_text: Sequence[str] | None,
+           fusion: str, dense_weight: float, dense: Dense, bm25: Sparse) -> list[list[Hit]]:
+    """A search's shared steps (after :func:`check_search`): the collection's encoder and
+    tenant, the query matrix, the mode (:func:`index.store.resolve_mode`), then the
+    backend's ``dense`` and ``bm25`` searches, ``k`` deep for one side alone and
+    ``candidates(k)`` deep each for hybrid, fused per query (:func:`index.hybrid.fusion.
+    fuse`)."""
+    check_encoder(info, encoder)
+    check_tenant(info, tenant)
+    xq = as_matrix(xq, info.dim)
+    mode = resolve_mode(info, mode, query_text, len(xq))
+    if len(xq) == 0:
+        return []
+    if mode == "dense":
+        return dense(xq, k)
+    assert query_text is not None  # resolve_mode checked it
+    if mode == "bm25":
+        return bm25(query_text, k)
+    depth = candidates(k)
+    both = zip(dense(xq, depth), bm25(query_text, depth), strict=True)
+    return [fuse(d, b, k, fusion, dense_weight) for d, b in both]
