@@ -155,7 +155,7 @@ async def fill_demos(svc: Any, plans: list[Any], stop: threading.Event,
             log.exception("demo collection %r not filled; the next start tries again",
                           plan.collection)
         if plan.progress.state == "complete" and not stop.is_set():
-            svc.tuner.filled(plan.collection)  # its hybrid calibrated, if not yet
+            svc.calibrator.filled(plan.collection)  # its hybrid calibrated, if not yet
     settings = svc.settings
     if token_memory is None:
         return

@@ -18,8 +18,8 @@ from api.errors import ApiError, invalid, not_found
 from api.service import Service
 from index import CollectionInfo, collection_name
 from index.scale import size_warning
+from wiring.calibrating import labels_from
 from wiring.collections import Document
-from wiring.tuning import labels_from
 
 _ERROR_TEXTS = ((401, "Missing, unknown or revoked API key"),
                 (403, "The key's scope, tenants or collections do not allow it"),
@@ -117,7 +117,7 @@ def _collection_out(svc: Service, info: CollectionInfo, aliases: dict[str, str],
             "decoder": str(dec) if dec else None, "hybrid": info.hybrid, "aliases": pointing,
             "multi_tenant": info.multi_tenant, "passages": info.passages,
             "calibration": redacted(info, info.calibration),
-            "tuning": redacted(info, col.tune_state(info)), "backend": col.backend,
+            "tuning": redacted(info, col.calibration_state(info)), "backend": col.backend,
             # the whole collection's size: a tenant's count says nothing of the backend's load
             "size_warning": size_warning(col.backend, None if info.multi_tenant else count)}
 
@@ -171,7 +171,7 @@ async def delete_collection(name: CollectionName, request: Request) -> Response:
 
 @v1.post("/v1/collections/{name}/tune", response_model=s.TuneState, tags=["collections"],
          responses={202: {"model": s.TuneState, "description": "Tune started."}})
-async def tune_collection(name: CollectionName, body: s.TuneRequest, request: Request
+async def calibrate_collection(name: CollectionName, body: s.TuneRequest, request: Request
                           ) -> Response:
     """Calibrate hybrid search for this collection and store the result with it: from its
     own documents (no labels: pseudo-queries, see ``index.hybrid.calibration``), from judged
@@ -186,18 +186,18 @@ async def tune_collection(name: CollectionName, body: s.TuneRequest, request: Re
         return json_response(await col.calibrate_by_hand(name, body.dense_weight))
     labels = (labels_from([q.model_dump() for q in body.labels])
               if body.labels is not None else None)
-    info, job = await col.start_tune(name, labels, body.seed)
+    info, job = await col.start_calibration(name, labels, body.seed)
     if body.wait:
         return json_response(await asyncio.wrap_future(job))
-    return json_response(col.tune_state(info), 202)
+    return json_response(col.calibration_state(info), 202)
 
 
 @v1.get("/v1/collections/{name}/tune", response_model=s.TuneState, tags=["collections"])
-async def tune_state(name: CollectionName, request: Request) -> Response:
+async def calibration_state(name: CollectionName, request: Request) -> Response:
     """This server's last tune job of the collection (404 when there was none)."""
     col = service(request).collections
     info = await col.describe(name)
-    state = col.tune_state(info)
+    state = col.calibration_state(info)
     if state is None:
         raise not_found(f"no tune of collection {info.name!r} has run on this server; its "
                         "stored calibration is in GET /v1/collections/{name}")

@@ -31,11 +31,11 @@ from index.hybrid.fusion import model_dense_weight
 from wiring import memory
 from wiring.adapter import Adapter
 from wiring.backups import Backups
+from wiring.calibrator import Calibrator
 from wiring.collections import Collections, Limits
 from wiring.components import encoder_info, load_components, load_encoder
 from wiring.demo import Seeding
 from wiring.encoders import Encoders, Served, read_card
-from wiring.tuner import Tuner
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -104,7 +104,7 @@ class Service:
 
         self.disk = DiskGuard(data_dir(settings.store), settings.disk_flood_mb, metrics)
         self.seeding: dict[str, Seeding] = {}  # demo collections (api.app fills them)
-        self.tuner = Tuner(self.store, self.embed_for, self.mapping, self.dense_weight,
+        self.calibrator = Calibrator(self.store, self.embed_for, self.mapping, self.dense_weight,
                            settings.auto_tune, settings.auto_tune_min_docs)
         self.adapter = Adapter(self.store, self.encoders, self._calibrate,  # its re-embedding
                                workers=self.slot_count if self.batcher.slots else 1)  # per core
@@ -112,7 +112,7 @@ class Service:
         self.backups = Backups(self.store, backup_dir(settings), self.call, self.encoder,
                                self.info, self.disk.check)
         self.collections = Collections(
-            self.store, self.encoders, self.embed, self.call, self.run, self.tuner,
+            self.store, self.encoders, self.embed, self.call, self.run, self.calibrator,
             self.adapter, self.decoders, self.parts.token_memories, self.disk.check,
             self.dense_weight, Limits(
                 max_top_k=settings.max_top_k, max_offset=settings.max_offset,
@@ -166,13 +166,13 @@ class Service:
 
     def _calibrate(self, store: Any, collection: str, embed: Callable[..., np.ndarray],
                    held: Sequence[str] | None = None) -> Any:
-        from wiring.tuning import tune
+        from wiring.calibrating import calibrate
 
-        return tune(store, collection, embed, self.mapping, self.dense_weight, held=held)
+        return calibrate(store, collection, embed, self.mapping, self.dense_weight, held=held)
 
     def close(self) -> None:
         self.adapter.close()
-        self.tuner.close()
+        self.calibrator.close()
         self.encoders.close()
         self.batcher.close()
         self.parts.close()

@@ -162,7 +162,7 @@ class Settings(Runtime):
     default_temperature: float = Field(0.05, gt=0, description="Softmax temperature of "
                                        "search weights and attend when a request gives none.")
 
-    # hybrid calibration (index.hybrid.calibration, wiring.tuner)
+    # hybrid calibration (index.hybrid.calibration, wiring.calibrator)
     auto_tune: bool = Field(True, description="Calibrate an API-written hybrid collection's "
                             "hybrid search in the background once it holds "
                             "`auto_tune_min_docs` documents, and again each time it has "

@@ -76,8 +76,8 @@ def _local(collection: str, store: str, token: str, model: Path, encoders: Path 
     from index.hybrid.calibration import model_mapping
     from index.hybrid.fusion import model_dense_weight
     from wiring import adapting
+    from wiring.calibrating import calibrate
     from wiring.components import encoder_info, load_encoder
-    from wiring.tuning import tune
 
     root = encoders_dir(Settings(store=store, encoders_dir=encoders, model=model))
     vector_store = open_store(store, token=token)
@@ -96,7 +96,7 @@ def _local(collection: str, store: str, token: str, model: Path, encoders: Path 
         journal = adapting.Journal.new(root, name, {"budget_s": budget, "force": force})
         return adapting.run(
             vector_store, journal, base, root, embed_with,  # type: ignore[arg-type]
-            on_calibrate=lambda target, embed, held: tune(
+            on_calibrate=lambda target, embed, held: calibrate(
                 vector_store, target, embed, model_mapping(base), model_dense_weight(base),
                 held=held))
     except (StoreError, ValueError, OSError) as e:

@@ -312,7 +312,7 @@ def tune_graded(
     if not names or set(names) - set(GRADED):
         raise typer.BadParameter(f"choose among {', '.join(GRADED)}", param_hint="--sources")
     try:
-        options = graded.GradedTuning(
+        options = graded.GradedOptions(
             steps=steps, batch_size=batch_size, lr=lr, keep=keep, per_set=per_set, seed=seed,
             freeze=tuple(f.strip() for f in freeze.split(",") if f.strip()))
         sets = [getattr(pairs_module, GRADED[n])(data) for n in names]
@@ -338,7 +338,7 @@ def tune_graded(
         for s in found:
             kept += rng.sample(s.pairs, min(len(s.pairs), int(keep_pairs * s.weight / total)))
         rng.shuffle(kept)
-    network, report = graded.tune(enc, sets, kept, options)
+    network, report = graded.train_graded(enc, sets, kept, options)
     report["sources"] = names
     meta = {k: v for k, v in enc.meta.items()  # the base's figures are not the result's
             if k not in ("architecture", "fingerprint", "fingerprint_fp32", "metrics")}

@@ -180,7 +180,7 @@ def index(
         drop_old=drop_old, token=token, timeout=timeout, fields=fields, format=format,
         batch_size=batch_size, shard=(shard_i, n_shards), state_dir=state_dir, rejects=rejects,
         restart=restart, retries=retries, backoff_s=backoff, progress=progress, hybrid=hybrid,
-        passages=(passage_tokens, passage_overlap, None) if chunking else None, tune=tune,
+        passages=(passage_tokens, passage_overlap, None) if chunking else None, calibrate=tune,
         device=device, encode_workers=workers, engine=engine,
         ray=RayOptions(workers=ray_workers, gpus_per_worker=gpus_per_worker, address=address,
                        bulk_dir=bulk_dir, bulk_rows=bulk_rows, s3_endpoint=s3_endpoint))

@@ -1,4 +1,4 @@
-"""``qkv tune``: calibrate a collection's hybrid search (:mod:`wiring.tuning`)."""
+"""``qkv tune``: calibrate a collection's hybrid search (:mod:`wiring.calibrating`)."""
 
 from __future__ import annotations
 
@@ -33,12 +33,12 @@ def tune(
 
     runtime.configure()
     from index import StoreError, collection_name
-    from wiring.tuning import read_labels, tune_collection
+    from wiring.calibrating import calibrate_collection, read_labels
 
     try:
         name = collection_name(collection)
         judged = read_labels(labels, split) if labels is not None else None
-        cal = tune_collection(store, name, model, token, timeout, judged, weight, seed)
+        cal = calibrate_collection(store, name, model, token, timeout, judged, weight, seed)
     except (StoreError, ValueError, OSError) as e:
         typer.echo(f"error: {explain(e)}", err=True)
         raise typer.Exit(1) from e

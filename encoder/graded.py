@@ -41,8 +41,8 @@ log = logging.getLogger(__name__)
 
 
 @dataclasses.dataclass(frozen=True)
-class GradedTuning:
-    """Options of :func:`tune`."""
+class GradedOptions:
+    """Options of :func:`train_graded`."""
 
     steps: int = 400
     batch_size: int = 64  # graded pairs a step
@@ -120,8 +120,8 @@ class Served(torch.nn.Module):
         return F.normalize(v + self.weight * F.normalize(bag, dim=-1), dim=-1)
 
 
-def tune(encoder: Any, sets: Sequence[Sequence[Graded]],
-         keep_pairs: Sequence[tuple[str, str]] = (), options: GradedTuning = GradedTuning(),
+def train_graded(encoder: Any, sets: Sequence[Sequence[Graded]],
+         keep_pairs: Sequence[tuple[str, str]] = (), options: GradedOptions = GradedOptions(),
          device: str | None = None) -> tuple[Any, dict[str, Any]]:
     """A copy of ``encoder``'s network (a :class:`encoder.TextEncoder`) tuned with CoSENT
     on the graded ``sets`` (with ``per_set``, each batch from one set, drawn by size),

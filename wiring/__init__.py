@@ -2,7 +2,7 @@
 
 The collections (:mod:`wiring.collections`): searches, attend, generate, and writes and
 deletes with all their side effects; the encoder registry (:mod:`wiring.encoders`), the
-tune and adapt job runners (:mod:`wiring.tuner`, :mod:`wiring.adapter`) and the domain's
+calibration and adapt job runners (:mod:`wiring.calibrator`, :mod:`wiring.adapter`) and the domain's
 errors (:mod:`wiring.errors`). Loading the encoder, the store and the decoders
 (:mod:`wiring.components`), seeding the demo collections (:mod:`wiring.demo`), translation
 memories and decoder evaluation (:mod:`wiring.translation_memory`,

@@ -18,9 +18,9 @@ import numpy as np
 from index import CollectionInfo, EncoderInfo, Item, StoreError, VectorStore
 from wiring import adapting
 from wiring.adapting import Journal, Shadow
+from wiring.calibrating import embed_at
 from wiring.encoders import Encoders
 from wiring.errors import ConflictError, NotFoundError
-from wiring.tuning import embed_at
 
 log = logging.getLogger(__name__)
 

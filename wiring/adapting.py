@@ -177,7 +177,7 @@ def run(store: VectorStore, journal: Journal, base: Path, root: Path,
     training: the adapted encoder knows the others by heart, and would look stronger on
     them than it is on real queries)."""
     from encoder import domain
-    from wiring.tuning import embed_at
+    from wiring.calibrating import embed_at
 
     st = journal.state
     opts = st["options"]

@@ -1,12 +1,12 @@
 """The collections: the one place that plans and runs searches (one or a batch), attend and
 generate, and performs writes and deletes with all their side effects (the disk guard, the
-copy of a collection being re-indexed by an adapt job, the token memory, the tuner's
+copy of a collection being re-indexed by an adapt job, the token memory, the calibrator's
 count). HTTP routes parse a request, make one call here and shape the answer. (``qkv index``
 and the demo seeding still write through the bulk job, ``index.bulk.job``.)
 
 :class:`Collections` is built from the store and the parts the server hands in: the
 encoder registry, an ``embed`` that queues texts for an encoder (and charges the caller),
-``call`` and ``run`` that take store and CPU work off the event loop, the tune and adapt
+``call`` and ``run`` that take store and CPU work off the event loop, the calibration and adapt
 job runners, the decoders and token memories, and a ``writable`` check that refuses writes
 while the disk is full. Failures are the index's errors and :mod:`wiring.errors`.
 
@@ -53,10 +53,10 @@ from index.scale import backend
 from index.store import as_matrix  # the store's own checks: 409 wrong dim, 422 not finite
 from index.tenancy import check_tenant, stored_id
 from wiring.adapter import Adapter
+from wiring.calibrating import Labels, manual
+from wiring.calibrator import Calibrator
 from wiring.encoders import Encoders, Served
 from wiring.errors import ConflictError, InvalidError, TooLargeError
-from wiring.tuner import Tuner
-from wiring.tuning import Labels, manual
 
 log = logging.getLogger(__name__)
 Async = Callable[..., Coroutine[Any, Any, Any]]
@@ -191,7 +191,7 @@ class Collections:
     """Search, attend, generate and the writes of every collection of one store."""
 
     def __init__(self, store: VectorStore, encoders: Encoders, embed: Async, call: Async,
-                 run: Async, tuner: Tuner, adapter: Adapter, decoders: dict[str, Any],
+                 run: Async, calibrator: Calibrator, adapter: Adapter, decoders: dict[str, Any],
                  token_memories: dict[str, Any], writable: Callable[[], None],
                  default_weight: float, limits: Limits) -> None:
         """``embed(texts, truncate, dim=, model=)`` returns the vectors, token counts and
@@ -199,7 +199,7 @@ class Collections:
         store call off the event loop (and counts its failures), ``run`` CPU work;
         ``writable()`` raises while writes must be refused."""
         self.store, self.encoders, self.embed = store, encoders, embed
-        self.call, self.run, self.tuner, self.adapter = call, run, tuner, adapter
+        self.call, self.run, self.calibrator, self.adapter = call, run, calibrator, adapter
         self.decoders, self.token_memories = decoders, token_memories
         self.writable, self.default_weight, self.limits = writable, default_weight, limits
         self._relevance: dict[Path, Relevance] = {}  # each encoder's, by its directory
@@ -330,7 +330,7 @@ class Collections:
     async def drop_alias(self, alias: str) -> None:
         await self.call(self.store.drop_alias, alias)
 
-    # hybrid calibration (the tune jobs)
+    # hybrid calibration (the calibration jobs: POST .../tune)
     async def calibrate_by_hand(self, name: str, dense_weight: float) -> dict[str, Any]:
         """Set hybrid's dense weight of a collection by hand; its stored calibration."""
         self.writable()
@@ -338,26 +338,26 @@ class Collections:
         cal = await self.call(manual, self.store, info.name, dense_weight)
         state = {"collection": info.name, "state": "done", "reason": "set by hand",
                  "calibration": cal.to_dict()}
-        self.tuner.set_by_hand(info.name, state)
+        self.calibrator.set_by_hand(info.name, state)
         return state
 
-    async def start_tune(self, name: str, labels: Labels | None, seed: int
+    async def start_calibration(self, name: str, labels: Labels | None, seed: int
                          ) -> tuple[CollectionInfo, Future[dict[str, Any]]]:
         """Queue a calibration of a collection's hybrid weight (from ``labels``, or from its
         own documents); a conflict while one of it runs, invalid without documents or
         with labels naming ids it lacks."""
         self.writable()
         info = await self.describe(name)
-        await self.call(self.tuner.check, info, labels)
-        if self.tuner.running(info.name):  # checked and started with no await between
+        await self.call(self.calibrator.check, info, labels)
+        if self.calibrator.running(info.name):  # checked and started with no await between
             raise ConflictError(f"a tune of collection {info.name!r} is already running")
-        return info, self.tuner.start(info, labels, seed)
+        return info, self.calibrator.start(info, labels, seed)
 
-    def tune_state(self, info: CollectionInfo) -> dict[str, Any] | None:
-        """This server's last tune job of the collection (None when there was none)."""
-        return self.tuner.state(info.name)
+    def calibration_state(self, info: CollectionInfo) -> dict[str, Any] | None:
+        """This server's last calibration job of the collection (None when there was none)."""
+        return self.calibrator.state(info.name)
 
-    # graded fine-tuning of the encoder to a collection (the adapt jobs)
+    # adapting the encoder to a collection (the adapt jobs)
     async def start_adapt(self, name: str, budget_s: float, force: bool
                           ) -> tuple[dict[str, Any], Future[dict[str, Any]]]:
         """Queue an adapt job of a single-tenant collection of enough documents: the
@@ -588,7 +588,7 @@ class Collections:
         """Embed and upsert ``docs`` (the last of duplicate ids wins) with every side
         effect: refused while the disk is full; into the copy too while an adapt job
         re-indexes the collection (and into the new collection when its swap comes
-        between); the token memory learns the pairs; the tuner counts the writes. Returns
+        between); the token memory learns the pairs; the calibrator counts the writes. Returns
         the rows written and the ids whose text was cut."""
         self.writable()
         if len(docs) > self.limits.max_documents:
@@ -616,7 +616,7 @@ class Collections:
         if self.adapter.shadow(info) is not None:  # being re-indexed: its copy too
             await self.call(self.adapter.mirror_upsert, info, items)
         await self._remember(name, info.name, docs, emb.vectors, tenant, model=model)
-        self.tuner.wrote(info, n)  # tuned in the background once it has grown enough
+        self.calibrator.wrote(info, n)  # calibrated in the background once it has grown enough
         return n, [d.id for d, cut in zip(docs, emb.truncated, strict=True) if cut]
 
     async def _upsert_documents(self, name: str, info: CollectionInfo,
@@ -658,7 +658,7 @@ class Collections:
         firsts = np.cumsum([0] + [len(x) for x in planned.passages[:-1]])
         kept = list({d.id: d for d in docs}.values())  # as planned: the last of an id wins
         await self._remember(name, info.name, kept, emb.vectors[firsts], tenant, model=model)
-        self.tuner.wrote(info, n)
+        self.calibrator.wrote(info, n)
         return n, []
 
     async def upsert_file(self, name: str, filename: str, data: bytes,

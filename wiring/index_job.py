@@ -30,7 +30,7 @@ class RayOptions:
 class IndexJob:
     """Everything ``qkv index`` asks for: what to read, into which collection of which
     store, with which encoder, and how (engine, shard, batch, retries); ``alias`` fills a
-    new collection and moves the alias onto it once complete; ``tune`` calibrates hybrid
+    new collection and moves the alias onto it once complete; ``calibrate`` calibrates hybrid
     search after."""
 
     inputs: list[Path]
@@ -54,7 +54,7 @@ class IndexJob:
     hybrid: bool | None = None
     # a new collection's passages (tokens, overlap); None: one row a document
     passages: tuple[int | None, int | None, int | None] | None = (None, None, None)
-    tune: bool = True
+    calibrate: bool = True
     device: str | None = None
     encode_workers: int = 0
     engine: str = "local"

@@ -182,8 +182,8 @@ def run_index(job: IndexJob) -> IndexOutcome:
         summary = index_files(collection, job.inputs, config, job.store, job.model, job.token,
                               job.timeout, job.device, job.encode_workers)
     out = IndexOutcome(summary, config, collection)
-    if job.tune and summary.complete and job.shard[1] == 1 and summary.total_written:
-        out.calibration, out.calibration_error = tune_after(job.store, collection, job.model,
+    if job.calibrate and summary.complete and job.shard[1] == 1 and summary.total_written:
+        out.calibration, out.calibration_error = calibrate_after(job.store, collection, job.model,
                                                             job.token, job.timeout)
     if job.alias is not None and summary.complete:
         try:
@@ -194,15 +194,15 @@ def run_index(job: IndexJob) -> IndexOutcome:
     return out
 
 
-def tune_after(store: str, collection: str, model: Path, token: str, timeout: float
+def calibrate_after(store: str, collection: str, model: Path, token: str, timeout: float
                ) -> tuple[str | None, str | None]:
     """Calibrate a just-indexed hybrid collection (a dense-only one has nothing to
     calibrate): (what was chosen, in a line; None) or (None, why it failed)."""
     from index import UnsupportedError
-    from wiring.tuning import tune_collection
+    from wiring.calibrating import calibrate_collection
 
     try:
-        cal = tune_collection(store, collection, model, token, timeout)
+        cal = calibrate_collection(store, collection, model, token, timeout)
     except UnsupportedError:
         return None, None
     except (StoreError, ValueError) as e:

@@ -21,7 +21,7 @@ its own weight from its documents, without labels:
    turns them into the weight.
 
 With judged queries (:func:`from_labels`) the weight is chosen by nDCG@10 on them instead.
-Nothing here runs on a request's path: :mod:`wiring.tuning` runs it as a job.
+Nothing here runs on a request's path: :mod:`wiring.calibrating` runs it as a job.
 """
 
 from __future__ import annotations

@@ -199,7 +199,7 @@ def test_a_growing_collection_tunes_itself_in_the_background(db: str) -> None:
 
 def test_due_tunes_at_the_size_then_on_doubling_and_keeps_a_hand_set_weight() -> None:
     from index import CollectionInfo
-    from wiring.tuning import due
+    from wiring.calibrating import due
 
     def info(cal: dict | None, hybrid: bool = True) -> CollectionInfo:  # type: ignore[type-arg]
         return CollectionInfo("c", 4, None, hybrid, False, cal)

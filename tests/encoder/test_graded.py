@@ -10,7 +10,7 @@ from typer.testing import CliRunner
 
 import encoder
 from cli.app import app
-from encoder.graded import GradedTuning, Served, cosent, tune
+from encoder.graded import GradedOptions, Served, cosent, train_graded
 from encoder.pairs import sick_graded, stsb_graded
 
 TEXTS = ["copper prices rose as miners struck", "a dog runs in the park",
@@ -35,9 +35,9 @@ def test_graded_readers_scale_the_scores_to_unit(data_dir: Path) -> None:
 
 def test_options_are_checked() -> None:
     with pytest.raises(ValueError, match="steps"):
-        GradedTuning(steps=0)
+        GradedOptions(steps=0)
     with pytest.raises(ValueError, match="lr"):
-        GradedTuning(lr=0.0)
+        GradedOptions(lr=0.0)
 
 
 def test_trained_vectors_are_the_served_vectors(tiny_encoder_dir: Path, tmp_path: Path
@@ -68,8 +68,8 @@ def test_tuning_follows_the_gold_order_and_the_cli_writes_it(
         cos = (enc.encode([p[0] for p in pairs]) * enc.encode([p[1] for p in pairs])).sum(1)
         return float(cos[gold > 0.5].mean() - cos[gold < 0.5].mean())
 
-    model, report = tune(base, [pairs], options=GradedTuning(steps=60, lr=1e-3, batch_size=32,
-                                                           warmup_steps=5))
+    model, report = train_graded(base, [pairs], options=GradedOptions(
+        steps=60, lr=1e-3, batch_size=32, warmup_steps=5))
     assert report["cosent_last"] < report["cosent_first"]
     tuned = encoder.TextEncoder(model, base.tokenizer, device="cpu")
     tuned.use_backend("torch")
@@ -89,7 +89,7 @@ def test_tuning_follows_the_gold_order_and_the_cli_writes_it(
 
 def test_frozen_parameters_stay_as_they_were(tiny_encoder_dir: Path, data_dir: Path) -> None:
     base = encoder.load(tiny_encoder_dir, device="cpu", backend="torch")
-    model, _ = tune(base, [stsb_graded(data_dir)], options=GradedTuning(
+    model, _ = train_graded(base, [stsb_graded(data_dir)], options=GradedOptions(
         steps=5, lr=1e-3, batch_size=8, warmup_steps=1, freeze=("embed", "blocks.0")))
     before, after = base.model.state_dict(), model.state_dict()
     for name in before:
@@ -98,7 +98,8 @@ def test_frozen_parameters_stay_as_they_were(tiny_encoder_dir: Path, data_dir: P
         same = torch.equal(before[name], after[name])
         assert same == (name.startswith(("embed.", "blocks.0.")) or "lexical" in name), name
     with pytest.raises(ValueError, match="no parameter of the network is named blocks.99"):
-        tune(base, [stsb_graded(data_dir)], options=GradedTuning(steps=1, freeze=("blocks.99",)))
+        train_graded(base, [stsb_graded(data_dir)],
+                     options=GradedOptions(steps=1, freeze=("blocks.99",)))
 
 
 def test_cli_refuses_unknown_sets_and_precisions(tiny_encoder_dir: Path, data_dir: Path,

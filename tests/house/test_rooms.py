@@ -113,7 +113,7 @@ def test_routes_reach_the_store_through_the_wiring() -> None:
         for call in ("store.search", "store.upsert", "store.delete", "store.get,"):
             assert f"svc.{call}" not in text, (path, call)
     wiring = graph()["wiring.collections"]
-    assert {"wiring.encoders", "wiring.tuner", "wiring.adapter"} <= wiring
+    assert {"wiring.encoders", "wiring.calibrator", "wiring.adapter"} <= wiring
     assert not any(d.startswith("api") for d in wiring)
 
 
@@ -131,3 +131,17 @@ def test_qkv_variables_are_settings_fields() -> None:
     assert set(Runtime.model_fields) <= set(Settings.model_fields)
     assert {"device", "encoder_backend", "no_bf16", "onnx_activations",
             "lite_fast_search"} <= set(Runtime.model_fields)
+
+
+def test_one_word_for_each_job() -> None:
+    """Issue 69, item 6: inside the code "calibrate" is hybrid's calibration and "graded"
+    the encoder's graded fine-tuning; "tune" names neither a module, a class nor a function
+    below the HTTP schemas and the command line (which keep `POST .../tune`, `qkv tune`
+    and `qkv tune-graded`)."""
+    import re
+
+    defined = re.compile(r"^\s*(def|class) \w*[Tt]un", re.M)
+    found = [str(p.relative_to(ROOT)) for pkg in ("encoder", "index", "decoder", "wiring")
+             for p in (ROOT / pkg).rglob("*.py")
+             if "tun" in p.stem or defined.search(p.read_text(encoding="utf-8"))]
+    assert found == []

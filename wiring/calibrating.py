@@ -1,5 +1,7 @@
-"""Tuning a collection's hybrid calibration (:mod:`index.hybrid.calibration`) as a job: from its own
-documents (no labels), from judged queries, or set by hand; stored with the collection.
+"""Calibrating a collection's hybrid search (:mod:`index.hybrid.calibration`) as a job: from
+its own documents (no labels), from judged queries, or set by hand; stored with the
+collection. (Inside the code "calibrate" is this, and "graded" the encoder's graded
+fine-tuning, :mod:`encoder.graded`; the HTTP route and the command keep the word "tune".)
 
 Used by ``qkv tune``, at the end of ``qkv index``, by ``POST /v1/collections/{name}/tune``
 and by the service when an API-written collection has grown enough (:func:`due`). Never on
@@ -34,12 +36,12 @@ from index.store import CollectionInfo, Item, UnsupportedError, VectorStore
 log = logging.getLogger(__name__)
 
 Embed = Callable[[Sequence[str]], np.ndarray]
-AUTO_MIN_DOCS = 1000  # an API-written collection is first tuned when it holds this many
+AUTO_MIN_DOCS = 1000  # an API-written collection is first calibrated when it holds this many
 AUTO_GROWTH = 2.0  # and again when it has grown this many times since
-MAX_LABELS = 5000  # judged queries one tune reads
+MAX_LABELS = 5000  # judged queries one calibration reads
 
 
-def check_tunable(info: CollectionInfo) -> None:
+def check_calibratable(info: CollectionInfo) -> None:
     """Refuse a collection without BM25: it has no hybrid to calibrate."""
     if not info.hybrid:
         raise UnsupportedError(
@@ -50,7 +52,7 @@ def check_tunable(info: CollectionInfo) -> None:
 def manual(store: VectorStore, collection: str, weight: float) -> Calibration:
     """Set the collection's weight by hand."""
     info = store.describe(collection)
-    check_tunable(info)
+    check_calibratable(info)
     cal = Calibration(weight, "manual", "set by hand", note="set by hand")
     store.set_calibration(info.name, cal.to_dict())
     return cal
@@ -77,7 +79,7 @@ def check_labels(store: VectorStore, info: CollectionInfo, labels: Labels) -> No
                          f"{' ...' if len(missing) > 5 else ''}")
 
 
-def tune(store: VectorStore, collection: str, embed: Embed, mapping: Mapping,
+def calibrate(store: VectorStore, collection: str, embed: Embed, mapping: Mapping,
          default_weight: float, labels: Labels | None = None, seed: int = 0,
          held: Sequence[str] | None = None) -> Calibration:
     """Calibrate ``collection`` and store the result with it (see the module docstring);
@@ -85,7 +87,7 @@ def tune(store: VectorStore, collection: str, embed: Embed, mapping: Mapping,
     :func:`index.hybrid.calibration.measure`)."""
     t0 = time.perf_counter()
     info = store.describe(collection)
-    check_tunable(info)
+    check_calibratable(info)
     if labels is not None:
         check_labels(store, info, labels)
         cal = _with_labels(store, info, embed, labels, default_weight, seed)
@@ -110,7 +112,7 @@ def tune(store: VectorStore, collection: str, embed: Embed, mapping: Mapping,
 
 
 def _labels_note(queries: int, signals: dict[str, Any]) -> str:
-    """What a tune on judged queries decided, in words."""
+    """What a calibration on judged queries decided, in words."""
     if signals["kept_default"]:
         return (f"the encoder default kept: no weight scored better on {queries} judged "
                 f"queries (nDCG@10 {signals['ndcg@10_default']:.3f})")
@@ -170,9 +172,9 @@ def _with_labels(store: VectorStore, info: CollectionInfo, embed: Embed, labels:
 
 
 def due(info: CollectionInfo, count: int, min_docs: int = AUTO_MIN_DOCS) -> bool:
-    """Whether an API-written collection of ``count`` documents should be (re)tuned by
-    itself: hybrid, at least ``min_docs``, and never tuned, or tuned from its documents
-    when it had under 1/:data:`AUTO_GROWTH` of them. A weight set by hand or chosen on
+    """Whether an API-written collection of ``count`` documents should be (re)calibrated
+    by itself: hybrid, at least ``min_docs``, and never calibrated, or calibrated from its
+    documents when it had under 1/:data:`AUTO_GROWTH` of them. A weight set by hand or chosen on
     labels is kept."""
     if not info.hybrid or count < min_docs:
         return False
@@ -241,7 +243,7 @@ def embed_at(encode: Embed, dim: int) -> Embed:
     return embed
 
 
-def tune_collection(store: str, collection: str, model: Path, token: str = "",
+def calibrate_collection(store: str, collection: str, model: Path, token: str = "",
                     timeout: float = 10.0, labels: Labels | None = None,
                     weight: float | None = None, seed: int = 0) -> Calibration:
     """``qkv tune``: calibrate ``collection`` of the store at URI ``store`` with the encoder
@@ -258,14 +260,14 @@ def tune_collection(store: str, collection: str, model: Path, token: str = "",
         if weight is not None:
             return manual(vector_store, collection, weight)
         info = vector_store.describe(collection)
-        check_tunable(info)
+        check_calibratable(info)
         text_encoder = load_encoder(model, cpu_threads=os.cpu_count())
         if info.encoder is not None and info.encoder.fingerprint != \
                 encoder_info(text_encoder).fingerprint:
             raise ValueError(f"collection {info.name!r} was made by encoder "
                              f"{info.encoder.name!r} ({info.encoder.fingerprint}), not the "
                              f"one at {model}: give its --model")
-        return tune(vector_store, collection, embed_at(text_encoder.encode, info.dim),
+        return calibrate(vector_store, collection, embed_at(text_encoder.encode, info.dim),
                     model_mapping(model), model_dense_weight(model), labels, seed)
     finally:
         vector_store.close()

@@ -1,9 +1,9 @@
-"""The service's tune jobs (:mod:`wiring.tuning`): one at a time, in a worker thread, never on
-a request's path. A job starts on ``POST /v1/collections/{name}/tune`` or by itself when an
-API-written collection has grown enough (:func:`wiring.tuning.due`, checked every
-:data:`CHECK_EVERY` documents this server writes into it, or every
-``QKV_AUTO_TUNE_MIN_DOCS`` when fewer). Its texts are embedded through
-the service's batcher, so a tune takes its turn with the requests."""
+"""The service's hybrid calibration jobs (:mod:`wiring.calibrating`): one at a time, in a
+worker thread, never on a request's path. A job starts on ``POST
+/v1/collections/{name}/tune`` or by itself when an API-written collection has grown enough
+(:func:`wiring.calibrating.due`, checked every :data:`CHECK_EVERY` documents this server
+writes into it, or every ``QKV_AUTO_TUNE_MIN_DOCS`` when fewer). Its texts are embedded
+through the service's batcher, so a calibration takes its turn with the requests."""
 
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ import numpy as np
 
 from index import CollectionInfo, StoreError, VectorStore
 from index.hybrid.calibration import Mapping
-from wiring.tuning import Labels, check_labels, check_tunable, documents, due, tune
+from wiring.calibrating import Labels, calibrate, check_calibratable, check_labels, documents, due
 
 EmbedAsync = Callable[..., Coroutine[Any, Any, Any]]
 
@@ -27,30 +27,30 @@ log = logging.getLogger(__name__)
 CHECK_EVERY = 1000  # documents written into a collection between two checks of due()
 
 
-class Tuner:
-    """Tune jobs by collection; :meth:`state` says how the last one went."""
+class Calibrator:
+    """Calibration jobs by collection; :meth:`state` says how the last one went."""
 
     def __init__(self, store: VectorStore, embed: EmbedAsync, mapping: Mapping,
-                 default_weight: float, auto_tune: bool = True,
-                 auto_tune_min_docs: int = 1000) -> None:
+                 default_weight: float, auto: bool = True,
+                 auto_min_docs: int = 1000) -> None:
         """``embed(texts, truncate, dim=..., collection=info)`` is the service's (it queues
         the texts for the collection's encoder and returns :class:`api.service.Embedded`)."""
         self.store, self.embed, self.mapping = store, embed, mapping
         self.default_weight = default_weight
-        self.auto_tune, self.auto_tune_min_docs = auto_tune, auto_tune_min_docs
+        self.auto, self.auto_min_docs = auto, auto_min_docs
         self._jobs: dict[str, dict[str, Any]] = {}
         self._written: dict[str, int] = {}
         self._lock = threading.Lock()
         self._closed = threading.Event()
-        self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="qkv-tune")
+        self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="qkv-calibrate")
 
     def close(self) -> None:
-        """Stop: queued tunes are dropped, a running one fails at its next encoding."""
+        """Stop: queued calibrations are dropped, a running one fails at its next encoding."""
         self._closed.set()
         self._pool.shutdown(wait=False, cancel_futures=True)
 
     def state(self, collection: str) -> dict[str, Any] | None:
-        """The last tune job of ``collection`` on this server (None: none)."""
+        """The last calibration job of ``collection`` on this server (None: none)."""
         with self._lock:
             job = self._jobs.get(collection)
             return dict(job) if job is not None else None
@@ -60,9 +60,9 @@ class Tuner:
         return job is not None and job["state"] in ("queued", "running")
 
     def check(self, info: CollectionInfo, labels: Labels | None) -> None:
-        """What a tune request is refused for before it starts (the store's errors: 409 for
+        """What a calibration request is refused for before it starts (the store's errors: 409 for
         a collection without BM25, 422 for labels naming unknown ids or an empty one)."""
-        check_tunable(info)
+        check_calibratable(info)
         if labels is not None:
             check_labels(self.store, info, labels)
         elif self._total(info) == 0:
@@ -76,7 +76,7 @@ class Tuner:
         return documents(self.store, info)
 
     def set_by_hand(self, collection: str, state: dict[str, Any]) -> None:
-        """A weight set by hand is the collection's last tune (a job's older result would
+        """A weight set by hand is the collection's last calibration (a job's older result would
         show another weight beside it)."""
         now = time.time()
         with self._lock:
@@ -92,7 +92,7 @@ class Tuner:
 
     def start(self, info: CollectionInfo, labels: Labels | None = None, seed: int = 0,
               reason: str = "request") -> Future[dict[str, Any]]:
-        """Queue a tune of ``info``'s collection; the future gives its final state."""
+        """Queue a calibration of ``info``'s collection; the future gives its final state."""
         loop = asyncio.get_running_loop()
         self._queue(info.name, reason)
         return self._pool.submit(self._run, loop, info, labels, seed)
@@ -113,21 +113,21 @@ class Tuner:
                         raise RuntimeError("the service is stopping") from None
 
         try:
-            cal = tune(self.store, info.name, embed, self.mapping,
+            cal = calibrate(self.store, info.name, embed, self.mapping,
                        self.default_weight, labels, seed)
         except ValueError as e:  # ours: names the collection or field
-            log.warning("tuning %s failed: %s", info.name, e)
+            log.warning("calibrating %s failed: %s", info.name, e)
             return self._update(info.name, state="failed", error=str(e),
                                 finished_at=time.time())
         except StoreError as e:  # its text may name a server path: logged, not shown
-            log.warning("tuning %s failed: %s", info.name, e)
+            log.warning("calibrating %s failed: %s", info.name, e)
             return self._update(info.name, state="failed",
                                 error=f"the store failed while tuning collection "
                                       f"{info.name!r} ({type(e).__name__}); try again",
                                 finished_at=time.time())
         except Exception as e:  # a worker thread: say so instead of dying silently
             if not self._closed.is_set():
-                log.exception("tuning %s failed", info.name)
+                log.exception("calibrating %s failed", info.name)
             return self._update(info.name, state="failed",
                                 error=f"internal error: {type(e).__name__}",
                                 finished_at=time.time())
@@ -142,10 +142,10 @@ class Tuner:
 
     def wrote(self, info: CollectionInfo, rows: int) -> None:
         """``rows`` documents were just written into ``info``'s collection: every
-        :data:`CHECK_EVERY` of them, start a tune if it is due (in the background)."""
-        if not self.auto_tune or not info.hybrid or rows <= 0:
+        :data:`CHECK_EVERY` of them, start a calibration if it is due (in the background)."""
+        if not self.auto or not info.hybrid or rows <= 0:
             return
-        every = min(CHECK_EVERY, self.auto_tune_min_docs)
+        every = min(CHECK_EVERY, self.auto_min_docs)
         with self._lock:
             n = self._written.get(info.name, 0) + rows
             self._written[info.name] = n % every
@@ -157,8 +157,8 @@ class Tuner:
         self._pool.submit(self._auto, loop, info.name)
 
     def filled(self, collection: str) -> None:
-        """A collection was just filled in the background (a demo): tune it if it is due."""
-        if self.auto_tune and not self._closed.is_set():
+        """A collection was just filled in the background (a demo): calibrate it if it is due."""
+        if self.auto and not self._closed.is_set():
             self._pool.submit(self._auto, asyncio.get_running_loop(), collection)
 
     def _auto(self, loop: asyncio.AbstractEventLoop, collection: str) -> None:
@@ -168,8 +168,8 @@ class Tuner:
             info = self.store.describe(collection)
             count = self._total(info)
         except StoreError as e:
-            log.warning("could not check whether %s needs tuning: %s", collection, e)
+            log.warning("could not check whether %s needs calibrating: %s", collection, e)
             return
-        if due(info, count, self.auto_tune_min_docs):
+        if due(info, count, self.auto_min_docs):
             self._queue(collection, f"grown to {count} documents")
             self._run(loop, info, None, 0)

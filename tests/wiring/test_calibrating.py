@@ -1,4 +1,4 @@
-"""wiring.tuning on a real in-process store (FAISS): the fallbacks to the encoder default,
+"""wiring.calibrating on a real in-process store (FAISS): the fallbacks to the encoder default,
 multi-tenant collections, labels read from a file, and a weight kept with the collection."""
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import pytest
 
 from index import EncoderInfo, FaissStore, Item
 from index.hybrid.calibration import Mapping
-from wiring.tuning import read_labels, tune
+from wiring.calibrating import calibrate, read_labels
 
 D = 64
 ENC = EncoderInfo("bag", "f00d", D)
@@ -45,7 +45,7 @@ def filled(tmp_path: Path, texts: list[str], multi_tenant: bool = False) -> Fais
 
 def test_documents_too_short_to_cut_queries_keep_the_default(tmp_path: Path) -> None:
     store = filled(tmp_path, docs(250, 3))
-    cal = tune(store, "c", embed, MAPPING, 0.92)
+    cal = calibrate(store, "c", embed, MAPPING, 0.92)
     assert (cal.source, cal.dense_weight, cal.method) == ("encoder default", 0.92,
                                                           "too few pseudo-queries")
     assert store.describe("c").calibration["note"].startswith("0 documents long enough")  # type: ignore[index]
@@ -55,11 +55,11 @@ def test_a_multi_tenant_collection_tunes_over_every_tenant_but_refuses_labels(
         tmp_path: Path) -> None:
     texts = [f"{a} {b}" for a, b in zip(docs(240, 8, 1), docs(240, 8, 2), strict=True)]
     store = filled(tmp_path, texts, multi_tenant=True)
-    cal = tune(store, "c", embed, MAPPING, 0.92, seed=3)
+    cal = calibrate(store, "c", embed, MAPPING, 0.92, seed=3)
     assert cal.source == "collection" and cal.docs == 240 and cal.signals["pool"] == 240
-    assert tune(store, "c", embed, MAPPING, 0.92, seed=3).dense_weight == cal.dense_weight
+    assert calibrate(store, "c", embed, MAPPING, 0.92, seed=3).dense_weight == cal.dense_weight
     with pytest.raises(ValueError, match="multi-tenant"):
-        tune(store, "c", embed, MAPPING, 0.92, labels={"q": ("w1", {"d1": 1})})
+        calibrate(store, "c", embed, MAPPING, 0.92, labels={"q": ("w1", {"d1": 1})})
 
 
 def test_labels_from_jsonl_and_beir_and_duplicate_ids(tmp_path: Path) -> None:
