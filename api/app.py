@@ -149,7 +149,7 @@ async def fill_demos(svc: Any, plans: list[Any], stop: threading.Event,
 
     for plan in plans:
         try:
-            await svc.run(fill_demo, svc.parts, plan, stop=stop)
+            await fill_demo(svc.collections, plan, stop=stop)
         except Exception as e:  # a background task: say it, never lose it
             plan.progress.state, plan.progress.error = "failed", public_text(e)
             log.exception("demo collection %r not filled; the next start tries again",

@@ -171,7 +171,7 @@ async def delete_collection(name: CollectionName, request: Request) -> Response:
 
 @v1.post("/v1/collections/{name}/tune", response_model=s.TuneState, tags=["collections"],
          responses={202: {"model": s.TuneState, "description": "Tune started."}})
-async def calibrate_collection(name: CollectionName, body: s.TuneRequest, request: Request
+async def tune_collection(name: CollectionName, body: s.TuneRequest, request: Request
                           ) -> Response:
     """Calibrate hybrid search for this collection and store the result with it: from its
     own documents (no labels: pseudo-queries, see ``index.hybrid.calibration``), from judged
@@ -193,7 +193,7 @@ async def calibrate_collection(name: CollectionName, body: s.TuneRequest, reques
 
 
 @v1.get("/v1/collections/{name}/tune", response_model=s.TuneState, tags=["collections"])
-async def calibration_state(name: CollectionName, request: Request) -> Response:
+async def tune_state(name: CollectionName, request: Request) -> Response:
     """This server's last tune job of the collection (404 when there was none)."""
     col = service(request).collections
     info = await col.describe(name)

@@ -9,11 +9,12 @@ corpus it reads; otherwise it encodes, as without them. The demo never serves an
 encoder's vectors.
 
 The service seeds in two steps: :func:`prepare_demo` (read the corpus, create the
-collection) before it answers, and :func:`fill_demo` in the background, a batch at a time,
-while :class:`Seeding` tells ``/ready`` and the searches of that collection how far it is.
-Then, when asked, :func:`demo_token_memory` gives the translation memory its token memory
-(kNN-MT): read from disk when built before, else built from the filled collection (the
-resumable job of :mod:`wiring.token_memory_job`), and used by ``generate`` from then on.
+collection) before it answers, and :func:`fill_demo` in the background, a batch at a time
+through the collections' write path (as an upsert request writes), while :class:`Seeding`
+tells ``/ready`` and the searches of that collection how far it is. Then, when asked,
+:func:`demo_token_memory` gives the translation memory its token memory (kNN-MT): read from
+disk when built before, else built from the filled collection (the resumable job of
+:mod:`wiring.token_memory_job`), and used by ``generate`` from then on.
 """
 
 from __future__ import annotations
@@ -31,7 +32,8 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 from tqdm import tqdm
 
-from index import CollectionNotFoundError, EncoderInfo, Item, collection_name
+from index import CollectionNotFoundError, EncoderInfo, collection_name
+from wiring.collections import Collections, Document, Given
 from wiring.components import Components
 
 if TYPE_CHECKING:
@@ -133,12 +135,14 @@ def prepare_demo(parts: Components, corpus: Path, collection: str) -> DemoPlan:
     return DemoPlan(collection, corpus, rows, progress)
 
 
-def fill_demo(parts: Components, plan: DemoPlan, batch: int = 1024,
-              stop: threading.Event | None = None) -> int:
-    """Write the plan's rows, ``batch`` at a time: vectors from the corpus' vectors file
-    when it matches (:func:`read_vectors`), else encoded a batch at a time, so each batch
-    is searchable as soon as it is written and ``plan.progress`` says how far it is.
-    Returns the documents written.
+async def fill_demo(collections: Collections, plan: DemoPlan, batch: int = 1024,
+                    stop: threading.Event | None = None) -> int:
+    """Write the plan's rows through the collections' write path (:meth:`wiring.collections.
+    Collections.write`, as an upsert request's), ``batch`` at a time: with the corpus'
+    vectors when they match the served encoder (:func:`read_vectors`), else embedded, so
+    each batch is searchable as soon as it is written and ``plan.progress`` says how far
+    it is. Returns the documents written. Not counted toward a calibration: the service
+    calibrates the filled collection once, at the end.
 
     A start stopped here (``stop`` set between batches, or the process killed) leaves fewer
     documents than the corpus has: the next start writes them all again (upserts by id,
@@ -147,8 +151,9 @@ def fill_demo(parts: Components, plan: DemoPlan, batch: int = 1024,
     if not rows:
         return 0
     progress.state, progress.written = "seeding", 0
-    t0, encoding = time.perf_counter(), 0.0
-    x = read_vectors(plan.corpus, parts.info, len(rows))
+    t0 = time.perf_counter()
+    served = collections.encoders.default.info
+    x = await collections.run(read_vectors, plan.corpus, served, len(rows))
     n = 0
     for start in range(0, len(rows), batch):
         if stop is not None and stop.is_set():
@@ -157,29 +162,27 @@ def fill_demo(parts: Components, plan: DemoPlan, batch: int = 1024,
                      "completes it", plan.collection, n, len(rows))
             return n
         chunk = rows[start:start + batch]
-        if x is None:
-            t = time.perf_counter()
-            xc = parts.encoder.encode([r["text"] for r in chunk])
-            encoding += time.perf_counter() - t
-        else:
-            xc = x[start:start + batch]
-        items = [Item(str(r["id"]), xc[i], r["text"], r.get("value"), r.get("metadata") or {})
-                 for i, r in enumerate(chunk)]
-        n += parts.store.upsert(plan.collection, items, parts.info)
+        docs = [Document(str(r["id"]), r["text"], r.get("value"), r.get("metadata") or {})
+                for r in chunk]
+        given = Given(served, x[start:start + batch]) if x is not None else None
+        written, _ = await collections.write(plan.collection, docs, given=given,
+                                             counted=False)
+        n += written
         progress.written = start + len(chunk)
     progress.state = "complete"
-    log.info("demo collection %r: %d documents in %.1f s (encoding %.1f s of it)",
-             plan.collection, n, time.perf_counter() - t0, encoding)
+    log.info("demo collection %r: %d documents in %.1f s (%s)", plan.collection, n,
+             time.perf_counter() - t0, "shipped vectors" if x is not None else "encoded")
     return int(n)
 
 
-def seed_demo(parts: Components, corpus: Path, collection: str, batch: int = 1024) -> int:
+async def seed_demo(parts: Components, collections: Collections, corpus: Path,
+                    collection: str, batch: int = 1024) -> int:
     """Create ``collection`` from the JSONL ``corpus`` (id, text, optional value, metadata)
     unless it is already complete: a document corpus, or a translation memory whose
     ``text`` is the source sentence and ``value`` the target the decoder reads. Returns the
     documents written (0 when it was complete). The service does the same in two steps
     (:func:`prepare_demo` before it answers, :func:`fill_demo` in the background)."""
-    return fill_demo(parts, prepare_demo(parts, corpus, collection), batch)
+    return await fill_demo(collections, prepare_demo(parts, corpus, collection), batch)
 
 
 def demo_token_memory(parts: Components, collection: str, out: Path, progress: Seeding,

@@ -112,9 +112,14 @@ def test_routes_reach_the_store_through_the_wiring() -> None:
         assert not deps & stores, path
         for call in ("store.search", "store.upsert", "store.delete", "store.get,"):
             assert f"svc.{call}" not in text, (path, call)
-    wiring = graph()["wiring.collections"]
+    g = graph()
+    wiring = set().union(*(d for m, d in g.items()
+                           if m == "wiring.collections" or m.startswith("wiring.collections.")))
     assert {"wiring.encoders", "wiring.calibrator", "wiring.adapter"} <= wiring
     assert not any(d.startswith("api") for d in wiring)
+    # the demo seeding writes through the collections' write path, as the routes do
+    assert "wiring.collections" in g["wiring.demo"]
+    assert "index.milvus.store" not in g["wiring.demo"]
 
 
 def test_qkv_variables_are_settings_fields() -> None:

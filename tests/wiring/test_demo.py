@@ -1,14 +1,22 @@
 """Demo collections (wiring.demo) on a real Milvus Lite file: created once, completed after a
-stopped start, and rebuilt when the served encoder is not the one that made them."""
+stopped start, and rebuilt when the served encoder is not the one that made them. They are
+written through the collections' write path (wiring.collections), built here as a server
+builds it, less the HTTP: its ``embed`` encodes in a thread instead of a batcher."""
 
 from __future__ import annotations
 
+import asyncio
 import json
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
-from wiring.components import load_components
+from wiring.adapter import Adapter
+from wiring.calibrator import Calibrator
+from wiring.collections import Collections, Limits
+from wiring.components import Components, load_components
 from wiring.demo import (
     fill_demo,
     prepare_demo,
@@ -18,8 +26,42 @@ from wiring.demo import (
     vectors_path,
     write_vectors,
 )
+from wiring.encoders import Encoders, Served
 
 ROOT = Path(__file__).resolve().parents[2]
+
+
+@dataclass
+class Embedded:
+    vectors: np.ndarray
+    truncated: list[bool]
+
+
+def collections_of(parts: Components) -> Collections:
+    """The collections over ``parts``: the real write path, its embed a thread's encode."""
+    async def off_loop(fn: Any, *args: Any, **kwargs: Any) -> Any:
+        return await asyncio.to_thread(fn, *args, **kwargs)
+
+    async def embed(texts: list[str], truncate: bool, dim: int | None = None,
+                    model: Served | None = None) -> Embedded:
+        enc = (model or default).encoder
+        assert dim in (None, enc.dim)
+        x = await asyncio.to_thread(enc.encode, list(texts))
+        return Embedded(x, list(enc.tokenize(list(texts))[1]))
+
+    def no_other(name: str, path: Path) -> Served:
+        raise AssertionError(f"no encoder but the default here, not {name}")
+
+    default = Served(parts.info.name, Path("."), parts.encoder, parts.info, None, 0, {})
+    encoders = Encoders(default, None, no_other)
+    calibrator = Calibrator(parts.store, embed, {}, 0.5, auto=False)
+    adapter = Adapter(parts.store, encoders, lambda *_: None)
+    return Collections(parts.store, encoders, embed, off_loop, off_loop, calibrator, adapter,
+                       parts.decoders, parts.token_memories, lambda: None, 0.5, Limits())
+
+
+def seed(parts: Components, demo: Path, collection: str = "docs") -> int:
+    return asyncio.run(seed_demo(parts, collections_of(parts), demo, collection))
 
 ROWS = [{"id": f"d{i}", "text": f"demo document about topic {i}", "value": f"v{i}"}
         for i in range(25)]
@@ -37,15 +79,15 @@ def test_demo_made_by_another_encoder_is_rebuilt(tiny_encoder_dir: Path,
     store, demo = str(tmp_path / "demo.db"), corpus(tmp_path)
     old = load_components(other_tiny_encoder_dir, store)
     try:
-        assert seed_demo(old, demo, "docs") == 25
-        assert seed_demo(old, demo, "docs") == 0  # complete: nothing written again
+        assert seed(old, demo) == 25
+        assert seed(old, demo) == 0  # complete: nothing written again
         old_fingerprint = old.info.fingerprint
     finally:
         old.close()
     new = load_components(tiny_encoder_dir, store)
     try:
         assert new.info.fingerprint != old_fingerprint
-        assert seed_demo(new, demo, "docs") == 25
+        assert seed(new, demo) == 25
         info = new.store.describe("docs")
         assert info.encoder == new.info and new.store.count("docs") == 25
         xq = new.encoder.encode([ROWS[3]["text"]])
@@ -71,7 +113,7 @@ def test_matching_vectors_file_is_loaded_not_encoded(tiny_encoder_dir: Path, tmp
             raise AssertionError("the corpus was encoded although its vectors file matches")
 
         parts.encoder.encode = no_encoding  # type: ignore[method-assign]
-        assert seed_demo(parts, demo, "docs") == 25
+        assert seed(parts, demo) == 25
         (got,) = parts.store.get("docs", ["d7"])
         assert np.allclose(got.vector, expected[7], atol=2e-3)  # float16 in the file
         assert got.text == ROWS[7]["text"] and got.value == "v7"
@@ -95,7 +137,7 @@ def test_vectors_of_another_encoder_or_corpus_are_not_used(
         with demo.open("a") as f:  # the corpus changes after its vectors were written
             f.write(json.dumps({"id": "d25", "text": "one more document"}) + "\n")
         assert read_vectors(demo, parts.info, len(ROWS) + 1) is None
-        assert seed_demo(parts, demo, "docs") == 26  # encoded instead
+        assert seed(parts, demo) == 26  # encoded instead
         xq = parts.encoder.encode(["one more document"])
         (hits,) = parts.store.search("docs", xq, 1, encoder=parts.info, consistency="Strong")
         assert hits[0].id == "d25" and np.isclose(hits[0].score, 1.0, atol=1e-3)
@@ -170,17 +212,18 @@ def test_filling_stopped_between_batches_is_completed_by_the_next_start(
         assert parts.store.count("docs") == 0 and plan.progress.state == "waiting"
         assert plan.progress.of == 25 and plan.progress.written == 0
         stop = StopAfter(2)
-        assert fill_demo(parts, plan, batch=10, stop=stop) == 20  # type: ignore[arg-type]
+        write = collections_of(parts)
+        assert asyncio.run(fill_demo(write, plan, batch=10, stop=stop)) == 20  # type: ignore[arg-type]
         assert plan.progress.to_dict() == {"collection": "docs", "state": "stopped",
                                            "written": 20, "of": 25}
         assert parts.store.count("docs") == 20
         again = prepare_demo(parts, demo, "docs")  # partial: all written again
         assert len(again.rows) == 25 and again.progress.state == "waiting"
-        assert fill_demo(parts, again, batch=10) == 25
+        assert asyncio.run(fill_demo(write, again, batch=10)) == 25
         assert again.progress.state == "complete" and again.progress.written == 25
         assert parts.store.count("docs") == 25
         done = prepare_demo(parts, demo, "docs")
         assert done.rows == [] and done.progress.state == "complete"
-        assert fill_demo(parts, done) == 0
+        assert asyncio.run(fill_demo(write, done)) == 0
     finally:
         parts.close()
