@@ -33,6 +33,8 @@ import numpy as np
 from tqdm import tqdm
 
 from index import CollectionNotFoundError, EncoderInfo, collection_name
+from index.passages import DEFAULT_SIZE, count_filter
+from index.passages import Settings as Passages
 from wiring.collections import Collections, Document, Given
 from wiring.components import Components
 
@@ -70,7 +72,7 @@ def _state(parts: Components, collection: str, corpus: Path, n: int) -> str:
                     "(demo collections are hybrid wherever the store can)", collection,
                     "with" if info.hybrid else "without")
         return "stale"
-    have = parts.store.count(collection)
+    have = parts.store.count(collection, None, count_filter() if info.passages else None)
     if have >= n:
         return "complete"
     log.info("the demo collection %r has %d of the %d documents of %s (a first start stopped "
@@ -117,7 +119,8 @@ class DemoPlan:
 
 
 def prepare_demo(parts: Components, corpus: Path, collection: str) -> DemoPlan:
-    """The quick part of seeding: read the corpus, then create ``collection`` unless it is
+    """The quick part of seeding: read the corpus, then create ``collection`` (its documents
+    cut into passages, as a collection made through the API by default) unless it is
     complete (a collection made by another encoder, or without the BM25 index the store
     can have, is dropped first: the demo never serves another encoder's vectors)."""
     collection = collection_name(collection)
@@ -129,9 +132,11 @@ def prepare_demo(parts: Components, corpus: Path, collection: str) -> DemoPlan:
         return DemoPlan(collection, corpus, [], progress)
     if state == "stale":
         parts.store.drop(collection)
-    if state in ("new", "stale"):
+    if state in ("new", "stale"):  # as POST /v1/collections makes one by default
         parts.store.create(collection, parts.info.dim, parts.info,
                            hybrid=parts.store.bm25_available())
+        window = int(getattr(parts.encoder, "max_tokens", 0) or 0) or DEFAULT_SIZE
+        parts.store.set_passages(collection, Passages.sized(min(DEFAULT_SIZE, window)).to_dict())
     return DemoPlan(collection, corpus, rows, progress)
 
 

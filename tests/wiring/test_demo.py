@@ -114,6 +114,9 @@ def test_matching_vectors_file_is_loaded_not_encoded(tiny_encoder_dir: Path, tmp
 
         parts.encoder.encode = no_encoding  # type: ignore[method-assign]
         assert seed(parts, demo) == 25
+        # made as POST /v1/collections makes one: its documents cut into passages (each of
+        # these short ones a single passage, so the shipped vectors are its vectors)
+        assert parts.store.describe("docs").passages is not None
         (got,) = parts.store.get("docs", ["d7"])
         assert np.allclose(got.vector, expected[7], atol=2e-3)  # float16 in the file
         assert got.text == ROWS[7]["text"] and got.value == "v7"
@@ -225,5 +228,37 @@ def test_filling_stopped_between_batches_is_completed_by_the_next_start(
         done = prepare_demo(parts, demo, "docs")
         assert done.rows == [] and done.progress.state == "complete"
         assert asyncio.run(fill_demo(write, done)) == 0
+    finally:
+        parts.close()
+
+
+def test_a_long_demo_document_is_cut_into_passages(tiny_encoder_dir: Path, tmp_path: Path
+                                                   ) -> None:
+    """A demo document longer than a passage is cut and embedded passage by passage (the
+    vectors file's one vector for it is not used for its passages), read back whole, and
+    counted once; the short ones still take their shipped vectors."""
+    from index.passages import count_filter
+    from index.passages import read as read_document
+
+    long_text = " ".join(f"Sentence {i} of the long demo document talks about item {i}."
+                         for i in range(40))
+    rows = [*ROWS, {"id": "long", "text": long_text}]
+    demo = tmp_path / "demo.jsonl"
+    demo.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    parts = load_components(tiny_encoder_dir, str(tmp_path / "demo.db"))
+    try:
+        write_vectors(parts.encoder, parts.info, demo)
+        assert seed(parts, demo) == 26
+        assert parts.store.count("docs", None, count_filter()) == 26
+        assert parts.store.count("docs") > 26  # the long one's passages are rows of their own
+        found = read_document(parts.store, "docs", "long")
+        assert found is not None and found[0].text == long_text and found[1] > 1
+        (head,) = parts.store.get("docs", ["long"])  # its first passage, embedded as such
+        assert head.text != long_text and long_text.startswith(head.text)
+        shipped = read_vectors(demo, parts.info, len(rows))
+        assert shipped is not None and not np.allclose(head.vector, shipped[-1], atol=1e-2)
+        (short,) = parts.store.get("docs", ["d7"])  # a short one: its shipped vector
+        assert np.allclose(short.vector, shipped[7], atol=1e-3)
+        assert seed(parts, demo) == 0  # complete: documents counted, not rows
     finally:
         parts.close()

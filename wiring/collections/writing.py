@@ -9,7 +9,14 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from index import CollectionInfo, CollectionNotFoundError, EncoderMismatchError, Item, softmax
+from index import (
+    CollectionInfo,
+    CollectionNotFoundError,
+    EncoderInfo,
+    EncoderMismatchError,
+    Item,
+    softmax,
+)
 from index import passages as long_docs
 from index.hybrid.fusion import DEFAULT_FUSION
 from index.tenancy import check_tenant, stored_id
@@ -17,6 +24,20 @@ from wiring.collections.base import Base
 from wiring.collections.requests import Document, Given
 from wiring.encoders import Served
 from wiring.errors import InvalidError, TooLargeError
+
+
+def given_passages(given: Given | None, encoder: EncoderInfo, docs: Sequence[Document],
+                   planned: long_docs.Planned) -> np.ndarray | None:
+    """A writer's ``given`` vectors (one a document) as the planned passages' vectors:
+    when their encoder is the collection's and every document is one passage embedded as
+    its whole text (a short one: what a document's vector is); else None (embed)."""
+    if given is None or given.encoder != encoder:
+        return None
+    if any(len(ps) != 1 or ps[0].embed != text
+           for ps, text in zip(planned.passages, planned.texts, strict=True)):
+        return None
+    last = {d.id: i for i, d in enumerate(docs)}  # as planned: the last of an id wins
+    return given.vectors[[last[i] for i in planned.ids]]
 
 
 class Writing(Base):
@@ -46,7 +67,7 @@ class Writing(Base):
         info = await self.describe(name)  # 404 before any encoding
         check_tenant(info, tenant)  # a ValueError: 422
         if info.passages:
-            return await self._upsert_documents(name, info, docs, tenant, counted)
+            return await self._upsert_documents(name, info, docs, tenant, counted, given)
         for again in (False, True):
             model = self.encoder_of(info)  # a conflict when the encoder that made it is gone
             enc = self.info_for(info.dim, model)
@@ -75,10 +96,11 @@ class Writing(Base):
         return n, [d.id for d, c in zip(docs, cut, strict=True) if c]
 
     async def _upsert_documents(self, name: str, info: CollectionInfo,
-                                docs: Sequence[Document], tenant: str | None, counted: bool
-                                ) -> tuple[int, list[str]]:
+                                docs: Sequence[Document], tenant: str | None, counted: bool,
+                                given: Given | None = None) -> tuple[int, list[str]]:
         """Upsert into a collection with passages (:mod:`index.passages`): each document cut
-        into passages, embedded, and written whole (none is cut at the token limit)."""
+        into passages, embedded (or ``given``, where they fit: :func:`given_passages`), and
+        written whole (none is cut at the token limit)."""
         settings = long_docs.Settings.of(info.passages)
         assert settings is not None
         changed: list[tuple[list[Item], list[str]]] = []
@@ -96,10 +118,12 @@ class Writing(Base):
                 raise TooLargeError(str(e)) from e
             except ValueError as e:
                 raise InvalidError(str(e)) from e
-            emb = await self.embed(planned.embed_texts, True, dim=info.dim, model=model)
+            got = given_passages(given, enc, docs, planned)
+            vectors: np.ndarray = got if got is not None else (await self.embed(
+                planned.embed_texts, True, dim=info.dim, model=model)).vectors
             try:
                 n: int = await self.call(long_docs.commit, self.store, name, planned,
-                                         emb.vectors, enc, tenant, note)
+                                         vectors, enc, tenant, note)
                 break
             except (CollectionNotFoundError, EncoderMismatchError):
                 if again or not self.adapter.swapped_lately():
@@ -112,7 +136,7 @@ class Writing(Base):
                 await self.call(self.adapter.mirror_delete, info, gone)
         firsts = np.cumsum([0] + [len(x) for x in planned.passages[:-1]])
         kept = list({d.id: d for d in docs}.values())  # as planned: the last of an id wins
-        await self._remember(name, info.name, kept, emb.vectors[firsts], tenant, model=model)
+        await self._remember(name, info.name, kept, vectors[firsts], tenant, model=model)
         if counted:
             self.calibrator.wrote(info, n)
         return n, []
