@@ -33,7 +33,7 @@ import numpy as np
 from tqdm import tqdm
 
 from index import CollectionNotFoundError, EncoderInfo, collection_name
-from index.passages import DEFAULT_SIZE, count_filter
+from index.passages import DEFAULT_SIZE
 from index.passages import Settings as Passages
 from wiring.collections import Collections, Document, Given
 from wiring.components import Components
@@ -51,16 +51,18 @@ def read_jsonl(path: Path) -> list[dict[str, Any]]:
         return [json.loads(line) for line in f if line.strip()]
 
 
-def _state(parts: Components, collection: str, corpus: Path, n: int) -> str:
-    """``new``: no collection; ``partial``: fewer documents than the corpus (a first start
-    stopped while writing); ``stale``: made by another encoder (e.g. the same model stored
-    at another precision: another fingerprint) or without the BM25 index the store can
-    have (an older start); ``complete``."""
+def _state(parts: Components, collection: str, corpus: Path, rows: list[dict[str, Any]]
+           ) -> str:
+    """``new``: no collection; ``partial``: fewer rows than the corpus has documents, or
+    without the corpus' last document (a first start stopped while writing: the fill
+    writes the corpus in order, each document's head last); ``stale``: made by another
+    encoder (e.g. the same model stored at another precision: another fingerprint) or
+    without the BM25 index the store can have (an older start); ``complete``."""
     try:
         info = parts.store.describe(collection)
     except CollectionNotFoundError:
         log.info("creating the demo collection %r from %s (%d documents)...", collection,
-                 corpus, n)
+                 corpus, len(rows))
         return "new"
     if info.encoder is not None and info.encoder != parts.info:
         log.warning("the demo collection %r holds vectors of encoder %s (fingerprint %s), not "
@@ -72,11 +74,14 @@ def _state(parts: Components, collection: str, corpus: Path, n: int) -> str:
                     "(demo collections are hybrid wherever the store can)", collection,
                     "with" if info.hybrid else "without")
         return "stale"
-    have = parts.store.count(collection, None, count_filter() if info.passages else None)
-    if have >= n:
+    # a count of the rows, not of the documents: the documents' (a filter on passages'
+    # metadata) took 1.5 s of a second start at 29,000 pairs, against 0.3 s
+    have = parts.store.count(collection)
+    if not rows or (have >= len(rows) and parts.store.get(collection, [str(rows[-1]["id"])])):
         return "complete"
-    log.info("the demo collection %r has %d of the %d documents of %s (a first start stopped "
-             "while writing): writing them again", collection, have, n, corpus)
+    log.info("the demo collection %r has %d rows for the %d documents of %s, or lacks the "
+             "last (a first start stopped while writing): writing them again", collection,
+             have, len(rows), corpus)
     return "partial"
 
 
@@ -126,7 +131,7 @@ def prepare_demo(parts: Components, corpus: Path, collection: str) -> DemoPlan:
     collection = collection_name(collection)
     rows = read_jsonl(corpus)
     progress = Seeding(collection, of=len(rows))
-    state = _state(parts, collection, corpus, len(rows))
+    state = _state(parts, collection, corpus, rows)
     if state == "complete":
         progress.written, progress.state = len(rows), "complete"
         return DemoPlan(collection, corpus, [], progress)

@@ -248,7 +248,16 @@ def test_a_long_demo_document_is_cut_into_passages(tiny_encoder_dir: Path, tmp_p
     parts = load_components(tiny_encoder_dir, str(tmp_path / "demo.db"))
     try:
         write_vectors(parts.encoder, parts.info, demo)
+        encoded: list[str] = []
+        encode = parts.encoder.encode
+
+        def counted(texts: list[str], *args: Any, **kwargs: Any) -> np.ndarray:
+            encoded.extend(texts)
+            return encode(texts, *args, **kwargs)
+
+        parts.encoder.encode = counted  # type: ignore[method-assign]
         assert seed(parts, demo) == 26
+        assert encoded and all(t not in encoded for t in (r["text"] for r in ROWS))
         assert parts.store.count("docs", None, count_filter()) == 26
         assert parts.store.count("docs") > 26  # the long one's passages are rows of their own
         found = read_document(parts.store, "docs", "long")

@@ -27,17 +27,24 @@ from wiring.errors import InvalidError, TooLargeError
 
 
 def given_passages(given: Given | None, encoder: EncoderInfo, docs: Sequence[Document],
-                   planned: long_docs.Planned) -> np.ndarray | None:
-    """A writer's ``given`` vectors (one a document) as the planned passages' vectors:
-    when their encoder is the collection's and every document is one passage embedded as
-    its whole text (a short one: what a document's vector is); else None (embed)."""
+                   planned: long_docs.Planned) -> tuple[np.ndarray | None, list[int]]:
+    """The planned passages' vectors that a writer's ``given`` ones (one a document) are:
+    a document's, when their encoder is the collection's and the document is one passage
+    embedded as its whole text (a short one); and the passage rows still to embed (all of
+    them without ``given``)."""
     if given is None or given.encoder != encoder:
-        return None
-    if any(len(ps) != 1 or ps[0].embed != text
-           for ps, text in zip(planned.passages, planned.texts, strict=True)):
-        return None
+        return None, list(range(planned.rows()))
     last = {d.id: i for i, d in enumerate(docs)}  # as planned: the last of an id wins
-    return given.vectors[[last[i] for i in planned.ids]]
+    x = np.zeros((planned.rows(), given.vectors.shape[1]), np.float32)
+    todo: list[int] = []
+    row = 0
+    for doc_id, text, ps in zip(planned.ids, planned.texts, planned.passages, strict=True):
+        if len(ps) == 1 and ps[0].embed == text:
+            x[row] = given.vectors[last[doc_id]]
+        else:
+            todo.extend(range(row, row + len(ps)))
+        row += len(ps)
+    return x, todo
 
 
 class Writing(Base):
@@ -118,9 +125,12 @@ class Writing(Base):
                 raise TooLargeError(str(e)) from e
             except ValueError as e:
                 raise InvalidError(str(e)) from e
-            got = given_passages(given, enc, docs, planned)
-            vectors: np.ndarray = got if got is not None else (await self.embed(
-                planned.embed_texts, True, dim=info.dim, model=model)).vectors
+            got, todo = given_passages(given, enc, docs, planned)
+            vectors = np.zeros((planned.rows(), info.dim), np.float32) if got is None else got
+            if todo:
+                emb = await self.embed([planned.embed_texts[i] for i in todo], True,
+                                       dim=info.dim, model=model)
+                vectors[todo] = emb.vectors
             try:
                 n: int = await self.call(long_docs.commit, self.store, name, planned,
                                          vectors, enc, tenant, note)
