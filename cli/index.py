@@ -169,6 +169,10 @@ def index(
     if engine == "ray" and n_shards != 1:
         raise typer.BadParameter("Ray splits the job itself: no --shard with --engine ray",
                                  param_hint="--shard")
+    if engine == "ray" and any(p.is_dir() for p in inputs):
+        raise typer.BadParameter("--engine ray reads files of rows (JSONL, CSV, Parquet); "
+                                 "index a folder of documents with --engine local",
+                                 param_hint="--input")
     if engine == "ray":
         try:
             import ray  # noqa: F401

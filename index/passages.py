@@ -339,6 +339,36 @@ def _chunks(xs: Sequence[Any]) -> list[Sequence[Any]]:
     return [xs[a:a + ROWS_PER_CALL] for a in range(0, len(xs), ROWS_PER_CALL)]
 
 
+def _rows(p: Planned, j: int, row: int, vectors: np.ndarray, tenant: str | None,
+          prev: tuple[str, int] | None) -> tuple[Item, list[Item]]:
+    """Planned document ``j``'s head and other passages, its vectors from ``row`` on
+    (``prev``: the version it replaces and its passage count, named in the head)."""
+    doc_id, ver, passages, meta = p.ids[j], p.versions[j], p.passages[j], p.metadata[j]
+    text = p.texts[j]
+    parts = [Item(part_id(doc_id, ver, i), vectors[row + i], text[x.start:x.end], None,
+                  {**meta, PART_KEY: [doc_id, ver, i, x.start, x.end]}, tenant)
+             for i, x in enumerate(passages) if i > 0]
+    hm = dict(meta)
+    if len(passages) > 1 or prev is not None:
+        hm[HEAD_KEY] = {"s": ver, "n": len(passages), "o": [passages[0].start, passages[0].end],
+                        "prev": list(prev) if prev else None}
+    head = Item(doc_id, vectors[row], text[passages[0].start:passages[0].end], p.values[j], hm,
+                tenant)
+    return head, parts
+
+
+def new_rows(p: Planned, vectors: np.ndarray, tenant: str | None = None) -> list[Item]:
+    """The rows of planned documents that no earlier version of is stored (a collection a
+    bulk import fills): each one's passages, then its head, as :func:`commit` writes them."""
+    out: list[Item] = []
+    row = 0
+    for j in range(len(p.ids)):
+        head, parts = _rows(p, j, row, vectors, tenant, None)
+        out += [*parts, head]
+        row += len(p.passages[j])
+    return out
+
+
 def commit(store: VectorStore, collection: str, p: Planned, vectors: np.ndarray,
            encoder: EncoderInfo | None, tenant: str | None = None,
            written: Callable[[list[Item], list[str]], None] | None = None) -> int:
@@ -354,7 +384,7 @@ def commit(store: VectorStore, collection: str, p: Planned, vectors: np.ndarray,
     stale: list[str] = []
     row = 0
     for j, doc_id in enumerate(p.ids):
-        ver, passages, meta = p.versions[j], p.passages[j], p.metadata[j]
+        ver, passages = p.versions[j], p.passages[j]
         rows = range(row, row + len(passages))
         row += len(passages)
         before = Head.of(old[doc_id]) if doc_id in old else None
@@ -366,20 +396,9 @@ def commit(store: VectorStore, collection: str, p: Planned, vectors: np.ndarray,
         if before is not None and before.prev is not None:
             stale += [part_id(doc_id, before.prev[0], i) for i in range(1, before.prev[1])
                       if before.prev[0] != ver]
-        text = p.texts[j]
-        for i, (x, r) in enumerate(zip(passages, rows, strict=True)):
-            if i == 0:
-                continue
-            pm = {**meta, PART_KEY: [doc_id, ver, i, x.start, x.end]}
-            parts.append(Item(part_id(doc_id, ver, i), vectors[r], text[x.start:x.end],
-                              None, pm, tenant))
-        hm = dict(meta)
-        if len(passages) > 1 or prev is not None:
-            hm[HEAD_KEY] = {"s": ver, "n": len(passages),
-                            "o": [passages[0].start, passages[0].end],
-                            "prev": list(prev) if prev else None}
-        heads.append(Item(doc_id, vectors[rows[0]], text[passages[0].start:passages[0].end],
-                          p.values[j], hm, tenant))
+        head, more = _rows(p, j, rows.start, vectors, tenant, prev)
+        parts += more
+        heads.append(head)
         if prev is not None and prev[0] != ver:
             stale += [part_id(doc_id, prev[0], i) for i in range(1, prev[1])]
     for chunk in _chunks(parts):

@@ -85,12 +85,7 @@ def index_files(collection: str, inputs: list[Path], config: JobConfig, store: s
         workers = workers or torch.get_num_threads()
         torch.set_num_threads(1)
     config = replace(config, encode_workers=workers or 1)
-    window = text_encoder.max_tokens
-    if config.passages and config.passages["size"] > window:
-        if config.passages_asked:
-            raise ValueError(f"--passage-tokens must be at most {window} for this encoder "
-                             f"(what it reads of a text), got {config.passages['size']}")
-        config = replace(config, passages=Settings.sized(window).to_dict())
+    config = config.fitted(text_encoder.max_tokens)
     info = encoder_info(text_encoder)
     log.info("encoder %s (%s, dim %d) from %s", info.name, info.fingerprint, info.dim, model)
 

@@ -97,7 +97,7 @@ def write_parquet_range(job: Any, r: Range, meta: dict[str, Any], items: list[It
         tmp = path.with_name(path.name + ".tmp")
         pq.write_table(pa.table(columns), tmp)
         os.replace(tmp, path)
-    report = {"written": len(items), "rejects": meta["rejects"],
+    report = {"written": len(meta["ids"]), "rows": len(items), "rejects": meta["rejects"],
               "superseded": meta["superseded"], "worker": meta["worker"],
               "writer": f"{socket.gethostname()}:{os.getpid()}", "retries": 0,
               "encode_s": meta["encode_s"], "file": str(path) if path else None}
@@ -108,8 +108,8 @@ def write_parquet_range(job: Any, r: Range, meta: dict[str, Any], items: list[It
 def merge_plan(done_dir: Path, out_dir: Path, group_rows: int) -> list[dict[str, Any]]:
     """The done ranges' files, in key order, cut into groups of at most ``group_rows`` rows,
     each to be merged into ``out_dir/import-NNNNN.parquet``."""
-    ranges = sorted((d["file"], d["written"]) for d in done_reports(done_dir).values()
-                    if d.get("file"))
+    ranges = sorted((d["file"], d.get("rows", d["written"]))  # passages: rows > documents
+                    for d in done_reports(done_dir).values() if d.get("file"))
     plan: list[dict[str, Any]] = []
     for path, rows in ranges:
         if not plan or plan[-1]["rows"] + rows > group_rows:

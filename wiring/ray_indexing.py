@@ -26,13 +26,22 @@ import threading
 import time
 from collections.abc import Callable, Iterable
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, TypeVar
 
 import numpy as np
 
-from index import EncoderInfo, Fields, Item, JobConfig, VectorStore, open_store
+from index import (
+    CollectionNotFoundError,
+    EncoderInfo,
+    Fields,
+    Item,
+    JobConfig,
+    VectorStore,
+    open_store,
+)
+from index import passages as long_docs
 from index.bulk.job import retry_unavailable
 from index.bulk.ranges import (
     Manifest,
@@ -74,6 +83,9 @@ class RayJob:
     retries: int = 5
     backoff_s: float = 1.0
     max_backoff_s: float = 30.0
+    # how documents are cut into passages (index.passages.Settings as a dict; None: one row
+    # a document): the job's for a new collection, an existing one's own (run_ray decides)
+    passages: dict[str, Any] | None = None
 
 
 def retrying(job: RayJob, what: str, fn: Callable[[], T], counter: list[int]) -> T:
@@ -88,7 +100,8 @@ def retrying(job: RayJob, what: str, fn: Callable[[], T], counter: list[int]) ->
 
 def encoded_range(job: RayJob, row: dict[str, Any]
                   ) -> tuple[Range, dict[str, Any], list[Item]]:
-    """One encoded range (a row the encoder actors made): the range, its meta, its items."""
+    """One encoded range (a row the encoder actors made) of one row a document: the range,
+    its meta, its items."""
     meta = json.loads(row["meta"])
     vectors = np.frombuffer(row["vectors"], dtype=np.float32).reshape(-1, job.encoder.dim)
     items = [Item(i, vectors[n], t, v, m) for n, (i, t, v, m) in
@@ -97,12 +110,31 @@ def encoded_range(job: RayJob, row: dict[str, Any]
     return Range.from_dict(meta["range"]), meta, items
 
 
+def planned_range(job: RayJob, row: dict[str, Any]
+                  ) -> tuple[Range, dict[str, Any], long_docs.Planned, np.ndarray]:
+    """One encoded range of documents cut into passages: the range, its meta, its plan
+    (the passages' spans) and the passages' vectors."""
+    meta = json.loads(row["meta"])
+    vectors = np.frombuffer(row["vectors"], dtype=np.float32).reshape(-1, job.encoder.dim)
+    spans = [[long_docs.Passage(a, b, "") for a, b in doc] for doc in meta["passages"]]
+    planned = long_docs.Planned(meta["ids"], meta["texts"], meta["values"], meta["metadata"],
+                                meta["versions"], spans)
+    return Range.from_dict(meta["range"]), meta, planned, vectors
+
+
 def write_encoded(job: RayJob, store: VectorStore, row: dict[str, Any]) -> dict[str, Any]:
-    """Upsert one encoded range and then mark it done."""
-    r, meta, items = encoded_range(job, row)
+    """Upsert one encoded range (documents cut into passages: committed whole, as the
+    local job and the service commit them, ``index.passages.commit``) and then mark it
+    done."""
     retries = [0]
-    written = retrying(job, "upsert", lambda: store.upsert(job.collection, items, job.encoder),
-                       retries) if items else 0
+    if job.passages is not None:
+        r, meta, planned, vectors = planned_range(job, row)
+        written = retrying(job, "upsert", lambda: long_docs.commit(
+            store, job.collection, planned, vectors, job.encoder), retries) if planned.ids else 0
+    else:
+        r, meta, items = encoded_range(job, row)
+        written = retrying(job, "upsert", lambda: store.upsert(
+            job.collection, items, job.encoder), retries) if items else 0
     report = {"written": written, "rejects": meta["rejects"], "superseded": meta["superseded"],
               "worker": meta["worker"], "writer": f"{socket.gethostname()}:{os.getpid()}",
               "retries": retries[0], "encode_s": meta["encode_s"]}
@@ -119,6 +151,8 @@ class EncodeRanges:
         self.job = job
         self.encoder = load_encoder(job.model, job.device, cpu_threads=threads)
         self.worker = f"{socket.gethostname()}:{os.getpid()}"
+        self.passages = long_docs.Settings.of(job.passages)
+        self.count = long_docs.token_counter(self.encoder.tokenizer)
 
     def __call__(self, batch: dict[str, Any]) -> dict[str, Any]:
         out: dict[str, list[Any]] = {"key": [], "meta": [], "vectors": []}
@@ -126,15 +160,25 @@ class EncodeRanges:
             r = Range.from_dict(json.loads(spec))
             path, fmt = Path(self.job.inputs[r.file]), self.job.formats[r.file]
             t0 = time.perf_counter()
-            docs = read_range(path, fmt, r, self.job.fields)
-            vectors = (self.encoder.encode(docs.texts) if docs.texts
-                       else np.zeros((0, self.job.encoder.dim), np.float32))
-            out["key"].append(r.key)
-            out["meta"].append(json.dumps({
+            docs = read_range(path, fmt, r, self.job.fields, self.passages is not None)
+            meta: dict[str, Any] = {
                 "range": r.to_dict(), "ids": docs.ids, "texts": docs.texts,
                 "values": docs.values, "metadata": docs.metadata, "rejects": docs.rejects,
-                "superseded": docs.superseded, "worker": self.worker,
-                "encode_s": round(time.perf_counter() - t0, 3)}, ensure_ascii=False))
+                "superseded": docs.superseded, "worker": self.worker}
+            texts = docs.texts
+            if self.passages is not None:  # cut as the local job and the service cut them
+                planned = long_docs.plan(list(zip(docs.ids, docs.texts, docs.values,
+                                                  docs.metadata, strict=True)),
+                                         self.passages, self.count, self.job.encoder)
+                texts = planned.embed_texts
+                meta["versions"] = planned.versions
+                meta["passages"] = [[[x.start, x.end] for x in doc]
+                                    for doc in planned.passages]
+            vectors = (self.encoder.encode(texts) if texts
+                       else np.zeros((0, self.job.encoder.dim), np.float32))
+            meta["encode_s"] = round(time.perf_counter() - t0, 3)
+            out["key"].append(r.key)
+            out["meta"].append(json.dumps(meta, ensure_ascii=False))
             out["vectors"].append(np.ascontiguousarray(vectors, np.float32).tobytes())
         return {k: np.array(v, dtype=object) for k, v in out.items()}
 
@@ -197,21 +241,26 @@ def run_ray(job: RayJob, manifest: Manifest, state_path: Path, workers: int,
     tracker = Progress(manifest.records)
     tracker.start(done_dir)
 
-    def open_and_create() -> VectorStore:
+    def open_and_create() -> tuple[VectorStore, dict[str, Any] | None]:
+        """The driver's store, the collection made, and how its documents are cut: an
+        existing collection's way, else the job's (a new one is made so)."""
         store = open_store(job.store, token=job.token, timeout=job.timeout, bulk=True)
         try:
+            try:
+                chosen = retrying(job, "describe", lambda: store.describe(job.collection),
+                                  [0]).passages
+            except CollectionNotFoundError:
+                chosen = job.passages
             info = retrying(job, "create", lambda: store.create(
                 job.collection, job.encoder.dim, job.encoder,
                 hybrid=hybrid_default(store, job.collection, hybrid)), [0])
-            if info.passages:  # its workers write one row a document
-                raise ValueError(
-                    f"collection {job.collection!r} cuts its documents into passages, which "
-                    "--engine ray does not do yet: index it with --engine local, or into a "
-                    "collection made with --no-chunking")
+            if chosen is not None and info.passages is None:
+                retrying(job, "create", lambda: store.set_passages(job.collection, chosen),
+                         [0])
         except BaseException:
             store.close()
             raise
-        return store
+        return store, chosen
 
     pool = ThreadPoolExecutor(1, thread_name_prefix="qkv-driver-store")
     opened = pool.submit(open_and_create)
@@ -227,7 +276,11 @@ def run_ray(job: RayJob, manifest: Manifest, state_path: Path, workers: int,
                                                           progress, stop), daemon=True)
             ticker.start()
             try:
-                _pipeline(job, todo, workers, gpus_per_worker, opened.result, write_range)
+                # the encoders cut documents as the collection does: known once it is open
+                # (on Lite, ~2 s that Ray's start of its actors used to hide)
+                store, chosen = opened.result()
+                _pipeline(replace(job, passages=chosen), todo, workers, gpus_per_worker,
+                          lambda: store, write_range)
             finally:
                 stop.set()
                 ticker.join()
@@ -248,10 +301,10 @@ def run_ray(job: RayJob, manifest: Manifest, state_path: Path, workers: int,
     return final
 
 
-def _close_opened(opened: Future[VectorStore]) -> None:
+def _close_opened(opened: Future[tuple[VectorStore, Any]]) -> None:
     """Close the driver's store if it opened (a store that failed to open is not there)."""
     if opened.exception() is None:
-        opened.result().close()
+        opened.result()[0].close()
 
 
 def start_ray(address: str | None, tries: int = 3) -> None:
@@ -292,7 +345,11 @@ def _pipeline(job: RayJob, todo: list[Range], workers: int, gpus: float,
     if write_range is not None:  # the driver writes each range (a bulk import's files)
         for row in encoded.iter_rows():
             driver_store()  # the collection exists before the first file
-            write_range(*encoded_range(job, row))
+            if job.passages is not None:  # a new collection: every document's first version
+                r, meta, planned, vectors = planned_range(job, row)
+                write_range(r, meta, long_docs.new_rows(planned, vectors))
+            else:
+                write_range(*encoded_range(job, row))
     elif is_server(job.store):  # the write tasks upsert, in parallel
         driver_store()  # they need the collection
         # no CPU asked: the encoders hold every CPU, and the server does the writes' work
@@ -348,13 +405,14 @@ def index_with_ray(job: IndexJob, config: JobConfig) -> Any:
         if manifest_path.is_file() else None  # a rerun: read it now, nothing to count
     finished = known is not None and not pending(known, done_dir)
 
-    def plan() -> tuple[Manifest, tuple[int, int], EncoderInfo]:
+    def plan() -> tuple[Manifest, tuple[int, int], EncoderInfo, int]:
         import ray.data  # noqa: F401  (0.4 s of imports, while Ray starts)
 
         manifest = known or load_or_plan(manifest_path, inputs, fields, fmt, per_range)
         earlier = done_reports(done_dir).values()
         before = sum(d["written"] for d in earlier), sum(d["records"] for d in earlier)
-        return manifest, before, encoder_info(load_encoder(model, "cpu", backend="torch"))
+        enc = load_encoder(model, "cpu", backend="torch")
+        return manifest, before, encoder_info(enc), enc.max_tokens
 
     started_here = False
     # a local Ray takes seconds to start: the inputs are counted and the encoder read
@@ -365,11 +423,12 @@ def index_with_ray(job: IndexJob, config: JobConfig) -> Any:
             if not finished and not ray.is_initialized():
                 start_ray(address)
                 started_here = True
-            manifest, before, info = planned.result()
+            manifest, before, info, window = planned.result()
             ray_job = RayJob(collection, [f["path"] for f in manifest.inputs],
                              [detect_format(p, fmt) for p in inputs], fields,
                              str(model.resolve()), store, token, timeout, info,
-                             str(done_dir.resolve()), device, retries, backoff_s)
+                             str(done_dir.resolve()), device, retries, backoff_s,
+                             passages=config.fitted(window).passages)
             with tqdm(total=manifest.records, unit="doc", desc=collection,
                       disable=not show, dynamic_ncols=True) as bar:
                 def show_progress(figures: dict[str, Any]) -> None:

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from index.bulk.documents import DOCUMENT_SUFFIXES, document_row
+from index.passages import MAX_DOCUMENT_BYTES, check_document
 from index.store import MAX_ID_BYTES, MAX_TEXT_BYTES
 
 FORMATS = ("jsonl", "csv", "parquet", "document")
@@ -200,6 +201,20 @@ def parse_record(rec: Record, fields: Fields, max_text: int = MAX_TEXT_BYTES
     if rec.document:  # a document file's row names its own fields
         return to_fields(rec.row, Fields(), max_text)
     return to_fields(rec.row, fields, max_text)
+
+
+def parse_document(rec: Record, fields: Fields, passages: bool
+                   ) -> tuple[str, str, str | None, dict[str, Any]] | str:
+    """:func:`parse_record` for a collection with ``passages`` (a text of up to
+    :data:`index.passages.MAX_DOCUMENT_BYTES`, checked as a document) or without (a text
+    of up to ``MAX_TEXT_BYTES``): what the local job and Ray's encoders both read."""
+    parsed = parse_record(rec, fields, MAX_DOCUMENT_BYTES if passages else MAX_TEXT_BYTES)
+    if passages and not isinstance(parsed, str):
+        try:
+            check_document(parsed[0], parsed[1], parsed[3])
+        except (ValueError, OverflowError) as e:
+            return str(e)
+    return parsed
 
 
 def reject(path: Path, rec: Record, reason: str) -> dict[str, Any]:

@@ -19,7 +19,7 @@ import time
 from collections import deque
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -32,7 +32,7 @@ from index.bulk.corpus import (
     Fields,
     Position,
     detect_format,
-    parse_record,
+    parse_document,
     read_records,
     reject,
     shard_of,
@@ -40,7 +40,6 @@ from index.bulk.corpus import (
 from index.bulk.documents import expand
 from index.passages import Count, Settings
 from index.store import (
-    MAX_TEXT_BYTES,
     CollectionNotFoundError,
     EncoderInfo,
     Item,
@@ -74,6 +73,16 @@ class JobConfig:
     # dict; None: one row a document); an existing collection keeps its own
     passages: dict[str, Any] | None = field(default_factory=lambda: Settings().to_dict())
     passages_asked: bool = False  # the size was the caller's (not the default)
+
+    def fitted(self, window: int) -> JobConfig:
+        """This config for an encoder that reads ``window`` tokens: a passage size over it
+        is cut to it, or refused (``ValueError``) where the caller asked for that size."""
+        if not self.passages or self.passages["size"] <= window:
+            return self
+        if self.passages_asked:
+            raise ValueError(f"--passage-tokens must be at most {window} for this encoder "
+                             f"(what it reads of a text), got {self.passages['size']}")
+        return replace(self, passages=Settings.sized(window).to_dict())
 
 
 @dataclass
@@ -273,16 +282,10 @@ class BulkJob:
         batch = _Batch(file=st.file, position=st.position)
         for fi in range(st.file, len(self.inputs)):
             path, start = self.inputs[fi], st.position if fi == st.file else Position()
-            limit = long_docs.MAX_DOCUMENT_BYTES if self.passages else MAX_TEXT_BYTES
             for rec in read_records(path, self.formats[fi], start, self.roots[fi]):
                 self.summary.read += 1
                 batch.file, batch.position = fi, rec.end
-                parsed = parse_record(rec, cfg.fields, limit)
-                if not isinstance(parsed, str) and self.passages is not None:
-                    try:
-                        long_docs.check_document(parsed[0], parsed[1], parsed[3])
-                    except (ValueError, OverflowError) as e:
-                        parsed = str(e)
+                parsed = parse_document(rec, cfg.fields, self.passages is not None)
                 if isinstance(parsed, str):  # each bad row is reported by one shard only
                     if rec.line % n_shards == shard_i:
                         batch.rejects.append(reject(path, rec, parsed))

@@ -28,7 +28,15 @@ from typing import Any
 
 import numpy as np
 
-from index.bulk.corpus import Fields, Position, detect_format, parse_record, read_records, reject
+from index.bulk.corpus import (
+    Fields,
+    Position,
+    detect_format,
+    parse_document,
+    parse_record,
+    read_records,
+    reject,
+)
 
 
 @dataclass(frozen=True)
@@ -190,16 +198,18 @@ def pending(manifest: Manifest, done_dir: Path) -> list[Range]:
     return [r for r in manifest.ranges if r.key not in done]
 
 
-def read_range(path: Path, fmt: str, r: Range, fields: Fields) -> RangeBatch:
+def read_range(path: Path, fmt: str, r: Range, fields: Fields, passages: bool = False
+               ) -> RangeBatch:
     """The documents and rejects of range ``r`` of ``path`` (its superseded ids left out;
-    duplicate ids within the range resolved last-wins)."""
+    duplicate ids within the range resolved last-wins), read for a collection with
+    ``passages`` or without (:func:`index.bulk.corpus.parse_document`)."""
     batch = RangeBatch()
     skip = set(r.superseded)
     docs: dict[str, tuple[str, str | None, dict[str, Any]]] = {}
     for n, rec in enumerate(read_records(path, fmt, r.start)):
         if n == r.records:
             break
-        parsed = parse_record(rec, fields)
+        parsed = parse_document(rec, fields, passages)
         if isinstance(parsed, str):
             batch.rejects.append(reject(path, rec, parsed))
         elif rec.line in skip:

@@ -199,3 +199,19 @@ def test_rows_without_the_text_field_name_the_fields_they_have(tmp_path: Path,
     (rejects,) = (tmp_path / "st").glob("notes.*.rejects.jsonl")
     first = json.loads(rejects.read_text().splitlines()[0])
     assert json.loads(first["raw"]) == {"id": "n1", "body": "some words"}
+
+
+def test_ray_refuses_a_folder_of_documents(tmp_path: Path, tiny_model_dir: Path) -> None:
+    """``--engine ray`` reads files of rows; a folder of documents is the local engine's,
+    said before anything starts."""
+    folder = tmp_path / "docs"
+    folder.mkdir()
+    (folder / "a.md").write_text("# A\n\nSome text.\n")
+    done = subprocess.run(qkv_index(["--engine", "ray", "--collection", "docs", "--input",
+                                     str(folder), "--store", str(tmp_path / "q.db"),
+                                     "--model", str(tiny_model_dir)]),
+                          capture_output=True, text=True, timeout=120,
+                          env={**os.environ, "COLUMNS": "300"})
+    assert done.returncode == 2
+    assert "--engine ray reads files of rows" in done.stderr
+    assert not (tmp_path / "q.db").exists()

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import random
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -230,3 +231,32 @@ def test_a_short_document_is_stored_as_it_always_was(store: VectorStore,
     write(store, collection, {"s": "a short text"}, P.Settings(50, 8))
     (it,) = store.get(collection, ["s"])
     assert isinstance(it, Item) and it.text == "a short text" and it.metadata == {"k": "s"}
+
+
+def test_new_rows_are_what_a_first_commit_writes(tmp_path: Path) -> None:
+    """A bulk import's rows (``new_rows``: documents stored for the first time) are the rows
+    ``commit`` writes into an empty collection, the same ids, texts, metadata and vectors,
+    and read back as the documents."""
+    from index import FaissStore
+
+    s = P.Settings(50, 8)
+    docs = {"a": document(3), "b": document(4), "short": "just a few words"}
+    planned = planned_of(docs, s)
+    vectors = embed(planned.embed_texts)
+    made = P.new_rows(planned, vectors)
+    assert len(made) == expected_rows(docs, s) > len(docs)
+    store = FaissStore(tmp_path)
+    stored = {}
+    for name in ("committed", "imported"):
+        store.create(name, DIM)
+        store.set_passages(name, s.to_dict())
+        if name == "committed":
+            P.commit(store, name, planned, vectors, None)
+        else:
+            store.upsert(name, made)
+        stored[name] = {it.id: (it.text, it.value, it.metadata, it.vector.tolist())
+                        for page in store.scan(name) for it in page}
+        for i, t in docs.items():
+            got = P.read(store, name, i)
+            assert got is not None and got[0].text == t, (name, i)
+    assert stored["committed"] == stored["imported"]

@@ -129,6 +129,49 @@ def test_ray_into_a_milvus_server_the_workers_write(tmp_path: Path, tiny_model_d
     assert reports and all(r["writer"] != figures["driver"] for r in reports)  # Ray's tasks
 
 
+@pytest.mark.slow
+def test_ray_cuts_long_documents_as_the_local_job_does(tmp_path: Path,
+                                                       tiny_model_dir: Path) -> None:
+    """A collection with passages (the default) filled on Ray holds the same rows as the
+    local job makes of the same file: each long document cut into the same passages,
+    committed whole, read back whole; a rerun writes nothing."""
+    pytest.importorskip("ray")
+    from index.passages import count_filter
+    from index.passages import read as read_document
+
+    docs = {f"long-{i}": " ".join(f"Sentence {j} of document {i} is about topic {j}."
+                                  for j in range(12)) for i in range(30)}
+    docs["short"] = "a short one"
+    src = tmp_path / "long.jsonl"
+    src.write_text("".join(json.dumps({"id": k, "text": v}) + "\n" for k, v in docs.items()))
+    ray_db, local_db = tmp_path / "ray.db", tmp_path / "local.db"
+    ray = ray_args(src, str(ray_db), tiny_model_dir, tmp_path / "ray-jobs")
+    done = subprocess.run(ray, env=ENV, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    again = subprocess.run(ray, env=ENV, capture_output=True, text=True, timeout=600)
+    assert again.returncode == 0 and "written 0," in again.stdout, again.stderr[-3000:]
+    local = qkv_index(["--collection", "docs", "--input", str(src), "--store", str(local_db),
+                       "--model", str(tiny_model_dir), "--state-dir", str(tmp_path / "jobs"),
+                       "--no-progress", "--no-tune", "--device", "cpu"])
+    done = subprocess.run(local, env=ENV, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    rows = {}
+    for db in (ray_db, local_db):
+        store = open_store(str(db))
+        try:
+            assert store.describe("docs").passages is not None
+            assert store.count("docs", None, count_filter()) == len(docs)
+            for doc_id, text in docs.items():
+                found = read_document(store, "docs", doc_id)
+                assert found is not None and found[0].text == text, doc_id
+            rows[db] = {it.id: (it.text, it.metadata) for page in store.scan("docs")
+                        for it in page}
+        finally:
+            store.close()
+    assert len(rows[ray_db]) > 2 * len(docs)  # the long ones are several passages each
+    assert rows[ray_db] == rows[local_db]
+
+
 def store_for(where: str, tmp_path: Path, request: pytest.FixtureRequest, name: str
               ) -> tuple[str, str]:
     """(store, collection): a Milvus Lite file (the driver writes) or the session's 2.3.5
