@@ -194,13 +194,14 @@ async def tune_collection(name: CollectionName, body: s.TuneRequest, request: Re
 
 @v1.get("/v1/collections/{name}/tune", response_model=s.TuneState, tags=["collections"])
 async def tune_state(name: CollectionName, request: Request) -> Response:
-    """This server's last tune job of the collection (404 when there was none)."""
+    """The collection's last tune job, run by this server or another replica on the same
+    store (404 when there was none)."""
     col = service(request).collections
     info = await col.describe(name)
     state = col.calibration_state(info)
     if state is None:
-        raise not_found(f"no tune of collection {info.name!r} has run on this server; its "
-                        "stored calibration is in GET /v1/collections/{name}")
+        raise not_found(f"no tune of collection {info.name!r} has run; its stored "
+                        "calibration is in GET /v1/collections/{name}")
     return json_response(redacted(info, state))
 
 

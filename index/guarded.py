@@ -30,7 +30,7 @@ from index.store import StoreDamagedError, StoreUnavailableError, VectorStore
 
 log = logging.getLogger(__name__)
 EXCLUSIVE = frozenset({"create", "drop", "set_alias", "drop_alias", "set_calibration",
-                       "set_passages"})
+                       "set_passages", "set_calibration_job"})
 WRITES = EXCLUSIVE | {"upsert", "delete", "flush"}
 
 

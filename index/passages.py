@@ -182,6 +182,19 @@ def split(text: str, settings: Settings, count: Count) -> list[Passage]:
     blocks = _blocks(text)
     if not blocks:
         return [Passage(0, len(text), text)]
+    if len(blocks) == 1 and not blocks[0].heading and text.isascii() \
+            and len(text) + 2 <= settings.size:
+        # one paragraph that cannot hold more tokens than it has bytes, a prefix space and
+        # ``<s>`` (byte-level BPE: a token is at least one byte; lower-casing and NFKC keep
+        # ASCII as it is) is one passage: what the counting path makes of it, without the tokenizer
+        # (a translation memory's sentences, a caption: most short documents)
+        body = text[blocks[0].start:blocks[0].end].strip()
+        return [Passage(0, len(text), body or text)]
+    return _split_blocks(text, blocks, settings, count)
+
+
+def _split_blocks(text: str, blocks: list[_Block], settings: Settings, count: Count
+                  ) -> list[Passage]:
     counts = count([text[b.start:b.end] for b in blocks])
     groups: list[tuple[int, int, str]] = []  # (start, end, heading above it)
     heading, cur, cur_tokens = "", None, 0

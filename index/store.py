@@ -114,6 +114,9 @@ class CollectionInfo:
     # how its documents are cut into passages (index.passages.Settings as a dict); None: a
     # document is one row, cut at the encoder's token limit
     passages: dict[str, Any] | None = None
+    # the state of its last calibration job, as the server running it wrote it: what every
+    # replica of the service answers for it (wiring.calibrator); None: none ran
+    calibration_job: dict[str, Any] | None = None
 
 
 @dataclass
@@ -245,6 +248,11 @@ class VectorStore(Protocol):
     def set_passages(self, collection: str, passages: dict[str, Any] | None) -> None:
         """Store how the collection's documents are cut into passages (a JSON object; None:
         not cut): every later ``describe`` returns it as ``passages``."""
+        ...
+
+    def set_calibration_job(self, collection: str, job: dict[str, Any] | None) -> None:
+        """Store the state of the collection's last calibration job (a JSON object): every
+        later ``describe``, from any client, returns it as ``calibration_job``."""
         ...
 
     def sample(self, collection: str, n: int, seed: int = 0) -> tuple[list[Item], int]:

@@ -17,8 +17,10 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import re
 import shutil
+import socket
 import threading
 import time
 import uuid
@@ -40,6 +42,10 @@ EmbedWith = Callable[[str], tuple[Embed, EncoderInfo, list[int]]]
 JOB_ID = re.compile(r"^adapt-[0-9a-f]{12}$")
 BATCH = 256
 FINAL = ("done", "skipped", "rejected", "failed", "interrupted")
+OWNER = f"{socket.gethostname()}:{os.getpid()}"  # the process whose jobs these are
+# A job of another host whose journal has not changed this long is its replica's no more
+# (a training phase writes its progress as it goes; a dead replica writes nothing)
+OWNER_STALE_S = 600.0
 
 
 @dataclass
@@ -62,7 +68,8 @@ class Journal:
         job = f"adapt-{uuid.uuid4().hex[:12]}"
         j = cls(root / "jobs" / f"{job}.json", {
             "id": job, "kind": "adapt", "collection": collection, "phase": "queued",
-            "progress": 0.0, "options": options, "created_at": time.time()})
+            "progress": 0.0, "options": options, "created_at": time.time(),
+            "owner": OWNER})
         j.save()
         return j
 
@@ -80,6 +87,29 @@ class Journal:
         tmp = self.path.with_suffix(".tmp")
         tmp.write_text(json.dumps(self.state, indent=1, default=str))
         tmp.replace(self.path)
+
+
+def held_elsewhere(state: dict[str, Any], now: float | None = None) -> bool:
+    """Whether another live process runs this job: a replica sharing the encoders
+    directory. On this host, its process is alive; on another, its journal changed in the
+    last :data:`OWNER_STALE_S`. A journal without an owner (written before owners were
+    recorded) is nobody's."""
+    who = state.get("owner")
+    if not isinstance(who, str) or ":" not in who:
+        return False
+    host, _, pid = who.rpartition(":")
+    if host == socket.gethostname():
+        if not pid.isdigit() or int(pid) == os.getpid():
+            return False
+        try:
+            os.kill(int(pid), 0)
+        except ProcessLookupError:
+            return False
+        except PermissionError:  # alive, another user's
+            return True
+        return True
+    seen = float(state.get("updated_at") or state.get("created_at") or 0)
+    return (now or time.time()) - seen < OWNER_STALE_S
 
 
 def journals(root: Path) -> Iterator[Journal]:
@@ -257,11 +287,15 @@ def run(store: VectorStore, journal: Journal, base: Path, root: Path,
 def recover(store: VectorStore, root: Path,
             exclusive: Callable[[], AbstractContextManager[Any]] = nullcontext) -> list[str]:
     """After a restart: finish a swap that was under way; drop the half-built copy of a job
-    killed before its swap (the old collection kept serving) and say so in its journal."""
+    killed before its swap (the old collection kept serving) and say so in its journal. A
+    job another live replica runs (:func:`held_elsewhere`) is left to it."""
     said = []
     for j in journals(root):
         st = j.state
         if st.get("phase") in FINAL:
+            continue
+        if held_elsewhere(st):  # another replica's, running: never undone under it
+            said.append(f"{st.get('id')}: {st.get('phase')} on {st['owner']}, left to it")
             continue
         try:
             if st.get("phase") == "swapping":

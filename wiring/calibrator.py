@@ -3,7 +3,13 @@ worker thread, never on a request's path. A job starts on ``POST
 /v1/collections/{name}/tune`` or by itself when an API-written collection has grown enough
 (:func:`wiring.calibrating.due`, checked every :data:`CHECK_EVERY` documents this server
 writes into it, or every ``QKV_AUTO_TUNE_MIN_DOCS`` when fewer). Its texts are embedded
-through the service's batcher, so a calibration takes its turn with the requests."""
+through the service's batcher, so a calibration takes its turn with the requests.
+
+A job's state is kept here and, as it starts and ends (and when a weight is set by hand),
+stored with its collection (``set_calibration_job``): every replica of the service on the
+same store answers ``GET .../tune`` with the collection's last job, whichever ran it
+(:meth:`Calibrator.last`). A replica that stops mid-job leaves it ``running`` there; the
+next job of that collection, on any replica, replaces it."""
 
 from __future__ import annotations
 
@@ -55,6 +61,20 @@ class Calibrator:
             job = self._jobs.get(collection)
             return dict(job) if job is not None else None
 
+    def last(self, info: CollectionInfo) -> dict[str, Any] | None:
+        """The collection's last calibration job on any replica: this server's, or the one
+        stored with ``info`` (as described), whichever was queued later."""
+        jobs = [j for j in (self.state(info.name), info.calibration_job) if j]
+        return max(jobs, key=lambda j: float(j.get("queued_at") or 0)) if jobs else None
+
+    def _publish(self, job: dict[str, Any]) -> None:
+        """Store a job's state with its collection, for the other replicas (a store that
+        fails here fails no job: this server still answers with it)."""
+        try:
+            self.store.set_calibration_job(job["collection"], job)
+        except StoreError as e:
+            log.warning("calibration job of %s not stored with it: %s", job["collection"], e)
+
     def running(self, collection: str) -> bool:
         job = self.state(collection)
         return job is not None and job["state"] in ("queued", "running")
@@ -81,9 +101,11 @@ class Calibrator:
         now = time.time()
         with self._lock:
             job = self._jobs.get(collection)
-            if job is None or job["state"] not in ("queued", "running"):
-                self._jobs[collection] = {**state, "queued_at": now, "started_at": now,
-                                          "finished_at": now}
+            if job is not None and job["state"] in ("queued", "running"):
+                return
+            job = self._jobs[collection] = {**state, "queued_at": now, "started_at": now,
+                                            "finished_at": now}
+        self._publish(dict(job))
 
     def _queue(self, collection: str, reason: str) -> None:
         with self._lock:
@@ -99,7 +121,13 @@ class Calibrator:
 
     def _run(self, loop: asyncio.AbstractEventLoop, info: CollectionInfo,
              labels: Labels | None, seed: int) -> dict[str, Any]:
-        self._update(info.name, state="running", started_at=time.time())
+        self._publish(self._update(info.name, state="running", started_at=time.time()))
+        done = self._calibrate(loop, info, labels, seed)
+        self._publish(done)
+        return done
+
+    def _calibrate(self, loop: asyncio.AbstractEventLoop, info: CollectionInfo,
+                   labels: Labels | None, seed: int) -> dict[str, Any]:
 
         def embed(texts: Any) -> np.ndarray:
             fut = asyncio.run_coroutine_threadsafe(

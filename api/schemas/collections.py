@@ -96,7 +96,7 @@ def weight_source_field() -> Any:
 
 
 def tuning_field() -> Any:
-    return Field(None, description="This server's last tune job of the collection.")
+    return Field(None, description="The collection's last tune job (on any replica).")
 
 
 # collections

@@ -99,7 +99,7 @@ class FaissStore:
         enc = EncoderInfo.from_dict(meta["encoder"]) if meta["encoder"] else None
         info = CollectionInfo(name, int(meta["dim"]), enc, bool(meta.get("hybrid", False)),
                               bool(meta.get("multi_tenant", False)), meta.get("calibration"),
-                              meta.get("passages"))
+                              meta.get("passages"), meta.get("calibration_job"))
         col = Memory(info, self.index_type, self.hnsw_m)
         for it in read_snapshot(path):
             col.items[stored_id(it.tenant, it.id)] = it
@@ -205,6 +205,9 @@ class FaissStore:
 
     def set_passages(self, collection: str, passages: dict[str, Any] | None) -> None:
         self._set_meta(collection, "passages", passages)
+
+    def set_calibration_job(self, collection: str, job: dict[str, Any] | None) -> None:
+        self._set_meta(collection, "calibration_job", job)
 
     def _set_meta(self, collection: str, key: str, value: dict[str, Any] | None) -> None:
         col = self._load(collection)

@@ -21,6 +21,7 @@ from index.tenancy import MAX_TENANT_CHARS, TENANT_FIELD, local_id
 ENCODER_PROPERTY = "qkv.encoder"
 CALIBRATION_PROPERTY = "qkv.calibration"  # hybrid's calibration (index.hybrid.calibration)
 PASSAGES_PROPERTY = "qkv.passages"  # how documents are cut (index.passages.Settings)
+CALIBRATION_JOB_PROPERTY = "qkv.calibration_job"  # its last calibration job's state
 OUTPUT_FIELDS = ["id", "text", "value", "metadata"]
 SPARSE_FIELD = "sparse"
 BM25_FIELD = "bm25_text"  # the analysed copy of ``text`` that BM25 indexes
@@ -75,11 +76,13 @@ def described(name: str, d: dict[str, Any]) -> tuple[CollectionInfo, bool]:
     raw = json.loads(props.get(ENCODER_PROPERTY, "null"))
     calibration = json.loads(props.get(CALIBRATION_PROPERTY, "null"))
     passages = json.loads(props.get(PASSAGES_PROPERTY, "null"))
+    job = json.loads(props.get(CALIBRATION_JOB_PROPERTY, "null"))
     names = {f["name"] for f in d["fields"]}
     info = CollectionInfo(name, dim, EncoderInfo.from_dict(raw) if raw else None,
                           SPARSE_FIELD in names, TENANT_FIELD in names,
                           calibration if isinstance(calibration, dict) else None,
-                          passages if isinstance(passages, dict) else None)
+                          passages if isinstance(passages, dict) else None,
+                          job if isinstance(job, dict) else None)
     return info, BM25_FIELD in names
 
 

@@ -40,6 +40,7 @@ from index.milvus.conn import connect, failure, is_io_failure, restart_lite, ver
 from index.milvus.reads import ids_after, read_aliases, rows_of
 from index.milvus.schema import (
     BM25_FIELD,
+    CALIBRATION_JOB_PROPERTY,
     CALIBRATION_PROPERTY,
     OUTPUT_FIELDS,
     PASSAGES_PROPERTY,
@@ -249,6 +250,9 @@ class MilvusStore:
 
     def set_passages(self, collection: str, passages: dict[str, Any] | None) -> None:
         self._set_property(collection, PASSAGES_PROPERTY, passages)
+
+    def set_calibration_job(self, collection: str, job: dict[str, Any] | None) -> None:
+        self._set_property(collection, CALIBRATION_JOB_PROPERTY, job)
 
     def _set_property(self, collection: str, key: str, value: dict[str, Any] | None) -> None:
         collection = self._aliases.resolve(collection)

@@ -260,3 +260,34 @@ def test_new_rows_are_what_a_first_commit_writes(tmp_path: Path) -> None:
             got = P.read(store, name, i)
             assert got is not None and got[0].text == t, (name, i)
     assert stored["committed"] == stored["imported"]
+
+
+def test_a_short_ascii_paragraph_is_one_passage_without_the_tokenizer() -> None:
+    """The shortcut for one short ASCII paragraph makes what the counting path makes, and
+    its bound holds for the shipped byte-level BPE tokenizer: no ASCII text has more tokens
+    than bytes, plus the prefix space and ``<s>``."""
+    import string
+    from pathlib import Path as _Path
+
+    from tokenizers import Tokenizer
+
+    rng = random.Random(7)
+    s = P.Settings(64, 8)
+
+    def never(texts: Sequence[str]) -> list[int]:
+        raise AssertionError(f"counted {texts!r}")
+
+    texts = ["a caption of a dog", "  padded on both sides \n", "one line\nand another",
+             "x" * 62, "Ends with punctuation. Two sentences!"]
+    texts += ["".join(rng.choices(string.printable[:94] + " ", k=rng.randint(1, 62)))
+              for _ in range(300)]
+    for t in texts:
+        if not t.strip() or "\n\n" in t or P._blocks(t)[0].heading or len(P._blocks(t)) != 1:
+            continue
+        assert P.split(t, s, never) == P._split_blocks(t, P._blocks(t), s, words), t
+    root = _Path(__file__).resolve().parents[2]
+    tok = Tokenizer.from_file(str(root / "models/encoder-default/tokenizer.json"))
+    count = P.token_counter(tok)
+    worst = ["".join(rng.choices(string.printable, k=rng.randint(1, 300)))
+             for _ in range(3000)]
+    assert all(n <= len(t) + 2 for t, n in zip(worst, count(worst), strict=True))

@@ -260,6 +260,12 @@ def test_calibration_is_stored_with_the_collection_and_read_back_after_reopening
         assert again.describe(collection).calibration == cal
         again.set_calibration(collection, None)
         assert again.describe(collection).calibration is None
+        # the last calibration job's state, beside it (what every replica answers)
+        job = {"collection": collection, "state": "done", "queued_at": 1.5,
+               "calibration": cal}
+        again.set_calibration_job(collection, job)
+        assert again.describe(collection).calibration_job == job
+        assert again.describe(collection).calibration is None  # one does not touch the other
     finally:
         again.close()
     with pytest.raises(CollectionNotFoundError):

@@ -74,3 +74,40 @@ def test_a_job_killed_before_its_swap_leaves_the_old_collection_serving(
     assert state["phase"] == "interrupted" and phase in state["reason"]
     # an encoder half-trained is removed; one trained (re-indexing on) is kept, listed
     assert (tmp_path / "enc+rd").exists() == (phase not in ("reading", "training"))
+
+
+def test_a_job_another_live_replica_runs_is_left_to_it(store: MilvusStore, tmp_path: Path
+                                                       ) -> None:
+    """Replicas share the encoders directory: one that starts while another adapts must not
+    undo that job. A live process on this host, or a recent journal from another host, owns
+    it; a dead process or a journal quiet for OWNER_STALE_S owns nothing, and the job is
+    recovered as before."""
+    import socket
+    import subprocess
+    import sys
+
+    _fill(store, "rl")
+    _fill(store, "rl_a1", 3)
+    host = socket.gethostname()
+    alive = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        mine = _journal(tmp_path, collection="rl", physical="rl", target="rl_a1",
+                        phase="re-indexing", owner=f"{host}:{alive.pid}")
+        there = _journal(tmp_path, collection="rl", physical="rl", target="rl_a1",
+                         phase="training", owner="another-host:7")
+        said = adapting.recover(store, tmp_path)
+        assert sorted(said) == sorted([
+            f"{mine.state['id']}: re-indexing on {host}:{alive.pid}, left to it",
+            f"{there.state['id']}: training on another-host:7, left to it"])
+        assert "rl_a1" in store.list_collections()  # its half-built copy stays
+        assert adapting.Journal.load(mine.path).state["phase"] == "re-indexing"
+    finally:
+        alive.kill()
+        alive.wait()
+    stale = adapting.Journal.load(there.path)
+    stale.state["updated_at"] = time.time() - adapting.OWNER_STALE_S - 1
+    stale.save()
+    said = adapting.recover(store, tmp_path)  # the process is gone, the host is quiet
+    assert sorted(said) == sorted([f"{mine.state['id']}: interrupted",
+                                   f"{there.state['id']}: interrupted"])
+    assert "rl_a1" not in store.list_collections()

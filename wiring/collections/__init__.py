@@ -146,7 +146,7 @@ class Collections(Searching, Writing):
         cal = await self.call(manual, self.store, info.name, dense_weight)
         state = {"collection": info.name, "state": "done", "reason": "set by hand",
                  "calibration": cal.to_dict()}
-        self.calibrator.set_by_hand(info.name, state)
+        await self.call(self.calibrator.set_by_hand, info.name, state)
         return state
 
     async def start_calibration(self, name: str, labels: Labels | None, seed: int
@@ -162,8 +162,9 @@ class Collections(Searching, Writing):
         return info, self.calibrator.start(info, labels, seed)
 
     def calibration_state(self, info: CollectionInfo) -> dict[str, Any] | None:
-        """This server's last calibration job of the collection (None when there was none)."""
-        return self.calibrator.state(info.name)
+        """The collection's last calibration job, on this server or another replica on the
+        same store (None when there was none)."""
+        return self.calibrator.last(info)
 
     # adapting the encoder to a collection (the adapt jobs)
     async def start_adapt(self, name: str, budget_s: float, force: bool
