@@ -53,6 +53,7 @@ from index.bulk.ranges import (
     write_json,
 )
 from index.store import hybrid_default
+from wiring import runtime
 from wiring.index_job import IndexJob
 from wiring.ray_progress import Progress, tick
 
@@ -86,6 +87,9 @@ class RayJob:
     # how documents are cut into passages (index.passages.Settings as a dict; None: one row
     # a document): the job's for a new collection, an existing one's own (run_ray decides)
     passages: dict[str, Any] | None = None
+    # the driver's process settings (wiring.runtime.current: QKV_NO_BF16 ...), which the
+    # encoder actors, processes of their own, take on
+    runtime: dict[str, Any] | None = None
 
 
 def retrying(job: RayJob, what: str, fn: Callable[[], T], counter: list[int]) -> T:
@@ -148,6 +152,8 @@ class EncodeRanges:
     def __init__(self, job: RayJob, threads: int = 1) -> None:
         from wiring.components import load_encoder
 
+        if job.runtime is not None:
+            runtime.use(**job.runtime)
         self.job = job
         self.encoder = load_encoder(job.model, job.device, cpu_threads=threads)
         self.worker = f"{socket.gethostname()}:{os.getpid()}"
@@ -428,7 +434,8 @@ def index_with_ray(job: IndexJob, config: JobConfig) -> Any:
                              [detect_format(p, fmt) for p in inputs], fields,
                              str(model.resolve()), store, token, timeout, info,
                              str(done_dir.resolve()), device, retries, backoff_s,
-                             passages=config.fitted(window).passages)
+                             passages=config.fitted(window).passages,
+                             runtime=runtime.current())
             with tqdm(total=manifest.records, unit="doc", desc=collection,
                       disable=not show, dynamic_ncols=True) as bar:
                 def show_progress(figures: dict[str, Any]) -> None:

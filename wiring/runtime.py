@@ -22,6 +22,7 @@ Values already in the environment win.
 from __future__ import annotations
 
 import os
+from typing import Any
 
 DEFAULTS = {"OMP_WAIT_POLICY": "PASSIVE", "ONEDNN_PRIMITIVE_CACHE_CAPACITY": "64"}
 
@@ -47,7 +48,20 @@ def use(device: str | None = None, encoder_backend: str | None = None, no_bf16: 
     from encoder.onnx_graph import use_activations
     from index.milvus.lite import speed
 
+    use_activations(onnx_activations)  # checked first: a refused value changes nothing
     DeviceDefaults.device, DeviceDefaults.bf16 = device or None, not no_bf16
     BackendDefaults.backend = encoder_backend or None
-    use_activations(onnx_activations)
     speed.use(lite_fast_search)
+
+
+def current() -> dict[str, Any]:
+    """This process's defaults as :func:`use` takes them: what a worker process started
+    elsewhere (a Ray actor) is handed, so it runs as the command that started it."""
+    from encoder.device import Defaults as DeviceDefaults
+    from encoder.onnx_graph import Defaults as BackendDefaults
+    from index.milvus.lite import speed
+
+    return {"device": DeviceDefaults.device, "encoder_backend": BackendDefaults.backend,
+            "no_bf16": not DeviceDefaults.bf16,
+            "onnx_activations": BackendDefaults.activations,
+            "lite_fast_search": speed.wanted()}

@@ -54,6 +54,11 @@ def use(fast: bool) -> None:
     _state["wanted"] = fast
 
 
+def wanted() -> bool:
+    """Whether this process's Lite connections install the fast paths (:func:`use`)."""
+    return bool(_state["wanted"])
+
+
 def _targets() -> dict[str, Any]:
     from milvus_lite.engine import collection
     from milvus_lite.search import executor_indexed
