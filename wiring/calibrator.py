@@ -194,7 +194,13 @@ class Calibrator:
             return
         try:
             info = self.store.describe(collection)
-            count = self._total(info)
+            # rows first: never fewer than documents, and due() grows with the count, so a
+            # collection not due by its rows is not due (a passages collection's count of
+            # documents filters on metadata: 1.5 s at 29,000, against 0.3 s for its rows)
+            rows = self._total(info) if info.multi_tenant else self.store.count(collection)
+            if not due(info, rows, self.auto_min_docs):
+                return
+            count = rows if info.multi_tenant else self._total(info)
         except StoreError as e:
             log.warning("could not check whether %s needs calibrating: %s", collection, e)
             return
