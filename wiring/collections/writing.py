@@ -62,8 +62,9 @@ class Writing(Base):
     async def write(self, name: str, docs: Sequence[Document], tenant: str | None = None,
                     truncate: bool = True, given: Given | None = None, counted: bool = True
                     ) -> tuple[int, list[str]]:
-        """Embed (or take the ``given`` vectors, when their encoder made the collection and
-        it has no passages, which are embedded as cut) and upsert ``docs`` (the last of
+        """Embed (or take the ``given`` vectors where their encoder made the collection:
+        for every document of a collection without passages, for each short one of a
+        collection with them, :func:`given_passages`) and upsert ``docs`` (the last of
         duplicate ids wins) with every side effect: refused while the disk is full; into
         the copy too while an adapt job re-indexes the collection (and into the new
         collection when its swap comes between); the token memory learns the pairs; the
