@@ -101,6 +101,12 @@ class Settings:
         return cls(size, min(DEFAULT_OVERLAP, size // 4) if overlap is None else overlap,
                    min(DEFAULT_PACK, size // 4) if pack is None else pack)
 
+    @classmethod
+    def default(cls, window: int) -> Settings:
+        """The defaults for an encoder that reads ``window`` tokens of a text: passages of
+        :data:`DEFAULT_SIZE` tokens, or of ``window`` where it reads fewer."""
+        return cls.sized(min(DEFAULT_SIZE, window))
+
     def to_dict(self) -> dict[str, Any]:
         return {"size": self.size, "overlap": self.overlap, "pack": self.pack}
 

@@ -33,7 +33,6 @@ import numpy as np
 from tqdm import tqdm
 
 from index import CollectionNotFoundError, EncoderInfo, collection_name
-from index.passages import DEFAULT_SIZE
 from index.passages import Settings as Passages
 from wiring.collections import Collections, Document, Given
 from wiring.components import Components
@@ -140,8 +139,7 @@ def prepare_demo(parts: Components, corpus: Path, collection: str) -> DemoPlan:
     if state in ("new", "stale"):  # as POST /v1/collections makes one by default
         parts.store.create(collection, parts.info.dim, parts.info,
                            hybrid=parts.store.bm25_available())
-        window = int(getattr(parts.encoder, "max_tokens", 0) or 0) or DEFAULT_SIZE
-        parts.store.set_passages(collection, Passages.sized(min(DEFAULT_SIZE, window)).to_dict())
+        parts.store.set_passages(collection, Passages.default(parts.encoder.max_tokens).to_dict())
     return DemoPlan(collection, corpus, rows, progress)
 
 

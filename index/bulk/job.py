@@ -82,7 +82,7 @@ class JobConfig:
         if self.passages_asked:
             raise ValueError(f"--passage-tokens must be at most {window} for this encoder "
                              f"(what it reads of a text), got {self.passages['size']}")
-        return replace(self, passages=Settings.sized(window).to_dict())
+        return replace(self, passages=Settings.default(window).to_dict())
 
 
 @dataclass

@@ -62,7 +62,6 @@ from index.store import (
     StoreError,
     StoreUnavailableError,
     UnsupportedError,
-    check_encoder,
     check_same,
     check_search_args,
 )
@@ -271,10 +270,10 @@ class MilvusStore:
         return sorted((item(r, info.multi_tenant) for r in rows),
                       key=lambda it: (it.tenant or "", it.id)), len(ids)
 
-    def _ready(self, collection: str, encoder: EncoderInfo | None = None) -> CollectionInfo:
-        """Describe (cached), check the encoder, and make sure the collection is loaded."""
+    def _ready(self, collection: str) -> CollectionInfo:
+        """Describe (cached) and make sure the collection is loaded (the encoder is checked
+        with the rest of a write's or a search's opening, :mod:`index.steps`)."""
         info = self.describe(collection)
-        check_encoder(info, encoder)
         with self._connecting:  # one load at a time: a second one answered before Lite had
             if collection not in self._loaded:  # loaded (queries: "state 'released'")
                 self._call("load_collection", lambda c: c.load_collection(
