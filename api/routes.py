@@ -18,6 +18,7 @@ from api.errors import ApiError, invalid, not_found
 from api.service import Service
 from index import CollectionInfo, collection_name
 from index.scale import size_warning
+from index.scroll import MAX_PAGE
 from wiring.calibrating import labels_from
 from wiring.collections import Document
 
@@ -290,9 +291,54 @@ async def upsert_file(name: CollectionName, request: Request,
            tags=["documents"])
 async def delete_documents(name: CollectionName, body: s.DocumentsDelete, request: Request,
                            x_tenant: TenantHeader = None) -> Response:
-    n = await service(request).collections.delete(name, body.ids,
-                                                   tenant_of(x_tenant, body.tenant))
+    """Delete documents by ``ids`` (at most ``QKV_MAX_DOCUMENTS``), or every document that
+    matches ``filter`` (the tenant's), with all their passages."""
+    if (body.ids is None) == (body.filter is None):
+        raise invalid("give exactly one of `ids` (the documents) or `filter` (every "
+                      "document that matches)", "ids")
+    tenant = tenant_of(x_tenant, body.tenant)
+    collections = service(request).collections
+    if body.ids is not None:
+        n = await collections.delete(name, body.ids, tenant)
+    else:
+        n = await collections.delete_where(name, body.filter or {}, tenant)
     return json_response({"deleted": n})
+
+
+def _filter_param(text: str | None) -> dict[str, Any] | None:
+    if text is None:
+        return None
+    try:
+        got = orjson.loads(text)
+    except orjson.JSONDecodeError as e:
+        raise invalid(f"filter: invalid JSON ({e}); send it URL-encoded, as a search's "
+                      "`filter`", "filter") from None
+    if not isinstance(got, dict):
+        raise invalid("filter: a JSON object, as a search's `filter`", "filter")
+    return got
+
+
+@v1.get("/v1/collections/{name}/documents", response_model=s.DocumentsPage,
+        tags=["documents"])
+async def list_documents(
+        name: CollectionName, request: Request,
+        cursor: Annotated[str | None, Query(max_length=2048, description="`next_cursor` of "
+                                            "the page before; none for the first.")] = None,
+        limit: Annotated[int, Query(ge=1, le=MAX_PAGE, description="Documents a page.")] = 100,
+        filter: Annotated[str | None, Query(max_length=65536, description="A search's "
+                                            "filter, as JSON: only the documents that "
+                                            "match.")] = None,
+        include_vector: Annotated[bool, Query()] = False,
+        x_tenant: TenantHeader = None) -> Response:
+    """The collection's documents (the tenant's), whole, page by page in id order: pass
+    each page's ``next_cursor`` as ``cursor`` until it is null. Each page is read as the
+    collection is then (a document written meanwhile ahead of the cursor is seen)."""
+    items, next_cursor = await service(request).collections.scroll(
+        name, cursor, limit, _filter_param(filter), tenant_of(x_tenant, None))
+    return json_response({"documents": [
+        {"id": it.id, "text": it.text, "value": it.value, "metadata": it.metadata,
+         "vector": it.vector if include_vector else None} for it in items],
+        "next_cursor": next_cursor})
 
 
 class _DocumentId(Convertor[str]):

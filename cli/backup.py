@@ -1,5 +1,6 @@
 """``qkv backup`` and ``qkv restore``: collections to a directory and back, into any store
-(:mod:`index.backup`).
+(:mod:`index.backup`); ``qkv export``: a collection's documents to a file
+(:mod:`index.scroll`).
 
 Exit status: 0 done; 2 a refused backup or restore (damaged backup, name taken: the message
 says which file or collection, and why; nothing was created); 75 (EX_TEMPFAIL) the store is
@@ -141,6 +142,56 @@ def restore(
                f"({rows / max(seconds, 1e-9):,.0f} rows/s)")
 
 
+def export(
+    collection: str = typer.Argument(..., help="The collection or alias to read out."),
+    out: Path = typer.Option(..., "--out", help="A .jsonl, .jsonl.gz or .parquet file "
+                             "(written beside, then moved into place)."),
+    filter: str | None = typer.Option(None, "--filter", help="Only the documents that match "
+                                      "this search filter (JSON)."),
+    tenant: str | None = typer.Option(None, "--tenant", help="The tenant whose documents "
+                                      "(a multi-tenant collection)."),
+    vectors: bool = typer.Option(False, "--vectors", help="Each document's vector too."),
+    store: str = STORE, token: str = TOKEN,
+) -> None:
+    """Read a collection out to a file: every document whole (a long one's passages
+    joined), in id order, as `qkv index --value-field value` reads it back."""
+    import json
+
+    from index import StoreError, collection_name, open_store, parse_filter
+    from index.scroll import export as run
+    from index.scroll import export_kind
+
+    try:
+        name = collection_name(collection)
+        export_kind(out)
+        which = parse_filter(json.loads(filter)) if filter is not None else None
+    except json.JSONDecodeError as e:
+        raise typer.BadParameter(f"--filter: invalid JSON ({e})") from e
+    except ValueError as e:
+        raise typer.BadParameter(str(e)) from e
+    t0 = time.perf_counter()
+    s = open_store(store, token=token)
+    try:
+        info = s.describe(name)
+        n = run(s, info, out, which, tenant, vectors, _progress_of(name))
+    except StoreError as e:
+        raise _fail(e, store) from e
+    except ValueError as e:  # a tenant the collection does not take
+        typer.echo(f"error: {e}", err=True)
+        raise typer.Exit(EXIT_REFUSED) from e
+    finally:
+        s.close()
+    seconds = time.perf_counter() - t0
+    typer.echo(f"{info.name}: {n:,} documents to {out} in {seconds:.1f} s "
+               f"({n / max(seconds, 1e-9):,.0f} documents/s)")
+
+
+def _progress_of(name: str):  # type: ignore[no-untyped-def]
+    say = _progress()
+    return lambda n: say(name, n)
+
+
 def register(app: typer.Typer) -> None:
     app.command("backup")(backup)
     app.command("restore")(restore)
+    app.command("export")(export)

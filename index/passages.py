@@ -449,23 +449,32 @@ def read(store: VectorStore, collection: str, doc_id: str, tenant: str | None = 
     metadata the caller's, its vector passage 0's) and its passage count; None when absent
     or being deleted (a passage of its version missing). A passage's own id is no
     document's."""
-    if SEP in doc_id:
-        return None
-    got = store.get(collection, [doc_id], tenant)
-    if not got:
-        return None
-    head = got[0]
-    h = Head.of(head)
-    meta = user_metadata(head.metadata)
-    if h.n == 1:
-        return Item(head.id, head.vector, head.text, head.value, meta, head.tenant), 1
-    ids = [part_id(doc_id, h.version, i) for i in range(1, h.n)]
-    parts = {it.id: it for chunk in _chunks(ids)
+    got = read_many(store, collection, [doc_id], tenant)
+    return got[0] if got else None
+
+
+def read_many(store: VectorStore, collection: str, ids: Sequence[str],
+              tenant: str | None = None) -> list[tuple[Item, int]]:
+    """The whole documents of ``ids`` that exist and are not being deleted, in that order,
+    each with its passage count (see :func:`read`); a few reads for them all."""
+    heads = _heads(store, collection, [i for i in dict.fromkeys(ids) if SEP not in i], tenant)
+    told = {doc_id: Head.of(head) for doc_id, head in heads.items()}
+    wanted = [part_id(doc_id, h.version, i) for doc_id, h in told.items()
+              for i in range(1, h.n)]
+    parts = {it.id: it for chunk in _chunks(wanted)
              for it in store.get(collection, list(chunk), tenant)}
-    if len(parts) < len(ids):
-        return None
-    text = head.text + "".join(parts[i].text for i in ids)
-    return Item(head.id, head.vector, text, head.value, meta, head.tenant), h.n
+    out: list[tuple[Item, int]] = []
+    for doc_id in ids:
+        head, h = heads.get(doc_id), told.get(doc_id)
+        if head is None or h is None:
+            continue
+        more = [parts.get(part_id(doc_id, h.version, i)) for i in range(1, h.n)]
+        if any(p is None for p in more):  # being deleted
+            continue
+        text = head.text + "".join(p.text for p in more if p is not None)
+        out.append((Item(head.id, head.vector, text, head.value, user_metadata(head.metadata),
+                         head.tenant), h.n))
+    return out
 
 
 def count_filter() -> Condition:

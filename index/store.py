@@ -240,6 +240,13 @@ class VectorStore(Protocol):
         ``filter`` when given; strong read)."""
         ...
 
+    def ids(self, collection: str, after: str | None = None, limit: int = 1000,
+            filter: Filter | None = None, tenant: str | None = None) -> list[str]:
+        """The ids (the tenant's own) of up to ``limit`` items that match ``filter``, in
+        id order, after ``after`` (from the first when None): a page of a collection read
+        out, the last id the cursor of the next. Read with strong consistency."""
+        ...
+
     def set_calibration(self, collection: str, calibration: dict[str, Any] | None) -> None:
         """Store hybrid's calibration with the collection (a JSON object; None removes it):
         every later ``describe`` of it, from any client, returns it as ``calibration``."""

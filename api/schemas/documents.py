@@ -1,4 +1,4 @@
-"""The bodies of a collection's documents (upsert, delete, get)."""
+"""The bodies of a collection's documents (upsert, delete, get, pages of them)."""
 
 from __future__ import annotations
 
@@ -34,12 +34,22 @@ class UpsertResult(BaseModel):
 
 
 class DocumentsDelete(RequestBody):
-    ids: list[str] = Field(min_length=1)
+    # exactly one of `ids` and `filter` (the other absent or null), stated in the schema
+    model_config = ConfigDict(strict=True, extra="forbid", json_schema_extra={"oneOf": [
+        {"required": ["ids"], "properties": {"ids": {"type": "array"}}},
+        {"required": ["filter"], "properties": {"filter": {"type": "object"}}}]})
+
+    ids: list[str] | None = Field(None, min_length=1, description="The documents to delete, "
+                                  "or give `filter`.")
+    filter: dict[str, Any] | None = Field(None, description="Delete every document (the "
+                                          "tenant's) that matches, instead of `ids`: "
+                                          "a search's filter.")
     tenant: str | None = Field(None, description=TENANT_HELP)
 
 
 class DeleteResult(BaseModel):
-    deleted: int = Field(description="Number of ids asked to delete (absent ids are no-ops).")
+    deleted: int = Field(description="Ids asked to delete (absent ids are no-ops), or the "
+                         "documents a filter matched.")
 
 
 class DocumentOut(BaseModel):
@@ -48,6 +58,12 @@ class DocumentOut(BaseModel):
     value: str | None
     metadata: dict[str, Any]
     vector: list[float] | None = None
+
+
+class DocumentsPage(BaseModel):
+    documents: list[DocumentOut] = Field(description="Whole documents, in id order.")
+    next_cursor: str | None = Field(description="Pass it as `cursor` for the next page; null "
+                                    "after the last.")
 
 
 class FileUpserted(BaseModel):

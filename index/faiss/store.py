@@ -47,7 +47,7 @@ from index.store import (
     check_collection_name,
     check_same,
 )
-from index.tenancy import check_tenant, stored_id
+from index.tenancy import check_tenant, local_id, stored_id
 
 log = logging.getLogger(__name__)
 
@@ -287,6 +287,16 @@ class FaissStore:
         return sum((tenant is None or it.tenant == tenant)
                    and (filter is None or matches(filter, it.metadata))
                    for it in list(col.items.values()))
+
+    def ids(self, collection: str, after: str | None = None, limit: int = 1000,
+            filter: Filter | None = None, tenant: str | None = None) -> list[str]:
+        col = self._load(collection)
+        check_tenant(col.info, tenant)
+        start = stored_id(tenant, after or "")
+        keys = sorted(k for k, it in list(col.items.items())
+                      if k > start and (tenant is None or it.tenant == tenant)
+                      and (filter is None or matches(filter, it.metadata)))
+        return [local_id(k, col.info.multi_tenant) for k in keys[:limit]]
 
     def scan(self, collection: str, after: str | None = None, batch_size: int = 1000,
              every_tenant: bool = False) -> Iterator[list[Item]]:

@@ -65,7 +65,7 @@ from index.store import (
     check_same,
     check_search_args,
 )
-from index.tenancy import TENANT_FIELD, check_tenant, stored_id, tenant_expr
+from index.tenancy import TENANT_FIELD, check_tenant, local_id, stored_id, tenant_expr
 
 log = logging.getLogger(__name__)
 
@@ -355,6 +355,24 @@ class MilvusStore:
                 consistency_level="Strong",
                 timeout=self.timeout))
         return int(res[0]["count(*)"])
+
+    def ids(self, collection: str, after: str | None = None, limit: int = 1000,
+            filter: Filter | None = None, tenant: str | None = None) -> list[str]:
+        # Every matching id after the cursor, then the first ``limit`` of them: a query
+        # with a limit does not page in id order on every backend (see scan)
+        collection = self._aliases.resolve(collection)
+        info = self._ready(collection)
+        check_tenant(info, tenant)
+        expr = f"id > {quote(stored_id(tenant, after or ''))}"
+        if filter is not None:
+            expr = f"({expr}) and ({to_milvus_expr(filter)})"
+        expr = tenant_expr(tenant, expr)
+        with self._flushing:
+            rows = self._call("query ids", lambda c: c.query(
+                collection, filter=expr, output_fields=["id"], consistency_level="Strong",
+                timeout=self.timeout))
+        return [local_id(i, info.multi_tenant)
+                for i in sorted(str(r["id"]) for r in rows)[:limit]]
 
     def scan(self, collection: str, after: str | None = None, batch_size: int = 1000,
              every_tenant: bool = False) -> Iterator[list[Item]]:

@@ -58,6 +58,7 @@ def _calls(mt: str, model: str) -> dict[tuple[str, str], tuple[str, Any]]:
                                                    "a fuzz file"),
         ("DELETE", "/v1/collections/{name}/documents"): (f"{c}/documents", {"ids": ["none"]}),
         ("GET", "/v1/collections/{name}/documents/{doc_id}"): (f"{c}/documents/d1", None),
+        ("GET", "/v1/collections/{name}/documents"): (f"{c}/documents?limit=1000", None),
         ("GET", "/v1/keys/me"): ("/v1/keys/me", None),
         ("GET", "/v1/keys"): ("/v1/keys", None),
         ("POST", "/v1/keys"): ("/v1/keys", {"scope": "read", "tenants": ["globex"]}),

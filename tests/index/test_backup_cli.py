@@ -69,3 +69,63 @@ def test_backup_then_restore_across_backends(tmp_path: Path, tiny_model_dir: Pat
     assert out.returncode == 2 and part.name in out.stderr and "checksum" in out.stderr
     assert len(out.stderr.strip().splitlines()) == 1
     assert not (tmp_path / "g").exists() or FaissStore(tmp_path / "g").list_collections() == []
+
+
+def test_export_reads_a_collection_out_whole_and_back_in(tmp_path: Path,
+                                                         tiny_model_dir: Path) -> None:
+    """``qkv export`` (issue 72, item 4): every document whole, in id order, a filter's
+    share, JSONL that ``qkv index`` reads back into the same documents, and Parquet with
+    vectors; a bad filter or suffix exits 2 writing nothing."""
+    import gzip
+    import json
+
+    import pyarrow.parquet as pq
+
+    src = tmp_path / "docs.jsonl"
+    docs = [{"id": f"d{i:02d}", "text": ("\n\n".join(f"paragraph {j} of document {i} " * 3
+                                                      for j in range(5)) if i % 3 == 0
+                                         else f"short document {i}"),
+             "value": f"v{i}", "metadata": {"i": i, "odd": i % 2 == 1}} for i in range(30)]
+    src.write_text("".join(json.dumps(d) + "\n" for d in docs))
+    store = f"faiss://{tmp_path / 'f'}"
+    out = qkv("index", "--input", str(src), "--collection", "notes", "--store", store, "--model",
+              str(tiny_model_dir), "--value-field", "value", "--no-tune",
+              "--state-dir", str(tmp_path / "jobs"), "--no-progress")
+    assert out.returncode == 0, out.stderr
+    assert len(FaissStore(tmp_path / "f").list_collections()) == 1
+
+    out = qkv("export", "notes", "--store", store, "--out", str(tmp_path / "all.jsonl.gz"))
+    assert out.returncode == 0, out.stderr
+    assert "notes: 30 documents" in out.stdout
+    with gzip.open(tmp_path / "all.jsonl.gz", "rt") as f:
+        rows = [json.loads(line) for line in f]
+    assert rows == [{"id": d["id"], "text": d["text"], "value": d["value"],
+                     "metadata": d["metadata"]} for d in docs]  # whole, in id order
+
+    odd = json.dumps({"key": "odd", "op": "eq", "value": True})
+    out = qkv("export", "notes", "--store", store, "--out", str(tmp_path / "odd.parquet"),
+              "--filter", odd, "--vectors")
+    assert out.returncode == 0, out.stderr
+    table = pq.read_table(tmp_path / "odd.parquet").to_pylist()
+    assert [r["id"] for r in table] == [d["id"] for d in docs if d["metadata"]["odd"]]
+    assert all(len(r["vector"]) > 0 and json.loads(r["metadata"])["odd"] for r in table)
+
+    # the JSONL goes back in through qkv index: the same documents
+    plain = tmp_path / "all.jsonl"
+    plain.write_bytes(gzip.open(tmp_path / "all.jsonl.gz").read())
+    out = qkv("index", "--input", str(plain), "--collection", "again", "--store", store, "--model",
+              str(tiny_model_dir), "--value-field", "value", "--no-tune",
+              "--state-dir", str(tmp_path / "jobs2"), "--no-progress")
+    assert out.returncode == 0, out.stderr
+    out = qkv("export", "again", "--store", store, "--out", str(tmp_path / "again.jsonl"))
+    assert out.returncode == 0, out.stderr
+    assert (tmp_path / "again.jsonl").read_text().splitlines() == \
+        [json.dumps(r, ensure_ascii=False) for r in rows]
+
+    for args in (["--filter", "{nope"], ["--filter", '{"key": "i", "op": "near"}']):
+        out = qkv("export", "notes", "--store", store, "--out", str(tmp_path / "x.jsonl"),
+                  *args)
+        assert out.returncode == 2 and "filter" in out.stderr.lower(), out.stderr
+    out = qkv("export", "notes", "--store", store, "--out", str(tmp_path / "x.csv"))
+    assert out.returncode == 2 and ".jsonl" in out.stderr
+    assert not (tmp_path / "x.jsonl").exists() and not (tmp_path / "x.csv").exists()

@@ -86,6 +86,37 @@ def test_scan_pages_every_item_in_id_order_and_resumes_after_an_id(
     assert list(store.scan(collection, after=want[-1])) == []
 
 
+def test_ids_page_in_id_order_after_a_cursor_with_a_filter_and_a_tenant(
+        store: VectorStore, collection: str) -> None:
+    """The store call under a collection's pages (``GET .../documents?cursor=``)."""
+    store.create(collection, D, ENC)
+    items = make_items(45)
+    store.upsert(collection, items[1::2], ENC)
+    store.upsert(collection, items[::2], ENC)
+    store.delete(collection, ["doc-7"])
+    want = sorted(it.id for it in items if it.id != "doc-7")
+    assert store.ids(collection, None, 10) == want[:10]
+    assert store.ids(collection, want[9], 10) == want[10:20]
+    assert store.ids(collection, want[-3], 10) == want[-2:]
+    assert store.ids(collection, want[-1], 10) == []
+    fr = Condition("lang", "eq", "fr")
+    assert store.ids(collection, "doc-2", 100, fr) == sorted(
+        i for i in want if items[int(i[4:])].metadata["lang"] == "fr" and i > "doc-2")
+    mt = collection + "_mt"
+    store.create(mt, D, ENC, multi_tenant=True)
+    try:
+        for t in ("a", "b"):
+            store.upsert(mt, [Item(f"i{k:02d}", it.vector, t, None, {"k": k}, t)
+                              for k, it in enumerate(items[:12]) if t == "a" or k % 2], ENC)
+        assert store.ids(mt, None, 5, tenant="a") == [f"i{k:02d}" for k in range(5)]
+        assert store.ids(mt, "i05", 100, tenant="b") == ["i07", "i09", "i11"]
+        assert store.ids(mt, None, 100, Condition("k", "gte", 9), "b") == ["i09", "i11"]
+        with pytest.raises(ValueError, match="multi-tenant"):
+            store.ids(mt, None, 5)
+    finally:
+        store.drop(mt)
+
+
 def test_upsert_replaces_and_last_duplicate_wins(store: VectorStore, collection: str) -> None:
     store.create(collection, D)
     items = make_items(10)

@@ -1,11 +1,13 @@
 """Writes and deletes with every side effect, the one path every writer takes (an upsert
-request, a document file, the demo seeding): refused while the disk is full; into the copy
-too while an adapt job re-indexes the collection; the token memory learns the pairs; the
-calibrator counts the writes."""
+request, a document file, the demo seeding, a delete by ids or by filter): refused while
+the disk is full; into the copy too while an adapt job re-indexes the collection; the token
+memory learns the pairs; the calibrator counts the writes. And documents read back: one by
+id, or the collection page by page (:mod:`index.scroll`)."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 
@@ -18,7 +20,9 @@ from index import (
     softmax,
 )
 from index import passages as long_docs
+from index.filters import parse_filter
 from index.hybrid.fusion import DEFAULT_FUSION
+from index.scroll import after_of, cursor_of, matching, page
 from index.tenancy import check_tenant, stored_id
 from wiring.collections.base import Base
 from wiring.collections.requests import Document, Given
@@ -187,6 +191,23 @@ class Writing(Base):
             await self._remember(name, stored, removed=list(ids), tenant=tenant)
         return len(set(ids))
 
+    async def delete_where(self, name: str, filter: dict[str, Any], tenant: str | None = None
+                           ) -> int:
+        """Delete every document (the tenant's) that matches ``filter``, as :meth:`delete`
+        deletes them, a page of ``QKV_MAX_DOCUMENTS`` at a time; returns how many. Those
+        that match when their page is read are deleted (one written meanwhile behind the
+        last page read is not)."""
+        info = await self.describe(name)
+        which = parse_filter(filter)
+        done, after = 0, None
+        while True:
+            ids = await self.call(matching, self.store, info, after,
+                                  self.limits.max_documents, which, tenant)
+            if not ids:
+                return done
+            done += await self.delete(name, ids, tenant)
+            after = ids[-1]
+
     async def get(self, name: str, doc_id: str, tenant: str | None = None) -> Item | None:
         """The document ``doc_id`` (the tenant's), whole, or None."""
         info = await self.describe(name)
@@ -195,6 +216,18 @@ class Writing(Base):
             return found[0] if found else None
         items: list[Item] = await self.call(self.store.get, name, [doc_id], tenant)
         return items[0] if items else None
+
+    async def scroll(self, name: str, cursor: str | None, limit: int,
+                     filter: dict[str, Any] | None = None, tenant: str | None = None
+                     ) -> tuple[list[Item], str | None]:
+        """A page of the collection's documents (the tenant's) that match ``filter``,
+        whole, in id order after ``cursor`` (None: from the first), and the cursor of the
+        next page (None: this was the last)."""
+        info = await self.describe(name)
+        after = after_of(cursor)
+        which = parse_filter(filter) if filter is not None else None
+        items, last = await self.call(page, self.store, info, after, limit, which, tenant)
+        return items, cursor_of(last)
 
     async def _remember(self, collection: str, stored: str, docs: Sequence[Document] = (),
                         vectors: np.ndarray | None = None, tenant: str | None = None,
