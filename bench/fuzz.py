@@ -79,6 +79,7 @@ class Pass:
     reads: int = 0
     unreadable: list[str] = field(default_factory=list)  # "url -> status body", at once
     writes_refused: Counter[int] = field(default_factory=Counter)
+    flaky_scenarios: int = 0  # stateful scenarios hypothesis gave up on (not failures)
     lock: threading.Lock = field(default_factory=threading.Lock)
 
     def saw(self, method: str, path: str, status: int, body: str) -> None:
@@ -331,9 +332,9 @@ def run_schemathesis(base: str, keys: Keys, p: Pass, examples: int, scenarios: i
                      seed: int) -> int:
     """Generated cases per operation, then stateful scenarios; returns the operations."""
     import schemathesis
-    from hypothesis import HealthCheck, given, settings
+    from hypothesis import HealthCheck, Phase, given, settings
     from hypothesis import seed as fixed_seed
-    from hypothesis.errors import Unsatisfiable
+    from hypothesis.errors import FlakyStrategyDefinition, Unsatisfiable
     from hypothesis.stateful import run_state_machine_as_test
     from schemathesis import Config, GenerationMode
     from schemathesis.core.result import Ok
@@ -379,9 +380,14 @@ def run_schemathesis(base: str, keys: Keys, p: Pass, examples: int, scenarios: i
         def validate_response(self, response: Any, case: Any, **kwargs: Any) -> None:
             _record(p, case, response)
 
-    run_state_machine_as_test(Fuzz, settings=settings(
-        max_examples=scenarios, stateful_step_count=8, deadline=None, database=None,
-        suppress_health_check=list(HealthCheck)))
+    one_scenario = settings(max_examples=1, stateful_step_count=8, deadline=None,
+                            database=None, suppress_health_check=list(HealthCheck),
+                            phases=[Phase.generate])
+    for _ in range(scenarios):  # one at a time: a scenario's rules hang on the server's
+        try:                    # answers, which hypothesis may find "flaky" on a replay
+            run_state_machine_as_test(Fuzz, settings=one_scenario)
+        except FlakyStrategyDefinition:
+            p.flaky_scenarios += 1
     return len(ops)
 
 
@@ -454,7 +460,9 @@ def main() -> None:
              f"{args.store}: {sum(p.statuses.values()):,} requests in {seconds:.0f} s "
              f"({operations} operations): **{len(p.server_errors)} 5xx** other than 503/507, "
              f"{len(wrong)} of {len(p.hostile)} hostile inputs answered otherwise than "
-             f"documented, {tracebacks} tracebacks in the server's log. "
+             f"documented, {tracebacks} tracebacks in the server's log; "
+             f"{args.scenarios} stateful scenarios ({p.flaky_scenarios} given up by "
+             "hypothesis as flaky). "
              f"{len(p.acked):,} documents acknowledged, {p.reads:,} reads of them: "
              f"**{len(p.unreadable)} not readable**. Answers: "
              f"{dict(sorted(p.statuses.items()))}.", "",
@@ -476,6 +484,7 @@ def main() -> None:
         "unreadable": len(p.unreadable), "hostile_wrong": len(wrong),
         "hostile": len(p.hostile), "tracebacks": tracebacks,
         "conformance_failures": sum(p.conformance.values()),
+        "flaky_scenarios": p.flaky_scenarios, "scenarios": args.scenarios,
         "requests": sum(p.statuses.values()), "operations": operations,
         "acknowledged": len(p.acked), "reads": p.reads, "seconds": round(seconds),
         "answers": {str(k): v for k, v in sorted(p.statuses.items())}},

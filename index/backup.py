@@ -20,7 +20,9 @@ rows are, heads and passages alike, so it restores exactly. ``manifest.json``::
 (:meth:`~index.store.VectorStore.scan`, every tenant's rows) into ``.NAME.partial`` beside
 the destination, then puts it in place in one rename (the previous backup is kept until
 then, as ``NAME`` itself, and is removed only after). A kill leaves the previous backup
-whole and a ``.partial`` directory that the next run clears and redoes. Taken while writes go
+whole and a ``.partial`` directory that the next run clears and redoes; one between the two
+renames (``NAME`` moved to ``.NAME.old``, the new one not yet in place) is put right by the
+next run (:func:`recover`) before anything else. Taken while writes go
 on, a backup is not a snapshot of one moment: each page is as the store had it when it was
 read, so a write that lands during the backup may or may not be in it (a document upserted
 with passages may be caught half-written, as a reader may catch it: the head names the
@@ -161,6 +163,7 @@ def backup(store: VectorStore, dest: str | Path, names: Sequence[str] | None = N
         list(dict.fromkeys(aliases.get(n, n) for n in names))
     infos = [store.describe(n) for n in wanted]  # 404 before anything is written
     partial = dest.parent / f".{dest.name}.partial"
+    recover(dest)
     if partial.exists():
         shutil.rmtree(partial)  # an earlier run that did not finish: done again
     partial.mkdir(parents=True)
@@ -190,6 +193,20 @@ def backup(store: VectorStore, dest: str | Path, names: Sequence[str] | None = N
     partial.rename(dest)
     shutil.rmtree(old, ignore_errors=True)
     return manifest
+
+
+def recover(dest: Path) -> None:
+    """Put a backup killed between its two renames back in place: the new one when it was
+    complete (its manifest is written last), else the previous one."""
+    partial = dest.parent / f".{dest.name}.partial"
+    old = dest.parent / f".{dest.name}.old"
+    if dest.exists() or not old.exists():
+        return
+    if (partial / MANIFEST).is_file():
+        partial.rename(dest)
+        shutil.rmtree(old, ignore_errors=True)
+    else:
+        old.rename(dest)
 
 
 def read_manifest(src: str | Path) -> dict[str, Any]:

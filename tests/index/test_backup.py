@@ -202,3 +202,31 @@ def test_a_backup_cut_off_keeps_the_last_one_whole(
     assert verify(dest) == again and again["id"] != manifest["id"]
     assert [c["name"] for c in again["collections"]] == ["docs"]
     assert not (tmp_path / ".nightly.partial").exists()
+
+
+def test_a_backup_cut_off_between_its_renames_is_put_back(
+        made: tuple[MilvusStore, Path, Any], tmp_path: Path) -> None:
+    """Killed after the previous backup moved aside and before the new one took its place:
+    the next run puts the right one back before it starts (the previous one when the new
+    one had no manifest yet, else the new one)."""
+    import shutil
+
+    from index.backup import recover
+
+    _, where, manifest = made
+    dest = tmp_path / "nightly"
+    old, partial = tmp_path / ".nightly.old", tmp_path / ".nightly.partial"
+    shutil.copytree(where, old)
+    partial.mkdir()
+    (partial / "docs").mkdir()  # begun, no manifest
+    recover(dest)
+    assert verify(dest) == manifest and not old.exists()
+    shutil.rmtree(partial)
+    dest.rename(old)
+    shutil.copytree(where, partial)  # complete: its manifest written
+    (partial / "marker").write_text("the new one")
+    recover(dest)
+    assert (dest / "marker").exists() and verify(dest) == manifest
+    assert not old.exists() and not partial.exists()
+    recover(dest)  # nothing to put right: nothing moves
+    assert (dest / "marker").exists()
