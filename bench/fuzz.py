@@ -325,7 +325,9 @@ def _record(p: Pass, case: Any, response: Any) -> None:
     except (Exception, BaseExceptionGroup) as e:  # schemathesis' failures: counted by
         # title, the bench goes on
         for failure in getattr(e, "exceptions", [e]):
-            p.conformance[getattr(failure, "title", type(failure).__name__)] += 1
+            title = getattr(failure, "title", type(failure).__name__)
+            p.conformance[f"{title} ({case.method} {case.path} -> "
+                          f"{response.status_code} {text[:80]})"] += 1
 
 
 def run_schemathesis(base: str, keys: Keys, p: Pass, examples: int, scenarios: int,
@@ -472,8 +474,8 @@ def main() -> None:
         lines += ["", "Answered otherwise than documented:",
                   *[f"- {n}: {s} `{t}`" for n, s, t in wrong]]
     if p.conformance:
-        lines += ["", "Schemathesis' conformance failures (by check): "
-                  + ", ".join(f"{k} {v}" for k, v in p.conformance.most_common()) + "."]
+        lines += ["", "Schemathesis' conformance failures (check, call, answer: times):",
+                  *[f"- {k}: {v}" for k, v in p.conformance.most_common(10)]]
     for title, items in (("5xx", p.server_errors), ("Unreadable", p.unreadable)):
         if items:
             lines += ["", f"{title} (first 5):", *[f"- `{x}`" for x in items[:5]]]

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
+from typing import Any
 
 import typer
 
@@ -51,25 +52,42 @@ def _progress(every_s: float = 5.0):  # type: ignore[no-untyped-def]
     return say
 
 
+S3_ENDPOINT = typer.Option(None, "--s3-endpoint", envvar="QKV_S3_ENDPOINT", help="With an "
+                          "s3:// location: the S3 API's address, http(s)://host:port (MinIO: "
+                          "http://minio:9000); default AWS S3. Credentials: AWS_ACCESS_KEY_ID "
+                          "and AWS_SECRET_ACCESS_KEY.")
+
+
 def backup(
-    to: Path = typer.Option(..., "--to", help="The backup directory (replaced whole when the "
-                            "backup is complete; kept as it was if it fails)."),
+    to: str = typer.Option(..., "--to", help="The backup directory (replaced whole when the "
+                           "backup is complete; kept as it was if it fails), or "
+                           "s3://BUCKET/PREFIX."),
     collection: list[str] = typer.Option(None, "--collection", help="A collection or alias "
                                          "to back up (repeat); every collection when none."),
-    store: str = STORE, token: str = TOKEN,
+    store: str = STORE, token: str = TOKEN, s3_endpoint: str | None = S3_ENDPOINT,
 ) -> None:
     """Back up collections: their rows and vectors, settings, calibration and aliases."""
+    import tempfile
+
     from index import StoreError, collection_name, open_store
     from index.backup import backup as run
 
     try:
         names = [collection_name(c) for c in collection] if collection else None
+        remote = _bucket(to, s3_endpoint, store)
     except ValueError as e:
         raise typer.BadParameter(str(e)) from e
     t0 = time.perf_counter()
     s = open_store(store, token=token)
     try:
-        manifest = run(s, to, names, _progress())
+        if remote is None:
+            manifest = run(s, Path(to), names, _progress())
+        else:
+            from wiring.backup_remote import upload
+
+            with tempfile.TemporaryDirectory(prefix="qkv-backup-") as tmp:
+                run(s, Path(tmp) / "b", names, _progress())
+                manifest = upload(Path(tmp) / "b", *remote)
     except StoreError as e:
         raise _fail(e, store) from e
     finally:
@@ -83,8 +101,26 @@ def backup(
                f"({rows / max(seconds, 1e-9):,.0f} rows/s)")
 
 
+def _bucket(where: str, endpoint: str | None, store: str) -> Any:
+    """(bucket, client) for an s3:// location, reached and checked; None for a directory."""
+    from index import StoreError
+    from wiring.backup_remote import is_remote, open_bucket
+
+    if not is_remote(where):
+        return None
+    try:
+        return open_bucket(where, endpoint)
+    except ModuleNotFoundError as e:
+        typer.echo("error: an s3:// backup needs the minio client: pip install minio "
+                   "(or the ray extra)", err=True)
+        raise typer.Exit(1) from e
+    except StoreError as e:
+        raise _fail(e, store) from e
+
+
 def restore(
-    src: Path = typer.Argument(..., help="A backup directory (qkv backup --to)."),
+    src: str = typer.Argument(..., help="A backup directory (qkv backup --to), or "
+                              "s3://BUCKET/PREFIX."),
     collection: list[str] = typer.Option(None, "--collection", help="Restore this one of the "
                                          "backup's collections (repeat); all when none."),
     as_: str | None = typer.Option(None, "--as", help="The name to restore it under (one "
@@ -94,28 +130,46 @@ def restore(
     model: Path = typer.Option(Path("models/encoder-default"), "--model", help="The encoder "
                                "the target serves: stored vectors are reused when it made "
                                "them, else the texts are embedded again with it."),
-    store: str = STORE, token: str = TOKEN,
+    store: str = STORE, token: str = TOKEN, s3_endpoint: str | None = S3_ENDPOINT,
 ) -> None:
     """Restore collections from a backup into a store (any backend), atomically: each goes
     into a new collection, then its name becomes an alias of it."""
-    from index import StoreError, collection_name, open_store
-    from index.backup import BackupError, read_manifest
-    from index.backup import restore as run
+    from contextlib import nullcontext
+
+    from index import StoreError, collection_name
 
     try:
         names = [collection_name(c) for c in collection] if collection else None
-        rename = {}
-        if as_ is not None:
-            manifest = read_manifest(src)  # the parts are checked by the restore itself
-            chosen = names or [c["name"] for c in manifest["collections"]]
-            if len(chosen) != 1:
-                raise typer.BadParameter("--as names one collection: pick it with "
-                                         "--collection")
-            rename = {chosen[0]: collection_name(as_)}
-    except BackupError as e:
-        raise _fail(e, store) from e
+        renamed = collection_name(as_) if as_ is not None else None
+        remote = _bucket(src, s3_endpoint, store)
     except ValueError as e:
         raise typer.BadParameter(str(e)) from e
+    try:
+        if remote is None:
+            where = nullcontext(Path(src))
+        else:
+            from wiring.backup_remote import download
+
+            where = download(*remote)  # type: ignore[assignment]
+        with where as local:
+            _restore(local, names, renamed, replace, model, store, token)
+    except StoreError as e:
+        raise _fail(e, store) from e
+
+
+def _restore(src: Path, names: list[str] | None, as_: str | None, replace: bool, model: Path,
+             store: str, token: str) -> None:
+    from index import open_store
+    from index.backup import read_manifest
+    from index.backup import restore as run
+
+    rename = {}
+    if as_ is not None:
+        manifest = read_manifest(src)  # the parts are checked by the restore itself
+        chosen = names or [c["name"] for c in manifest["collections"]]
+        if len(chosen) != 1:
+            raise typer.BadParameter("--as names one collection: pick it with --collection")
+        rename = {chosen[0]: as_}
     import encoder
     from wiring.components import encoder_info
 
@@ -126,8 +180,6 @@ def restore(
     try:
         done = run(s, src, names, rename, info, lambda t: enc.encode(list(t), batch_size=64),
                    replace, _progress())
-    except StoreError as e:
-        raise _fail(e, store) from e
     finally:
         s.close()
     for r in done:

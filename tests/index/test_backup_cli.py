@@ -4,6 +4,7 @@ restored into FAISS with its stored vectors (the same encoder) and into Lite emb
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -12,9 +13,10 @@ from index import FaissStore, MilvusStore
 from index.store import EncoderInfo, Item
 
 
-def qkv(*args: str) -> subprocess.CompletedProcess[str]:
+def qkv(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
     return subprocess.run([sys.executable, "-c", "from cli.app import app; app()", *args],
-                          capture_output=True, text=True, timeout=300)
+                          capture_output=True, text=True, timeout=300,
+                          env={**os.environ, **env} if env else None)
 
 
 def test_backup_then_restore_across_backends(tmp_path: Path, tiny_model_dir: Path) -> None:
@@ -129,3 +131,73 @@ def test_export_reads_a_collection_out_whole_and_back_in(tmp_path: Path,
     out = qkv("export", "notes", "--store", store, "--out", str(tmp_path / "x.csv"))
     assert out.returncode == 2 and ".jsonl" in out.stderr
     assert not (tmp_path / "x.jsonl").exists() and not (tmp_path / "x.csv").exists()
+
+
+S3_CREDS = {"AWS_ACCESS_KEY_ID": "qkvtest", "AWS_SECRET_ACCESS_KEY": "qkvtest-secret"}
+
+
+def test_backup_to_a_bucket_and_restore_from_it(tmp_path: Path, tiny_model_dir: Path) -> None:
+    """``--to s3://BUCKET/PREFIX`` on a real S3 API (moto's server): the parts under the
+    backup's id and the manifest put last; a second backup removes the first's parts; a
+    restore from the bucket reuses the vectors; a missing part or manifest exits 2 naming
+    it, creating nothing."""
+    import pytest
+
+    pytest.importorskip("moto")
+    minio = pytest.importorskip("minio")
+    from store_backends import free_port, stop_process, wait_for_port
+
+    port = free_port()
+    moto = subprocess.Popen([sys.executable, "-m", "moto.server", "-p", str(port)],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        wait_for_port(port, 60, moto)
+        client = minio.Minio(f"127.0.0.1:{port}", S3_CREDS["AWS_ACCESS_KEY_ID"],
+                             S3_CREDS["AWS_SECRET_ACCESS_KEY"], secure=False)
+        client.make_bucket("backups")
+        env = {**S3_CREDS, "QKV_S3_ENDPOINT": f"http://127.0.0.1:{port}"}
+        import encoder
+
+        enc = encoder.load(tiny_model_dir)
+        info = EncoderInfo(enc.name, enc.fingerprint, enc.dim)
+        texts = [f"note {i} about {'dogs' if i % 2 else 'trains'}" for i in range(300)]
+        src = FaissStore(tmp_path / "src")
+        src.create("notes", enc.dim, info, hybrid=True)
+        src.upsert("notes", [Item(f"n{i:03d}", v, t, metadata={"i": i}) for i, (t, v) in
+                             enumerate(zip(texts, enc.encode(texts), strict=True))], info)
+        store = f"faiss://{tmp_path / 'src'}"
+
+        def listed() -> list[str]:
+            return sorted(o.object_name for o in client.list_objects("backups", "nightly/",
+                                                                     recursive=True))
+
+        out = qkv("backup", "--store", store, "--to", "s3://backups/nightly", env=env)
+        assert out.returncode == 0, out.stderr
+        first = listed()
+        assert "nightly/manifest.json" in first and len(first) == 2, first
+        ident = first[0].split("/")[1]
+        assert first[0] == f"nightly/{ident}/notes/part-00000.parquet" and len(ident) == 32
+        out = qkv("backup", "--store", store, "--to", "s3://backups/nightly", env=env)
+        assert out.returncode == 0, out.stderr
+        second = listed()
+        assert len(second) == 2 and ident not in second[0]  # the first's parts removed
+
+        out = qkv("restore", "s3://backups/nightly", "--store", f"faiss://{tmp_path / 'dst'}",
+                  "--model", str(tiny_model_dir), env=env)
+        assert out.returncode == 0, out.stderr
+        assert "300 rows (stored vectors)" in out.stdout
+        got = FaissStore(tmp_path / "dst").get("notes", ["n007"])[0]
+        assert got.text == texts[7] and got.metadata == {"i": 7}
+
+        client.remove_object("backups", second[0])
+        out = qkv("restore", "s3://backups/nightly", "--store", f"faiss://{tmp_path / 'x'}",
+                  "--model", str(tiny_model_dir), env=env)
+        assert out.returncode == 2 and second[0] in out.stderr and "missing" in out.stderr
+        out = qkv("restore", "s3://backups/none", "--store", f"faiss://{tmp_path / 'x'}",
+                  "--model", str(tiny_model_dir), env=env)
+        assert out.returncode == 2 and "no manifest" in out.stderr, out.stderr
+        assert not (tmp_path / "x").exists() or not FaissStore(tmp_path / "x").list_collections()
+        out = qkv("backup", "--store", store, "--to", "s3://nobucket/p", env=env)
+        assert out.returncode == 2 and "no bucket 'nobucket'" in out.stderr, out.stderr
+    finally:
+        stop_process(moto)
