@@ -65,6 +65,7 @@ def _calls(mt: str, model: str) -> dict[tuple[str, str], tuple[str, Any]]:
         ("POST", "/v1/keys/{key_id}/revoke"): ("/v1/keys/k00000000/revoke", None),
         ("POST", "/v1/backups"): ("/v1/backups", {"name": "fuzz", "collections": [mt]}),
         ("GET", "/v1/backups"): ("/v1/backups", None),
+        ("GET", "/v1/backups/jobs/{job_id}"): ("/v1/backups/jobs/backup-000000000000", None),
         ("POST", "/v1/backups/{name}/restore"): ("/v1/backups/fuzz/restore",
                                                  {"as": "restored_" + mt}),
         ("POST", "/embed"): ("/embed", {"inputs": "secret"}),

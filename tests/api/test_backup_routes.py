@@ -53,3 +53,63 @@ def test_backup_list_restore_search(make_client: MakeClient, tmp_path: Path) -> 
     assert c.post("/v1/backups/../restore", json={}, headers=admin).status_code in (404, 422)
     r = c.post("/v1/backups", json={"name": "../etc"}, headers=admin)
     assert r.status_code == 422 and "backup name" in r.text
+
+
+def test_backups_and_restores_as_background_jobs(make_client: MakeClient, tmp_path: Path
+                                                 ) -> None:
+    """``"wait": false``: 202 with the job at once; GET /v1/backups/jobs/{id} follows it to
+    done (with what a waiting call answers) or failed (why); a job file a stopped server left
+    running reads as interrupted; admin only."""
+    import json
+    import time
+
+    path = tmp_path / "keys.jsonl"
+    s = _keys(path, read={"scope": "read"})
+    c = make_client(backup_dir=tmp_path / "backups", keys_file=path, api_key="adm")
+    admin = _auth("adm")
+    name = "bj_" + uuid.uuid4().hex[:8]
+    assert c.post("/v1/collections", json={"name": name}, headers=admin).status_code == 201
+    docs = [{"id": f"n{i}", "text": f"note {i}"} for i in range(40)]
+    assert c.post(f"/v1/collections/{name}/documents", json={"documents": docs},
+                  headers=admin).status_code == 200
+
+    def follow(job: dict[str, object]) -> dict[str, object]:
+        for _ in range(300):
+            r = c.get(f"/v1/backups/jobs/{job['id']}", headers=admin)
+            assert r.status_code == 200, r.text
+            if r.json()["state"] != "running":
+                return dict(r.json())
+            time.sleep(0.1)
+        raise AssertionError("the job did not end")
+
+    r = c.post("/v1/backups", json={"name": "bg", "collections": [name], "wait": False},
+               headers=admin)
+    assert r.status_code == 202, r.text
+    job = r.json()
+    assert job["kind"] == "backup" and job["state"] == "running" and job["id"].startswith(
+        "backup-")
+    done = follow(job)
+    assert done["state"] == "done", done
+    assert [(x["name"], x["rows"]) for x in done["result"]["collections"]] == [(name, 40)]
+    assert c.get(f"/v1/backups/jobs/{job['id']}",
+                 headers=_auth(s["read"])).status_code == 403  # admin only
+
+    r = c.post("/v1/backups/bg/restore", json={"as": "bg_copy", "wait": False}, headers=admin)
+    assert r.status_code == 202, r.text
+    done = follow(r.json())
+    assert done["state"] == "done" and done["result"]["restored"][0]["rows"] == 40
+    assert c.get("/v1/collections/bg_copy/documents/n3", headers=admin).json()["text"] == \
+        "note 3"
+    r = c.post("/v1/backups/bg/restore", json={"as": name, "wait": False}, headers=admin)
+    assert r.status_code == 202  # a collection's name, refused inside the job: it fails
+    failed = follow(r.json())
+    assert failed["state"] == "failed" and "exists" in failed["error"], failed
+
+    stale = dict(job, id="backup-0123456789ab", state="running", owner="gone-host:1",
+                 created_at=0, updated_at=0)  # another host, silent for long: no longer its
+    (tmp_path / "backups" / ".jobs" / "backup-0123456789ab.json").write_text(json.dumps(stale))
+    got = c.get("/v1/backups/jobs/backup-0123456789ab", headers=admin).json()
+    assert got["state"] == "failed" and "interrupted" in got["error"]
+    for bad in ("backup-nope", "../keys", "restore-0123456789ac"):
+        assert c.get(f"/v1/backups/jobs/{bad}", headers=admin).status_code == 404
+    assert c.get("/v1/backups", headers=admin).json()["backups"][0]["name"] == "bg"
