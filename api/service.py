@@ -110,7 +110,7 @@ class Service:
                                workers=self.slot_count if self.batcher.slots else 1)  # per core
         self.adapter.recover()  # an adapt job a previous process left: finished or undone
         self.backups = Backups(self.store, backup_dir(settings), self.call, self.encoder,
-                               self.info, self.disk.check)
+                               self.info, self.disk.check, self.encoders.root)
         self.collections = Collections(
             self.store, self.encoders, self.embed, self.call, self.run, self.calibrator,
             self.adapter, self.decoders, self.parts.token_memories, self.disk.check,

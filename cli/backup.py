@@ -52,6 +52,10 @@ def _progress(every_s: float = 5.0):  # type: ignore[no-untyped-def]
     return say
 
 
+ENCODERS = typer.Option(None, "--encoders-dir", envvar="QKV_ENCODERS_DIR", help="The derived "
+                       "encoders' directory (qkv adapt's; default: encoders/ beside a local "
+                       "store, else var/encoders): a collection's own encoder goes into the "
+                       "backup and back there on a restore.")
 S3_ENDPOINT = typer.Option(None, "--s3-endpoint", envvar="QKV_S3_ENDPOINT", help="With an "
                           "s3:// location: the S3 API's address, http(s)://host:port (MinIO: "
                           "http://minio:9000); default AWS S3. Credentials: AWS_ACCESS_KEY_ID "
@@ -65,8 +69,10 @@ def backup(
     collection: list[str] = typer.Option(None, "--collection", help="A collection or alias "
                                          "to back up (repeat); every collection when none."),
     store: str = STORE, token: str = TOKEN, s3_endpoint: str | None = S3_ENDPOINT,
+    encoders: Path | None = ENCODERS,
 ) -> None:
-    """Back up collections: their rows and vectors, settings, calibration and aliases."""
+    """Back up collections: their rows and vectors, settings, calibration, aliases and the
+    derived encoder each was made with."""
     import tempfile
 
     from index import StoreError, collection_name, open_store
@@ -80,13 +86,14 @@ def backup(
     t0 = time.perf_counter()
     s = open_store(store, token=token)
     try:
+        root = _encoders_dir(encoders, store)
         if remote is None:
-            manifest = run(s, Path(to), names, _progress())
+            manifest = run(s, Path(to), names, _progress(), root)
         else:
             from wiring.backup_remote import upload
 
             with tempfile.TemporaryDirectory(prefix="qkv-backup-") as tmp:
-                run(s, Path(tmp) / "b", names, _progress())
+                run(s, Path(tmp) / "b", names, _progress(), root)
                 manifest = upload(Path(tmp) / "b", *remote)
     except StoreError as e:
         raise _fail(e, store) from e
@@ -99,6 +106,12 @@ def backup(
                    + (f", aliases {', '.join(c['aliases'])}" if c["aliases"] else ""))
     typer.echo(f"backup {manifest['id'][:8]} in {to}: {rows:,} rows in {seconds:.1f} s "
                f"({rows / max(seconds, 1e-9):,.0f} rows/s)")
+
+
+def _encoders_dir(given: Path | None, store: str) -> Path:
+    from api.settings import Settings, encoders_dir
+
+    return encoders_dir(Settings(store=store, encoders_dir=given))
 
 
 def _bucket(where: str, endpoint: str | None, store: str) -> Any:
@@ -131,9 +144,11 @@ def restore(
                                "the target serves: stored vectors are reused when it made "
                                "them, else the texts are embedded again with it."),
     store: str = STORE, token: str = TOKEN, s3_endpoint: str | None = S3_ENDPOINT,
+    encoders: Path | None = ENCODERS,
 ) -> None:
     """Restore collections from a backup into a store (any backend), atomically: each goes
-    into a new collection, then its name becomes an alias of it."""
+    into a new collection, then its name becomes an alias of it; a derived encoder the
+    backup holds goes into the encoders directory."""
     from contextlib import nullcontext
 
     from index import StoreError, collection_name
@@ -152,13 +167,14 @@ def restore(
 
             where = download(*remote)  # type: ignore[assignment]
         with where as local:
-            _restore(local, names, renamed, replace, model, store, token)
+            _restore(local, names, renamed, replace, model, store, token,
+                     _encoders_dir(encoders, store))
     except StoreError as e:
         raise _fail(e, store) from e
 
 
 def _restore(src: Path, names: list[str] | None, as_: str | None, replace: bool, model: Path,
-             store: str, token: str) -> None:
+             store: str, token: str, encoders: Path) -> None:
     from index import open_store
     from index.backup import read_manifest
     from index.backup import restore as run
@@ -179,7 +195,7 @@ def _restore(src: Path, names: list[str] | None, as_: str | None, replace: bool,
     s = open_store(store, token=token, bulk=True)
     try:
         done = run(s, src, names, rename, info, lambda t: enc.encode(list(t), batch_size=64),
-                   replace, _progress())
+                   replace, _progress(), encoders)
     finally:
         s.close()
     for r in done:

@@ -29,9 +29,16 @@ with passages may be caught half-written, as a reader may catch it: the head nam
 version whose passages count, and reads, in the backup's restored collection too, ignore
 the others).
 
+**Encoders.** A collection made by a derived encoder (``qkv adapt``'s, in the encoders
+directory) gets that checkpoint's files in the backup, under ``encoders/NAME/``, listed in
+its entry's ``encoder_files``; a restore given the target's encoders directory installs it
+there (whole or absent; refused if another checkpoint of that name is there) and keeps the
+collection's vectors.
+
 **Verifying** (:func:`verify`): the manifest's format and version, then every part: present,
-its SHA-256 and its row count as the manifest says. A restore verifies everything first and
-refuses a backup that fails, naming the file and the reason, before it creates anything.
+its SHA-256 and its row count as the manifest says, and every encoder file's SHA-256. A
+restore verifies everything first and refuses a backup that fails, naming the file and the
+reason, before it creates anything.
 
 **Restoring** (:func:`restore`) puts a collection under a staging name (``NAME__r`` and the
 backup's id), fills it, sets its calibration and passages settings, checks its row count,
@@ -97,6 +104,46 @@ def _sha256(path: Path) -> str:
     return h.hexdigest()
 
 
+ENCODERS = "encoders"  # a backup's copies of derived encoders: ENCODERS/NAME/FILE
+
+
+def _checkpoint(root: Path, name: str) -> bool:
+    """Whether ``root/name`` holds an encoder checkpoint (a name, never a path)."""
+    return ("/" not in name and "\\" not in name and not name.startswith(".")
+            and (root / name / "model.safetensors").is_file())
+
+
+def _copy_encoder(src: Path, partial: Path, name: str) -> list[dict[str, Any]]:
+    """Copy the checkpoint ``src`` into the backup being written: its files' entries."""
+    out = []
+    (partial / ENCODERS / name).mkdir(parents=True, exist_ok=True)
+    for f in sorted(p for p in src.iterdir() if p.is_file() and not p.name.endswith(".tmp")):
+        rel = f"{ENCODERS}/{name}/{f.name}"
+        shutil.copyfile(f, partial / rel)
+        out.append({"path": rel, "bytes": f.stat().st_size, "sha256": _sha256(partial / rel)})
+    return out
+
+
+def _install_encoder(src: Path, files: list[dict[str, Any]], root: Path, name: str) -> None:
+    """Put a backed-up checkpoint in the encoders directory ``root`` as ``name`` (written
+    beside, then renamed: whole or absent); one already there must be the same files."""
+    target = root / name
+    if target.exists():
+        for f in files:
+            there = target / Path(f["path"]).name
+            if not there.is_file() or _sha256(there) != f["sha256"]:
+                raise BackupError(f"{there}: the encoders directory holds another {name!r} "
+                                  "than the backup's; move it away, or restore without "
+                                  "the encoder (the texts are then embedded again)")
+        return
+    tmp = root / f".{name}.restoring"
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir(parents=True)
+    for f in files:
+        shutil.copyfile(src / f["path"], tmp / Path(f["path"]).name)
+    tmp.rename(target)
+
+
 def _schema(dim: int) -> Any:
     import pyarrow as pa
 
@@ -154,9 +201,12 @@ def _write_collection(store: VectorStore, name: str, folder: Path, dim: int,
 
 
 def backup(store: VectorStore, dest: str | Path, names: Sequence[str] | None = None,
-           progress: Callable[[str, int], None] | None = None) -> dict[str, Any]:
+           progress: Callable[[str, int], None] | None = None,
+           encoders: Path | None = None) -> dict[str, Any]:
     """Back up ``names`` (collections or aliases; every collection when None) into the
-    directory ``dest`` (see the module docstring); returns the manifest."""
+    directory ``dest`` (see the module docstring); returns the manifest. ``encoders``: the
+    directory of derived encoders (``qkv adapt``'s): a collection made by one of them gets
+    its checkpoint in the backup."""
     dest = Path(dest)
     aliases = store.list_aliases()
     wanted = sorted(store.list_collections()) if names is None else \
@@ -170,17 +220,25 @@ def backup(store: VectorStore, dest: str | Path, names: Sequence[str] | None = N
     manifest: dict[str, Any] = {
         "format": FORMAT, "version": VERSION, "id": uuid.uuid4().hex,
         "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "collections": []}
+    copied: dict[str, list[dict[str, Any]]] = {}
     for info in infos:
         t0 = time.perf_counter()
         rows, parts = _write_collection(store, info.name, partial / info.name, info.dim,
                                         progress)
+        files = None
+        made_by = info.encoder.name if info.encoder is not None else None
+        if encoders is not None and made_by is not None and _checkpoint(encoders, made_by):
+            if made_by not in copied:
+                copied[made_by] = _copy_encoder(encoders / made_by, partial, made_by)
+            files = copied[made_by]
         manifest["collections"].append({
             "name": info.name, "dim": info.dim,
             "encoder": info.encoder.to_dict() if info.encoder else None,
             "hybrid": info.hybrid, "multi_tenant": info.multi_tenant,
             "calibration": info.calibration, "passages": info.passages,
             "aliases": sorted(a for a, c in aliases.items() if c == info.name),
-            "rows": rows, "parts": parts, "seconds": round(time.perf_counter() - t0, 2)})
+            "rows": rows, "parts": parts, "seconds": round(time.perf_counter() - t0, 2),
+            **({"encoder_files": files} if files else {})})
     with open(partial / MANIFEST, "w", encoding="utf-8") as f:
         json.dump(manifest, f, indent=1)
         f.flush()
@@ -250,6 +308,12 @@ def verify(src: str | Path) -> dict[str, Any]:
         if total != c["rows"]:
             raise BackupError(f"{path}: collection {c['name']!r} has {total} rows in its "
                               f"files, the manifest says {c['rows']}")
+        for f in c.get("encoder_files") or []:
+            file = src / f["path"]
+            if not file.is_file():
+                raise BackupError(f"{file}: missing")
+            if _sha256(file) != f["sha256"]:
+                raise BackupError(f"{file}: checksum differs from the manifest's (damaged)")
     return manifest
 
 
@@ -296,12 +360,14 @@ def _free(store: VectorStore, name: str, staging: str, replace: bool) -> None:
 def restore(store: VectorStore, src: str | Path, names: Sequence[str] | None = None,
             rename: dict[str, str] | None = None, encoder: EncoderInfo | None = None,
             embed: Embed | None = None, replace: bool = False,
-            progress: Callable[[str, int], None] | None = None) -> list[Restored]:
+            progress: Callable[[str, int], None] | None = None,
+            encoders: Path | None = None) -> list[Restored]:
     """Restore the backup in ``src`` (``names``: those of its collections; all when None)
     into ``store``, each as ``rename.get(name, name)`` (see the module docstring).
     ``encoder``: the encoder the target serves (None: keep the backup's); vectors are
     reused when its fingerprint and dimension are the backup's, else the texts are embedded
-    with ``embed``."""
+    with ``embed``. ``encoders``: the target's directory of derived encoders: a collection
+    whose encoder the backup holds gets it installed there and keeps its vectors."""
     src = Path(src)
     manifest = verify(src)
     rename = rename or {}
@@ -317,14 +383,18 @@ def restore(store: VectorStore, src: str | Path, names: Sequence[str] | None = N
         staging = f"{name}{STAGING}{manifest['id'][:8]}"
         _free(store, name, staging, replace)
         made_by = EncoderInfo.from_dict(c["encoder"]) if c["encoder"] else None
-        reuse = encoder is None or (made_by is not None
-                                    and made_by.fingerprint == encoder.fingerprint
-                                    and made_by.dim == encoder.dim)
+        brought = encoders is not None and made_by is not None and bool(c.get("encoder_files"))
+        reuse = encoder is None or brought or (made_by is not None
+                                               and made_by.fingerprint == encoder.fingerprint
+                                               and made_by.dim == encoder.dim)
         if not reuse and embed is None:
             raise BackupError(f"collection {c['name']!r} was embedded by another encoder "
                               f"({made_by.name if made_by else 'unknown'}); restoring it "
                               "needs the texts embedded again")
         plans.append((c, name, staging, made_by if reuse else encoder, reuse))
+    for c, *_ in plans:  # the encoders they bring, before any collection is made
+        if encoders is not None and c.get("encoder_files") and c["encoder"]:
+            _install_encoder(src, c["encoder_files"], encoders, c["encoder"]["name"])
     out = []
     for c, name, staging, enc, reuse in plans:
         t0 = time.perf_counter()

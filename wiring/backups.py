@@ -45,11 +45,12 @@ JOBS = ".jobs"
 
 class Backups:
     def __init__(self, store: VectorStore, root: Path, call: Any, encoder: Any,
-                 info: EncoderInfo, writable: Any) -> None:
+                 info: EncoderInfo, writable: Any, encoders: Path | None = None) -> None:
         """``call`` runs store work off the event loop; ``encoder`` (and its ``info``) embeds
         texts again for a backup made by another encoder; ``writable()`` raises while writes
-        must be refused (a full disk)."""
-        self.store, self.root, self.call = store, root, call
+        must be refused (a full disk); ``encoders``: the derived encoders' directory (a
+        collection's own goes into its backup, and back there on a restore)."""
+        self.store, self.root, self.call, self.encoders = store, root, call, encoders
         self.encoder, self.info, self.writable = encoder, info, writable
         self._busy = threading.Lock()
         self._live: dict[str, asyncio.Task[Any]] = {}  # this process's running jobs
@@ -135,7 +136,8 @@ class Backups:
         self.root.mkdir(parents=True, exist_ok=True)
 
         def work() -> dict[str, Any]:
-            return {"name": name, **backup(self.store, dest, collections)}
+            return {"name": name, **backup(self.store, dest, collections,
+                                           encoders=self.encoders)}
 
         return await self._job("backup", name, work, wait)
 
@@ -176,7 +178,8 @@ class Backups:
             return self.encoder.encode(list(texts), batch_size=64)
 
         def work() -> dict[str, Any]:
-            done = restore(self.store, src, collections, rename, self.info, embed, replace)
+            done = restore(self.store, src, collections, rename, self.info, embed, replace,
+                           encoders=self.encoders)
             return {"restored": [asdict(r) for r in done]}
 
         return await self._job("restore", name, work, wait)

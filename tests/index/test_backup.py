@@ -230,3 +230,52 @@ def test_a_backup_cut_off_between_its_renames_is_put_back(
     assert not old.exists() and not partial.exists()
     recover(dest)  # nothing to put right: nothing moves
     assert (dest / "marker").exists()
+
+
+def test_a_collections_derived_encoder_travels_with_its_backup(tmp_path: Path) -> None:
+    """A collection made by a derived encoder (qkv adapt's, in the encoders directory): its
+    checkpoint goes into the backup (checked like the parts), and a restore given the
+    target's encoders directory installs it and keeps the vectors, where one without it
+    would need them embedded again; another checkpoint of that name there is refused."""
+    adapted = EncoderInfo("adapted-notes-1", "a" * 16, DIM)
+    root = tmp_path / "encoders"
+    ckpt = root / "adapted-notes-1"
+    ckpt.mkdir(parents=True)
+    (ckpt / "model.safetensors").write_bytes(b"weights " * 1000)
+    (ckpt / "qkv-encoder.json").write_text('{"name": "adapted-notes-1"}')
+    (root / "unused").mkdir()
+    (root / "unused" / "model.safetensors").write_bytes(b"other")
+    src = FaissStore(tmp_path / "src")
+    src.create("notes", DIM, adapted)
+    src.upsert("notes", _items(50, 3), adapted)
+    src.create("plain", DIM, ENC)
+    src.upsert("plain", _items(5, 4), ENC)
+
+    manifest = backup(src, tmp_path / "b", encoders=root)
+    by_name = {c["name"]: c for c in manifest["collections"]}
+    assert sorted(f["path"] for f in by_name["notes"]["encoder_files"]) == [
+        "encoders/adapted-notes-1/model.safetensors", "encoders/adapted-notes-1/qkv-encoder.json"]
+    assert "encoder_files" not in by_name["plain"]
+    assert not (tmp_path / "b" / "encoders" / "unused").exists()
+
+    with pytest.raises(BackupError, match="embedded again"):  # no encoders dir, no embed
+        restore(FaissStore(tmp_path / "x"), tmp_path / "b", ["notes"], encoder=ENC)
+    target = tmp_path / "dst-encoders"
+    (done,) = restore(FaissStore(tmp_path / "dst"), tmp_path / "b", ["notes"], encoder=ENC,
+                      encoders=target)
+    assert done.reused_vectors and done.rows == 50
+    assert (target / "adapted-notes-1" / "model.safetensors").read_bytes() == \
+        (ckpt / "model.safetensors").read_bytes()
+    assert FaissStore(tmp_path / "dst").describe("notes").encoder == adapted
+    (done,) = restore(FaissStore(tmp_path / "dst"), tmp_path / "b", ["notes"], encoder=ENC,
+                      encoders=target, rename={"notes": "again"})  # the same one there: fine
+    assert done.reused_vectors
+
+    (target / "adapted-notes-1" / "model.safetensors").write_bytes(b"another one")
+    with pytest.raises(BackupError, match="another 'adapted-notes-1'"):
+        restore(FaissStore(tmp_path / "y"), tmp_path / "b", ["notes"], encoder=ENC,
+                encoders=target)
+    assert not (tmp_path / "y").exists() or FaissStore(tmp_path / "y").list_collections() == []
+    (tmp_path / "b" / "encoders" / "adapted-notes-1" / "model.safetensors").write_bytes(b"x")
+    with pytest.raises(BackupError, match="model.safetensors: checksum"):
+        verify(tmp_path / "b")
