@@ -27,6 +27,7 @@ from index.filters import And, Filter
 from index.store import CollectionInfo, Item, VectorStore
 
 MAX_PAGE = 1000
+EVERY = 2**62  # a limit no collection reaches
 
 
 def selecting(info: CollectionInfo, filter: Filter | None) -> Filter | None:
@@ -41,6 +42,12 @@ def matching(store: VectorStore, info: CollectionInfo, after: str | None, limit:
              filter: Filter | None = None, tenant: str | None = None) -> list[str]:
     """The ids of the next ``limit`` documents after ``after`` that match ``filter``."""
     return store.ids(info.name, after, limit, selecting(info, filter), tenant)
+
+
+def all_matching(store: VectorStore, info: CollectionInfo, filter: Filter | None = None,
+                 tenant: str | None = None) -> list[str]:
+    """The ids of every document that matches ``filter``, in id order: one read."""
+    return store.ids(info.name, None, EVERY, selecting(info, filter), tenant)
 
 
 def page(store: VectorStore, info: CollectionInfo, after: str | None, limit: int,
@@ -61,7 +68,7 @@ def every(store: VectorStore, info: CollectionInfo, filter: Filter | None = None
     """Every document that matches, page by page: their ids read once, at the start (a
     document deleted since is left out, one written since is not there), then ``size``
     documents a read."""
-    ids = store.ids(info.name, None, 2**62, selecting(info, filter), tenant)
+    ids = all_matching(store, info, filter, tenant)
     for start in range(0, len(ids), size):
         chunk = ids[start:start + size]
         if info.passages:

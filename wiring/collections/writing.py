@@ -22,7 +22,7 @@ from index import (
 from index import passages as long_docs
 from index.filters import parse_filter
 from index.hybrid.fusion import DEFAULT_FUSION
-from index.scroll import after_of, cursor_of, matching, page
+from index.scroll import after_of, all_matching, cursor_of, page
 from index.tenancy import check_tenant, stored_id
 from wiring.collections.base import Base
 from wiring.collections.requests import Document, Given
@@ -194,19 +194,17 @@ class Writing(Base):
     async def delete_where(self, name: str, filter: dict[str, Any], tenant: str | None = None
                            ) -> int:
         """Delete every document (the tenant's) that matches ``filter``, as :meth:`delete`
-        deletes them, a page of ``QKV_MAX_DOCUMENTS`` at a time; returns how many. Those
-        that match when their page is read are deleted (one written meanwhile behind the
-        last page read is not)."""
+        deletes them, ``QKV_MAX_DOCUMENTS`` at a time; returns how many. Those that match
+        when it starts are deleted (their ids read in one go; one written meanwhile is
+        not)."""
         info = await self.describe(name)
         which = parse_filter(filter)
-        done, after = 0, None
-        while True:
-            ids = await self.call(matching, self.store, info, after,
-                                  self.limits.max_documents, which, tenant)
-            if not ids:
-                return done
-            done += await self.delete(name, ids, tenant)
-            after = ids[-1]
+        ids = await self.call(all_matching, self.store, info, which, tenant)
+        step = self.limits.max_documents
+        done = 0
+        for start in range(0, len(ids), step):
+            done += await self.delete(name, ids[start:start + step], tenant)
+        return done
 
     async def get(self, name: str, doc_id: str, tenant: str | None = None) -> Item | None:
         """The document ``doc_id`` (the tenant's), whole, or None."""
