@@ -19,9 +19,10 @@ as separate ``qkv`` processes:
    sample of ids.
 
 The figures: cycles, kills that landed while the process ran, backups that did not verify,
-restores partial under ``live``, reruns that failed, the staging collections left behind
-(killed restores of a backup that a later cycle replaced), and the seconds a whole backup
-and restore take. Prints a markdown section, recorded (``bench/machine.py``).
+restores partial under ``live``, reruns that failed, the restored collections no name
+points at any more (whole: earlier restores ``--replace`` moved ``live`` off; partial: none
+here, since each killed restore is rerun before the next backup), and the seconds a whole
+backup and restore take. Prints a markdown section, recorded (``bench/machine.py``).
 """
 
 from __future__ import annotations
@@ -157,23 +158,28 @@ def check_live(dst: Path, rows: int, sample: dict[str, tuple[str, dict]], exact:
         release(dst)
 
 
-def staging_left(dst: Path) -> int:
+def staging_left(dst: Path, rows: int) -> tuple[int, int]:
+    """Restored collections no alias points at: (whole ones, the earlier restores that
+    ``--replace`` moved ``live`` off; partial ones, left by a killed restore whose backup a
+    later cycle replaced, so that no rerun finished it)."""
     from index import MilvusStore
     from index.backup import STAGING
 
     if not dst.exists():
-        return 0
+        return 0, 0
     s = MilvusStore(str(dst))
     try:
         live = set(s.list_aliases().values())
-        return sum(STAGING in c and c not in live for c in s.list_collections())
+        left = [c for c in s.list_collections() if STAGING in c and c not in live]
+        whole = sum(s.count(c) == rows for c in left)
+        return whole, len(left) - whole
     finally:
         s.close()
         release(dst)
 
 
 def run(tmp: Path, model: Path, cycles: int, rows: int, seed: int = 0,
-        verbose: bool = True) -> tuple[Crashes, int]:
+        verbose: bool = True) -> tuple[Crashes, tuple[int, int]]:
     rnd = random.Random(seed)
     src, b, dst = tmp / "src.db", tmp / "backup", tmp / "dst.db"
     sample = make_source(src, model, rows, seed)
@@ -207,7 +213,7 @@ def run(tmp: Path, model: Path, cycles: int, rows: int, seed: int = 0,
             print(f"cycle {cycle + 1}: {c.kills} kills landed, {len(c.backups_bad)} bad "
                   f"backups, {len(c.restores_partial)} partial restores, "
                   f"{len(c.reruns_failed)} failed reruns", flush=True)
-    return c, staging_left(dst)
+    return c, staging_left(dst, rows)
 
 
 def main() -> None:
@@ -231,8 +237,11 @@ def main() -> None:
              f"{c.backup_s:.1f} s, a restore {c.restore_s:.1f} s, each a `qkv` process): "
              f"**{len(c.backups_bad)} backups that did not verify, "
              f"{len(c.restores_partial)} restores partial under the target name**, "
-             f"{len(c.reruns_failed)} reruns that failed; {left} staging collections left "
-             "behind by killed restores."]
+             f"{len(c.reruns_failed)} reruns that failed. Left in the target store: "
+             f"{left[0]} whole restored collections that `--replace` moved `live` off (for "
+             f"the operator to drop) and {left[1]} partial ones (a killed restore whose "
+             "backup the next cycle replaced, so no rerun finished it; no name points at "
+             "them)."]
     for title, items in (("Backups", c.backups_bad), ("Restores", c.restores_partial),
                          ("Reruns", c.reruns_failed)):
         if items:
@@ -242,7 +251,8 @@ def main() -> None:
     record("backup_crash", command, {
         "cycles": c.cycles, "rows": args.rows, "kills_landed": c.kills,
         "backups_bad": len(c.backups_bad), "restores_partial": len(c.restores_partial),
-        "reruns_failed": len(c.reruns_failed), "staging_left": left,
+        "reruns_failed": len(c.reruns_failed), "replaced_left": left[0],
+        "partial_left": left[1],
         "backup_s": round(c.backup_s, 1), "restore_s": round(c.restore_s, 1),
         "seconds": round(seconds)}, section=section, results=args.results)
 
