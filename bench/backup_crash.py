@@ -248,10 +248,10 @@ def main() -> None:
             lines += ["", f"{title} (first 5):", *[f"- {x}" for x in items[:5]]]
     section = "\n".join(lines)
     print(section)
-    record("backup_crash", command, {
-        "cycles": c.cycles, "rows": args.rows, "kills_landed": c.kills,
+    record("backup_crash", command, {  # the headline figures first: the summary shows 4
         "backups_bad": len(c.backups_bad), "restores_partial": len(c.restores_partial),
-        "reruns_failed": len(c.reruns_failed), "replaced_left": left[0],
+        "reruns_failed": len(c.reruns_failed), "cycles": c.cycles, "rows": args.rows,
+        "kills_landed": c.kills, "replaced_left": left[0],
         "partial_left": left[1],
         "backup_s": round(c.backup_s, 1), "restore_s": round(c.restore_s, 1),
         "seconds": round(seconds)}, section=section, results=args.results)

@@ -481,9 +481,9 @@ def main() -> None:
             lines += ["", f"{title} (first 5):", *[f"- `{x}`" for x in items[:5]]]
     section = "\n".join(lines)
     print(section)
-    record("fuzz", command, {
-        "store": args.store, "server_errors": len(p.server_errors),
-        "unreadable": len(p.unreadable), "hostile_wrong": len(wrong),
+    record("fuzz", command, {  # the headline figures first: the summary page shows 4
+        "server_errors": len(p.server_errors), "unreadable": len(p.unreadable),
+        "hostile_wrong": len(wrong), "store": args.store,
         "hostile": len(p.hostile), "tracebacks": tracebacks,
         "conformance_failures": sum(p.conformance.values()),
         "flaky_scenarios": p.flaky_scenarios, "scenarios": args.scenarios,
