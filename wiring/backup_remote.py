@@ -37,14 +37,7 @@ def open_bucket(url: str, endpoint: str | None) -> tuple[Bucket, Any]:
     bucket, a ``ValueError`` for a malformed URL or endpoint."""
     bucket = Bucket.parse(url, endpoint)
     client = bucket.client()
-    try:
-        found = client.bucket_exists(bucket.bucket)
-    except Exception as e:  # S3Error (credentials), urllib3's (no endpoint)
-        raise StoreUnavailableError(
-            f"cannot reach bucket {bucket.bucket!r} at {bucket.endpoint}: {e} (credentials: "
-            "AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY; the endpoint: --s3-endpoint)"
-        ) from e
-    if not found:
+    if not bucket.exists(client):
         raise BackupError(f"no bucket {bucket.bucket!r} at {bucket.endpoint}: create it "
                           "first")
     return bucket, client

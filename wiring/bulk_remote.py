@@ -73,15 +73,19 @@ class Bucket:
                      session_token=os.environ.get("AWS_SESSION_TOKEN"),
                      secure=self.secure, region=os.environ.get("AWS_REGION"))
 
-    def check(self) -> None:
-        """Before anything is encoded: the bucket exists and these credentials reach it."""
+    def exists(self, client: Any) -> bool:
+        """Whether the bucket is there, asked with ``client``; ``StoreUnavailableError``
+        when the endpoint or these credentials do not reach it."""
         try:
-            found = self.client().bucket_exists(self.bucket)
+            return bool(client.bucket_exists(self.bucket))
         except Exception as e:  # S3Error (credentials), urllib3's (no endpoint)
             raise StoreUnavailableError(
                 f"cannot reach bucket {self.bucket!r} at {self.endpoint}: {e} (credentials: "
                 "AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY)") from e
-        if not found:
+
+    def check(self) -> None:
+        """Before anything is encoded: the bucket exists and these credentials reach it."""
+        if not self.exists(self.client()):
             raise StoreError(
                 f"no bucket {self.bucket!r} at {self.endpoint}: give the bucket the Milvus "
                 "server keeps its data in (its minio.bucketName), which it imports from")
