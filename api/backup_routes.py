@@ -1,6 +1,7 @@
-"""``/v1/backups``: back up collections into the service's backup directory, list the
-backups, restore one (issue 72; :mod:`wiring.backups`). Admin scope. Each call answers when
-its work is done, or at once with a job to follow (``"wait": false``)."""
+"""``/v1/backups``: back up collections into the service's backup directory (or bucket:
+``QKV_BACKUP_DIR=s3://...``), list the backups, restore one (issue 72;
+:mod:`wiring.backups`). Admin scope. Each call answers when its work is done, or at once
+with a job to follow (``"wait": false``)."""
 
 from __future__ import annotations
 
@@ -15,7 +16,8 @@ from api.schemas import RequestBody
 from index import collection_name
 
 backups_v1 = APIRouter(dependencies=[Depends(authorize)], responses=ERRORS)
-NAME_HELP = "1..64 letters, digits, '_', '.' or '-': a directory in QKV_BACKUP_DIR."
+NAME_HELP = ("1..64 letters, digits, '_', '.' or '-': a directory in QKV_BACKUP_DIR (a "
+             "prefix in its bucket).")
 WAIT_HELP = ("Answer when the work is done (true), or at once with the job (false: 202; "
              "GET /v1/backups/jobs/{id} follows it).")
 
@@ -99,7 +101,7 @@ async def make_backup(body: BackupRequest, request: Request) -> Response:
 @backups_v1.get("/v1/backups", response_model=BackupList, tags=["backups"])
 async def list_backups(request: Request) -> Response:
     """The backups in the backup directory, newest first."""
-    return json_response({"backups": service(request).backups.listed()})
+    return json_response({"backups": await service(request).backups.listed()})
 
 
 @backups_v1.post("/v1/backups/{name}/restore", response_model=RestoreOut, tags=["backups"],
@@ -122,4 +124,4 @@ async def backup_job(job_id: str, request: Request) -> Response:
     """A backup or restore started with ``"wait": false``: running, done (with what the
     call would have answered) or failed (why). Every server sharing the backup directory
     sees it; it outlives a restart."""
-    return json_response(service(request).backups.state(job_id))
+    return json_response(await service(request).backups.state(job_id))

@@ -30,6 +30,7 @@ from index.hybrid.calibration import model_mapping
 from index.hybrid.fusion import model_dense_weight
 from wiring import memory
 from wiring.adapter import Adapter
+from wiring.backup_remote import BackupBucket
 from wiring.backups import Backups
 from wiring.calibrator import Calibrator
 from wiring.collections import Collections, Limits
@@ -109,8 +110,11 @@ class Service:
         self.adapter = Adapter(self.store, self.encoders, self._calibrate,  # its re-embedding
                                workers=self.slot_count if self.batcher.slots else 1)  # per core
         self.adapter.recover()  # an adapt job a previous process left: finished or undone
-        self.backups = Backups(self.store, backup_dir(settings), self.call, self.encoder,
-                               self.info, self.disk.check, self.encoders.root)
+        backups = backup_dir(settings)  # a directory, or a bucket's URL
+        self.backups = Backups(
+            self.store, backups if isinstance(backups, Path) else
+            BackupBucket(backups, settings.s3_endpoint), self.call, self.encoder, self.info,
+            self.disk.check, self.encoders.root)
         self.collections = Collections(
             self.store, self.encoders, self.embed, self.call, self.run, self.calibrator,
             self.adapter, self.decoders, self.parts.token_memories, self.disk.check,

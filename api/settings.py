@@ -43,11 +43,12 @@ def parse_decoders(text: str, what: str = "QKV_DECODERS") -> dict[str, Any]:
                 for part in text.split(",") if part.strip())
 
 
-def backup_dir(settings: Settings) -> Path:
-    """Where the HTTP backups go: ``QKV_BACKUP_DIR``, else ``backups/`` beside a local store,
-    else ``var/backups``."""
+def backup_dir(settings: Settings) -> Path | str:
+    """Where the HTTP backups go: ``QKV_BACKUP_DIR`` (a directory, or an ``s3://`` URL),
+    else ``backups/`` beside a local store, else ``var/backups``."""
     if settings.backup_dir is not None:
-        return settings.backup_dir
+        got = settings.backup_dir
+        return got if got.startswith("s3://") else Path(got)
     return encoders_dir(settings.model_copy(update={"encoders_dir": None})).parent / "backups"
 
 
@@ -121,10 +122,14 @@ class Settings(Runtime):
         None, description="Derived encoders (qkv adapt writes them here), served beside "
         "`model` to the collections they made; default encoders/ beside a local store, else "
         "var/encoders.")
-    backup_dir: Path | None = Field(
+    backup_dir: str | None = Field(
         None, description="Where `POST /v1/backups` writes backups and restores read them "
-        "(one directory each, by name); default backups/ beside a local store, else "
-        "var/backups.")
+        "(one directory each, by name): a directory, or s3://BUCKET/PREFIX (MinIO or any S3 "
+        "API: `s3_endpoint`, credentials from AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY); "
+        "default backups/ beside a local store, else var/backups.")
+    s3_endpoint: str | None = Field(
+        None, description="The S3 endpoint of an s3:// `backup_dir` (http(s)://host:port; "
+        "none: AWS S3), the one `qkv index --bulk-dir` and `qkv backup --to` read too.")
     encoders_loaded: int = Field(3, ge=1, description="Encoders kept loaded at once, the "
                                  "default included (least recently used unloaded first).")
     encoder_threads: int | None = Field(None, ge=1, description="CPU threads of the encoder "
@@ -220,10 +225,16 @@ class Settings(Runtime):
             seen[stored] = name
         return value
 
-    @field_validator("demo_token_memory", "encoders_dir", "backup_dir", mode="before")
+    @field_validator("demo_token_memory", "encoders_dir", "backup_dir", "s3_endpoint",
+                     mode="before")
     @classmethod
     def _no_token_memory(cls, value: Any) -> Any:
         return None if isinstance(value, str) and not value.strip() else value
+
+    @field_validator("backup_dir", mode="before")
+    @classmethod
+    def _backup_dir(cls, value: Any) -> Any:
+        return str(value) if isinstance(value, Path) else value  # a directory or s3:// URL
 
     @field_validator("demo_collection", "demo_tm_collection")
     @classmethod

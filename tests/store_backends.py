@@ -22,6 +22,7 @@ import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -114,6 +115,30 @@ def milvus_lite_server(data_dir: Path) -> Iterator[str]:
         yield server.start()
     finally:
         server.stop()
+
+
+S3_CREDS = {"AWS_ACCESS_KEY_ID": "qkvtest", "AWS_SECRET_ACCESS_KEY": "qkvtest-secret"}
+
+
+@contextlib.contextmanager
+def s3_server(*buckets: str) -> Iterator[tuple[str, Any]]:
+    """moto's S3 server (a real S3 API over HTTP) on a free port, with ``buckets`` made;
+    yields its endpoint (``http://127.0.0.1:PORT``) and a minio client of it. The caller
+    puts :data:`S3_CREDS` in the environment of what it tests."""
+    pytest.importorskip("moto")
+    minio = pytest.importorskip("minio")
+    port = free_port()
+    proc = subprocess.Popen([sys.executable, "-m", "moto.server", "-p", str(port)],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        wait_for_port(port, 60, proc)
+        client = minio.Minio(f"127.0.0.1:{port}", S3_CREDS["AWS_ACCESS_KEY_ID"],
+                             S3_CREDS["AWS_SECRET_ACCESS_KEY"], secure=False)
+        for bucket in buckets:
+            client.make_bucket(bucket)
+        yield f"http://127.0.0.1:{port}", client
+    finally:
+        stop_process(proc)
 
 
 BACKENDS = ["faiss", "lite-file", "milvus-2.3.5", "lite-server"]

@@ -16,7 +16,7 @@ copies are removed; the objects stay (delete ``PREFIX/STEM/`` when you like).
 The endpoint is ``--s3-endpoint`` or ``QKV_S3_ENDPOINT`` (``http://minio:9000``;
 ``https://`` for TLS; without one, AWS S3), the credentials the usual
 ``AWS_ACCESS_KEY_ID`` and ``AWS_SECRET_ACCESS_KEY`` (and ``AWS_REGION``) from the
-environment, never a flag. Uses the ``minio`` client (in the ``ray`` extra).
+environment, never a flag. Uses the ``minio`` client.
 """
 
 from __future__ import annotations

@@ -4,9 +4,12 @@ a 422 naming the file, a taken name a 409, and only an admin key may do any of i
 
 from __future__ import annotations
 
+import io
+import time
 import uuid
 from pathlib import Path
 
+import pytest
 from conftest import MakeClient
 from test_access import _auth, _keys
 
@@ -113,3 +116,61 @@ def test_backups_and_restores_as_background_jobs(make_client: MakeClient, tmp_pa
     for bad in ("backup-nope", "../keys", "restore-0123456789ac"):
         assert c.get(f"/v1/backups/jobs/{bad}", headers=admin).status_code == 404
     assert c.get("/v1/backups", headers=admin).json()["backups"][0]["name"] == "bg"
+
+
+def test_backups_in_a_bucket(make_client: MakeClient, tmp_path: Path,
+                             monkeypatch: pytest.MonkeyPatch) -> None:
+    """``QKV_BACKUP_DIR=s3://BUCKET/PREFIX`` on a real S3 API (moto's server): a backup as a
+    job lands under PREFIX/NAME/ (manifest last) with the job's state under PREFIX/.jobs/;
+    it is listed and restored under another name, searching as the source does; a part
+    gone from the bucket is a 422 naming its URL, creating nothing; parts without a
+    manifest are not listed; a bucket that is not there is a 503 saying so."""
+    from store_backends import S3_CREDS, s3_server
+
+    for key, value in S3_CREDS.items():
+        monkeypatch.setenv(key, value)
+    with s3_server("backups") as (endpoint, s3):
+        c = make_client(backup_dir="s3://backups/svc", s3_endpoint=endpoint)
+        name = "bs_" + uuid.uuid4().hex[:8]
+        assert c.post("/v1/collections", json={"name": name}).status_code == 201
+        docs = [{"id": f"n{i}", "text": f"note {i} about {'cats' if i % 2 else 'rates'}",
+                 "metadata": {"i": i}} for i in range(30)]
+        assert c.post(f"/v1/collections/{name}/documents",
+                      json={"documents": docs}).status_code == 200
+        r = c.post("/v1/backups", json={"name": "nightly", "collections": [name],
+                                        "wait": False})
+        assert r.status_code == 202, r.text
+        job = r.json()
+        for _ in range(300):
+            state = c.get(f"/v1/backups/jobs/{job['id']}").json()
+            if state["state"] != "running":
+                break
+            time.sleep(0.1)
+        assert state["state"] == "done", state
+        keys = sorted(o.object_name for o in s3.list_objects("backups", "svc/", recursive=True))
+        assert f"svc/.jobs/{job['id']}.json" in keys and "svc/nightly/manifest.json" in keys
+        (part,) = [k for k in keys if k.endswith(".parquet")]
+        assert part.startswith(f"svc/nightly/{state['result']['id']}/{name}/")
+        s3.put_object("backups", "svc/killed/0123/x/part-00000.parquet", io.BytesIO(b"x"), 1)
+        listed = c.get("/v1/backups").json()["backups"]
+        assert [(b["name"], b["collections"]) for b in listed] == [
+            ("nightly", [{"name": name, "rows": 30}])]
+
+        r = c.post("/v1/backups/nightly/restore", json={"as": f"{name}_copy"})
+        assert r.status_code == 200, r.text
+        assert r.json()["restored"][0]["rows"] == 30 and r.json()["restored"][0][
+            "reused_vectors"]
+        want = c.post(f"/v1/collections/{name}/search", json={"query": "cats", "top_k": 5})
+        got = c.post(f"/v1/collections/{name}_copy/search", json={"query": "cats", "top_k": 5})
+        assert [h["id"] for h in got.json()["hits"]] == [h["id"] for h in want.json()["hits"]]
+        assert c.post("/v1/backups/nope/restore", json={}).status_code == 404
+
+        s3.remove_object("backups", part)
+        r = c.post("/v1/backups/nightly/restore", json={"as": "other"})
+        assert r.status_code == 422 and f"s3://backups/{part}: missing" in r.text, r.text
+        assert "other" not in {x["name"] for x in c.get("/v1/collections").json()[
+            "collections"]}
+
+        c2 = make_client(backup_dir="s3://nobucket/svc", s3_endpoint=endpoint)
+        r = c2.post("/v1/backups", json={"name": "nightly"})
+        assert r.status_code == 503 and "no bucket 'nobucket'" in r.text, r.text

@@ -6,6 +6,7 @@ the name; a rerun finishes it."""
 
 from __future__ import annotations
 
+import io
 import json
 from pathlib import Path
 from typing import Any
@@ -279,3 +280,41 @@ def test_a_collections_derived_encoder_travels_with_its_backup(tmp_path: Path) -
     (tmp_path / "b" / "encoders" / "adapted-notes-1" / "model.safetensors").write_bytes(b"x")
     with pytest.raises(BackupError, match="model.safetensors: checksum"):
         verify(tmp_path / "b")
+
+
+def test_a_derived_encoder_travels_through_a_bucket(tmp_path: Path,
+                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    """A backup put in a bucket (moto's S3 server) carries its collection's encoder files
+    as well as its parts, and comes back whole: the downloaded copy verifies and restores
+    with the encoder installed; a damaged part is named by its object's URL."""
+    from store_backends import S3_CREDS, s3_server
+
+    from wiring.backup_remote import download, open_bucket, upload
+
+    for key, value in S3_CREDS.items():
+        monkeypatch.setenv(key, value)
+    adapted = EncoderInfo("adapted-notes-2", "b" * 16, DIM)
+    root = tmp_path / "encoders"
+    (root / "adapted-notes-2").mkdir(parents=True)
+    (root / "adapted-notes-2" / "model.safetensors").write_bytes(b"weights " * 100)
+    (root / "adapted-notes-2" / "qkv-encoder.json").write_text('{"name": "adapted-notes-2"}')
+    src = FaissStore(tmp_path / "src")
+    src.create("notes", DIM, adapted)
+    src.upsert("notes", _items(20, 5), adapted)
+    backup(src, tmp_path / "b", encoders=root)
+    with s3_server("bkp") as (endpoint, s3):
+        manifest = upload(tmp_path / "b", *open_bucket("s3://bkp/p", endpoint))
+        keys = {o.object_name for o in s3.list_objects("bkp", "p/", recursive=True)}
+        assert f"p/{manifest['id']}/encoders/adapted-notes-2/model.safetensors" in keys
+        with download(*open_bucket("s3://bkp/p", endpoint)) as got:
+            assert verify(got) == manifest
+            (done,) = restore(FaissStore(tmp_path / "dst"), got, encoder=ENC,
+                              encoders=tmp_path / "dst-enc")
+        assert done.reused_vectors and done.rows == 20
+        assert (tmp_path / "dst-enc" / "adapted-notes-2" / "model.safetensors").read_bytes() \
+            == b"weights " * 100
+        part = f"p/{manifest['id']}/{manifest['collections'][0]['parts'][0]['path']}"
+        s3.put_object("bkp", part, io.BytesIO(b"damaged"), 7)
+        with pytest.raises(BackupError, match=f"s3://bkp/{part}: checksum"), \
+                download(*open_bucket("s3://bkp/p", endpoint)) as got:
+            verify(got)

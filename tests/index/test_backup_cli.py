@@ -133,29 +133,15 @@ def test_export_reads_a_collection_out_whole_and_back_in(tmp_path: Path,
     assert not (tmp_path / "x.jsonl").exists() and not (tmp_path / "x.csv").exists()
 
 
-S3_CREDS = {"AWS_ACCESS_KEY_ID": "qkvtest", "AWS_SECRET_ACCESS_KEY": "qkvtest-secret"}
-
-
 def test_backup_to_a_bucket_and_restore_from_it(tmp_path: Path, tiny_model_dir: Path) -> None:
     """``--to s3://BUCKET/PREFIX`` on a real S3 API (moto's server): the parts under the
     backup's id and the manifest put last; a second backup removes the first's parts; a
     restore from the bucket reuses the vectors; a missing part or manifest exits 2 naming
     it, creating nothing."""
-    import pytest
+    from store_backends import S3_CREDS, s3_server
 
-    pytest.importorskip("moto")
-    minio = pytest.importorskip("minio")
-    from store_backends import free_port, stop_process, wait_for_port
-
-    port = free_port()
-    moto = subprocess.Popen([sys.executable, "-m", "moto.server", "-p", str(port)],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    try:
-        wait_for_port(port, 60, moto)
-        client = minio.Minio(f"127.0.0.1:{port}", S3_CREDS["AWS_ACCESS_KEY_ID"],
-                             S3_CREDS["AWS_SECRET_ACCESS_KEY"], secure=False)
-        client.make_bucket("backups")
-        env = {**S3_CREDS, "QKV_S3_ENDPOINT": f"http://127.0.0.1:{port}"}
+    with s3_server("backups") as (endpoint, client):
+        env = {**S3_CREDS, "QKV_S3_ENDPOINT": endpoint}
         import encoder
 
         enc = encoder.load(tiny_model_dir)
@@ -199,5 +185,3 @@ def test_backup_to_a_bucket_and_restore_from_it(tmp_path: Path, tiny_model_dir: 
         assert not (tmp_path / "x").exists() or not FaissStore(tmp_path / "x").list_collections()
         out = qkv("backup", "--store", store, "--to", "s3://nobucket/p", env=env)
         assert out.returncode == 2 and "no bucket 'nobucket'" in out.stderr, out.stderr
-    finally:
-        stop_process(moto)
