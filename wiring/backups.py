@@ -7,9 +7,9 @@ a store no server holds).
 
 With ``wait`` false a backup or restore is a background job: the call answers at once with
 its state, and :meth:`Backups.state` follows it. A job's state is a JSON file under the
-backup directory's ``.jobs/`` (written as it starts and ends), so it outlives a restart
-and every replica that shares the directory reads it; one a stopped server was running
-reads as failed ("interrupted"), to be run again.
+backup directory's ``.jobs/`` (written as it starts, every minute as it runs, and as it
+ends), so it outlives a restart and every replica that shares the directory reads it; one
+a stopped server was running reads as failed ("interrupted"), to be run again.
 
 The backup directory may be a bucket (``QKV_BACKUP_DIR=s3://BUCKET/PREFIX``,
 :class:`wiring.backup_remote.BackupBucket`): a backup is then made in a temporary directory
@@ -19,6 +19,7 @@ states live under ``PREFIX/.jobs/``."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import re
 import tempfile
@@ -48,6 +49,7 @@ from wiring.errors import ConflictError, InvalidError, NotFoundError
 NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
 JOB = re.compile(r"(backup|restore)-[0-9a-f]{12}")
 JOBS = ".jobs"
+BEAT_S = 60.0  # a running job writes its state this often (another host's staleness: 600 s)
 
 
 class Backups:
@@ -97,7 +99,8 @@ class Backups:
 
     async def _job(self, kind: str, name: str, work: Any, wait: bool) -> dict[str, Any]:
         """Run ``work()`` (on the store's worker) as a job: its result when ``wait``, else
-        its state at once; 409 while another backup or restore runs."""
+        its state at once; 409 while another backup or restore runs. While it runs, its state
+is written again every :data:`BEAT_S`."""
         if not self._busy.acquire(blocking=False):
             raise ConflictError("a backup or restore is running: try again when it is done")
         now = time.time()
@@ -110,7 +113,22 @@ class Backups:
             self._busy.release()
             raise
 
+        saving = asyncio.Lock()
+
+        async def beat() -> None:
+            """Write the state every BEAT_S while the job runs: another host reads a job
+            whose state has not changed for 10 minutes as interrupted."""
+            while True:
+                await asyncio.sleep(BEAT_S)
+                async with saving:
+                    if state["state"] != "running":
+                        return
+                    state["updated_at"] = time.time()
+                    with contextlib.suppress(Exception):  # the next beat tries again
+                        await asyncio.to_thread(self._save, dict(state))
+
         async def run() -> dict[str, Any]:
+            beating = asyncio.ensure_future(beat())
             try:
                 result: dict[str, Any] = await self.call(work)
                 state.update(state="done", result=result)
@@ -123,10 +141,12 @@ class Backups:
                 state.update(state="failed", error=str(e) or type(e).__name__)
                 raise
             finally:
+                beating.cancel()
                 state["updated_at"] = time.time()
                 self._busy.release()
                 try:
-                    await asyncio.to_thread(self._save, state)
+                    async with saving:
+                        await asyncio.to_thread(self._save, state)
                 finally:  # live until its end is written, else a read says "interrupted"
                     self._live.pop(state["id"], None)
 
