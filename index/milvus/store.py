@@ -17,8 +17,10 @@ fuses them (the steps every backend shares: :func:`index.steps.search`). (Hybrid
 collections made before ``bm25_text`` analyse ``text`` itself and are still searched,
 without stemming.)
 
-On Milvus Lite the store seals what it writes (:mod:`index.milvus.sealing`), and its searches run
-on :mod:`index.milvus.lite.speed`'s paths (no per-search rescan of the collection)."""
+On Milvus Lite the store seals what it writes (:mod:`index.milvus.sealing`), its searches run
+on :mod:`index.milvus.lite.speed`'s paths (no per-search rescan of the collection), and its
+searches and upserts call Lite's engine in this process without the gRPC loopback
+(:mod:`index.milvus.lite.direct`)."""
 
 from __future__ import annotations
 
@@ -37,6 +39,7 @@ from index.aliases import AliasCache, check_drop, checked_set
 from index.filters import Filter, quote, to_milvus_expr
 from index.hybrid.fusion import DEFAULT_DENSE_WEIGHT, DEFAULT_FUSION
 from index.milvus.conn import connect, failure, is_io_failure, restart_lite, version_at_least
+from index.milvus.lite import direct as lite_direct
 from index.milvus.reads import ids_after, read_aliases, rows_of
 from index.milvus.schema import (
     BM25_FIELD,
@@ -291,6 +294,24 @@ class MilvusStore:
         with self._flushing:
             self._call("flush", lambda c: c.flush(collection, timeout=self.timeout))
 
+    def _engine(self, collection: str) -> Any:
+        """Lite's collection object when this process serves the file (searches and upserts
+        skip the gRPC loopback: :mod:`index.milvus.lite.direct`), else None."""
+        return lite_direct.collection(self.uri, collection) if self.is_lite else None
+
+    def _upserted_directly(self, collection: str, rows: list[dict[str, Any]]) -> bool:
+        """Whether ``rows`` were upserted into the engine directly; False without one, or
+        when that failed (the client's upsert then says it as the store maps it)."""
+        engine = self._engine(collection)
+        if engine is None:
+            return False
+        try:
+            lite_direct.upsert(engine, rows)
+            return True
+        except Exception as e:
+            log.debug("direct Milvus Lite upsert failed, going through gRPC: %s", e)
+            return False
+
     def _wrote(self, collection: str, rows: int) -> None:
         if self.is_lite:
             self._sealer.wrote(collection, rows)
@@ -315,8 +336,9 @@ class MilvusStore:
         for start in range(0, len(rows), UPSERT_CHUNK):
             chunk = rows[start : start + UPSERT_CHUNK]
             with self._flushing:
-                self._call("upsert", lambda c, ch=chunk: c.upsert(  # type: ignore[misc]
-                    collection, ch, timeout=self.timeout))
+                if not self._upserted_directly(collection, chunk):
+                    self._call("upsert", lambda c, ch=chunk: c.upsert(  # type: ignore[misc]
+                        collection, ch, timeout=self.timeout))
             self._wrote(collection, len(chunk))
         return len(rows)
 
@@ -406,13 +428,13 @@ class MilvusStore:
             ef = max(self.ef, depth) if self.index_type == "HNSW" else None
             return self._call("search", lambda c: dense_search(
                 c, collection, x, depth, expr, fields, consistency, self.timeout, ef,
-                info.hybrid, with_vectors, info.multi_tenant))
+                info.hybrid, with_vectors, info.multi_tenant, self._engine(collection)))
 
         def bm25(texts: Sequence[str], depth: int) -> list[list[Hit]]:
             analysed = self._analysed.get(collection, False)
             return self._call("bm25 search", lambda c: bm25_search(
                 c, collection, texts, analysed, depth, expr, fields, consistency,
-                self.timeout, with_vectors, info.multi_tenant))
+                self.timeout, with_vectors, info.multi_tenant, self._engine(collection)))
 
         return steps.search(info, xq, k, encoder=encoder, tenant=tenant, mode=mode,
                             query_text=query_text, fusion=fusion, dense_weight=dense_weight,

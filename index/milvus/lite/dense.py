@@ -100,7 +100,11 @@ def execute_search_with_index(
 
     def materialize(source: int, local_id: int) -> dict:
         if source < len(in_scope):
-            return in_scope[source].row_to_dict(local_id)
+            seg = in_scope[source]
+            cols = needed_columns(seg.table.column_names, output_fields, pk_field)
+            if cols is None:
+                return seg.row_to_dict(local_id)
+            return {name: seg.table.column(name)[local_id].as_py() for name in cols}
         batch_idx, row_idx = mt_row_refs[local_id]
         return memtable.materialize_row(batch_idx, row_idx)
 
@@ -117,6 +121,21 @@ def execute_search_with_index(
             per_query.append({"id": pk, "distance": dist, "entity": project(record)})
         results.append(per_query)
     return results
+
+
+def needed_columns(names: list[str], output_fields: list[str] | None, pk_field: str
+                   ) -> list[str] | None:
+    """The columns of a sealed row that a hit with these ``output_fields`` shows: the
+    key's and theirs, when each is a column of the schema. None (every column, as Lite
+    reads a row) for all fields, ``*``, ``$meta`` or a dynamic field. Lite converts every
+    column of every hit to Python, the vector's floats included: most of a search's cost
+    at 100 hits (what a hybrid search asks of each side)."""
+    if output_fields is None:
+        return None
+    wanted = set(output_fields)
+    if "*" in wanted or "$meta" in wanted or not wanted <= set(names):
+        return None
+    return [name for name in names if name in wanted or name == pk_field]
 
 
 def brute_force_ip(xb: np.ndarray, xq: np.ndarray, k: int, valid: np.ndarray | None

@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 
 from index.milvus.lite.bm25 import FastBM25Index
-from index.milvus.lite.dense import VIEWS
+from index.milvus.lite.dense import VIEWS, needed_columns
 
 ORIGINAL: dict[str, Callable[..., Any]] = {}  # set by index.milvus.lite.speed.install
 
@@ -94,8 +94,8 @@ def search_sparse(self: Any, query_vectors: list, vector_field: str, top_k: int,
         ids, dists = index.search(queries, top_k)
         _collect(candidates, ids, dists, lambda lid: (mt_pks[lid], mt_refs[lid]))
 
-    return [_merge(c, top_k, lambda rec: project_record(rec, self._schema, plan))
-            for c in candidates]
+    return [_merge(c, top_k, lambda rec: project_record(rec, self._schema, plan),
+                   output_fields, self._pk_name) for c in candidates]
 
 
 def _sealed_hit(pks: list, table: Any, lid: int) -> tuple[Any, Any]:
@@ -113,8 +113,10 @@ def _collect(candidates: list[list[tuple[float, Any, Any]]], ids: np.ndarray,
 
 
 def _merge(candidates: list[tuple[float, Any, Any]], top_k: int,
-           project: Callable[[dict], dict]) -> list[dict]:
-    """Each key's newest version, best first, materialised."""
+           project: Callable[[dict], dict], output_fields: list[str] | None = None,
+           pk_field: str = "") -> list[dict]:
+    """Each key's newest version, best first, materialised (a sealed row: only the columns
+    shown, :func:`index.milvus.lite.dense.needed_columns`)."""
     def is_memtable(source: Any) -> bool:
         return isinstance(source, tuple) and bool(source) and isinstance(source[0], dict)
 
@@ -135,7 +137,9 @@ def _merge(candidates: list[tuple[float, Any, Any]], top_k: int,
             record = source[0]
         else:
             table, row = source
-            record = {name: table.column(name)[row].as_py() for name in table.column_names
-                      if name not in ("_seq", "_partition")}
+            cols = needed_columns(table.column_names, output_fields, pk_field)
+            record = {name: table.column(name)[row].as_py() for name in (
+                cols if cols is not None else table.column_names)
+                if name not in ("_seq", "_partition")}
         hits.append({"id": pk, "distance": dist, "entity": project(record)})
     return hits

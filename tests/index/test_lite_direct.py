@@ -1,0 +1,148 @@
+"""A store on a Lite file calls Lite's engine directly for searches and upserts
+(:mod:`index.milvus.lite.direct`): through random upserts, overwrites, deletes, flushes and
+filters, on plain and multi-tenant collections, every dense, BM25 and hybrid search answers
+what the same search through gRPC answers (ids, scores, texts, metadata, vectors); rows
+upserted directly read back through gRPC as written; a direct call that fails is made
+through gRPC; a collection the engine does not have is gRPC's to refuse (its error kept)."""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from index import CollectionNotFoundError, MilvusStore
+from index.filters import parse_filter
+from index.milvus.lite import direct as lite_direct
+from index.store import EncoderInfo, Item
+
+WORDS = ("dog cat man woman child ball street red blue green runs jumps sits plays water "
+         "grass snow beach bike guitar park").split()
+ENC = EncoderInfo("test", "0" * 16, 8)
+
+
+@pytest.fixture()
+def store(tmp_path: Path) -> Iterator[MilvusStore]:
+    s = MilvusStore(str(tmp_path / "m.db"))
+    s._sealer.rows, s._sealer.quiet_s = 10**9, 10**9  # flushes happen when the test says
+    yield s
+    s.close()
+
+
+def _through_grpc(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(lite_direct, "collection", lambda uri, name: None)
+
+
+def _same(a: list[list[Any]], b: list[list[Any]]) -> None:
+    assert [[h.id for h in row] for row in a] == [[h.id for h in row] for row in b]
+    for ra, rb in zip(a, b, strict=True):
+        for x, y in zip(ra, rb, strict=True):
+            assert (x.score, x.text, x.value, x.metadata, x.sources, x.floor) == (
+                y.score, y.text, y.value, y.metadata, y.sources, y.floor)
+            assert (x.vector is None) == (y.vector is None)
+            if x.vector is not None:
+                assert np.array_equal(x.vector, y.vector)
+
+
+def test_the_engine_is_reached_directly(store: MilvusStore) -> None:
+    store.create("c", 8, ENC, hybrid=True)
+    assert store._engine("c") is not None
+    assert store._engine("nope") is None  # gRPC says there is no such collection
+    with pytest.raises(CollectionNotFoundError):
+        store.search("nope", np.ones((1, 8), np.float32), 3)
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_direct_answers_equal_grpcs(store: MilvusStore, seed: int,
+                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    rnd, rng = random.Random(seed), np.random.default_rng(seed)
+    multi = seed == 2
+    store.create("c", 8, ENC, hybrid=True, multi_tenant=multi)
+    tenants = ("acme", "zeta") if multi else (None,)
+    written: set[str] = set()
+
+    def write(ids: list[str]) -> None:
+        xb = rng.standard_normal((len(ids), 8)).astype(np.float32)
+        xb /= np.linalg.norm(xb, axis=1, keepdims=True)
+        items = [Item(id=i, vector=xb[j], text=" ".join(rnd.choices(WORDS, k=rnd.randint(1, 6))),
+                      value=rnd.choice([None, "v"]),
+                      metadata={"n": rnd.randint(0, 9), "tags": rnd.sample(WORDS, 2)},
+                      tenant=rnd.choice(tenants)) for j, i in enumerate(ids)]
+        for tenant in tenants:
+            store.upsert("c", [it for it in items if it.tenant == tenant], ENC)
+        written.update(ids)
+
+    def compare(step: int) -> None:
+        xq = rng.standard_normal((2, 8)).astype(np.float32)
+        texts = [" ".join(rnd.choices(WORDS, k=3)) for _ in range(2)]
+        flt = rnd.choice([None, parse_filter({"key": "n", "op": "gte", "value": 4})])
+        tenant = rnd.choice(tenants)
+        for mode in ("dense", "bm25", "hybrid"):
+            kw: dict[str, Any] = {"k": rnd.choice([3, 10]), "filter": flt, "encoder": ENC,
+                                      "query_text": texts, "mode": mode, "tenant": tenant,
+                                      "with_vectors": rnd.random() < 0.5}
+            direct = store.search("c", xq, **kw)
+            with monkeypatch.context() as m:
+                _through_grpc(m)
+                grpc = store.search("c", xq, **kw)
+            assert sum(map(len, direct)) > 0 or flt is not None, (step, mode)
+            _same(direct, grpc)
+
+    write([f"d{i}" for i in range(200)])
+    for step in range(10):
+        action = rnd.choice(("new", "overwrite", "delete", "flush"))
+        if action == "new":
+            write([f"d{len(written) + i}" for i in range(rnd.randint(1, 60))])
+        elif action == "overwrite":
+            write(rnd.sample(sorted(written), rnd.randint(1, 40)))
+        elif action == "delete":
+            for tenant in tenants:
+                store.delete("c", rnd.sample(sorted(written), rnd.randint(1, 30)), tenant=tenant)
+        else:
+            store.flush("c")
+        compare(step)
+
+
+def test_direct_upserts_read_back_as_grpcs(store: MilvusStore,
+                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    rng = np.random.default_rng(7)
+    xb = rng.standard_normal((50, 8)).astype(np.float32)
+    xb /= np.linalg.norm(xb, axis=1, keepdims=True)
+    items = [Item(id=f"n{i}", vector=xb[i], text=f"note {i} — ünïcode",
+                  value="v" if i % 3 else None,
+                  metadata={"i": i, "nested": {"a": [1, 2.5, None, "x"]}, "b": i % 2 == 0})
+             for i in range(50)]
+    for name in ("direct", "grpc"):
+        store.create(name, 8, ENC, hybrid=True)
+    store.upsert("direct", items, ENC)
+    with monkeypatch.context() as m:
+        _through_grpc(m)
+        store.upsert("grpc", items, ENC)
+    ids = [it.id for it in items]
+    a, b = store.get("direct", ids), store.get("grpc", ids)
+    assert [(x.id, x.text, x.value, x.metadata) for x in a] == [
+        (x.id, x.text, x.value, x.metadata) for x in b]
+    assert all(np.array_equal(x.vector, y.vector) for x, y in zip(a, b, strict=True))
+    assert store.count("direct") == 50
+
+
+def test_a_failed_direct_call_goes_through_grpc(store: MilvusStore,
+                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    store.create("c", 8, ENC, hybrid=True)
+    v = np.ones((1, 8), np.float32) / np.sqrt(8)
+    calls: list[str] = []
+
+    def broken(*args: Any, **kwargs: Any) -> Any:
+        calls.append("direct")
+        raise RuntimeError("engine busy")
+
+    monkeypatch.setattr(lite_direct, "upsert", broken)
+    monkeypatch.setattr(lite_direct, "search", broken)
+    store.upsert("c", [Item("a", v[0], "red ball")], ENC)
+    assert store.get("c", ["a"])[0].text == "red ball"
+    (hits,) = store.search("c", v, 1, encoder=ENC, query_text=["red ball"], mode="hybrid")
+    assert [h.id for h in hits] == ["a"] and calls == ["direct"] * 3
