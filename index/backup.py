@@ -322,7 +322,8 @@ def _rows(src: Path, c: dict[str, Any]) -> Iterator[list[Item]]:
 
     for part in c["parts"]:
         for batch in pq.ParquetFile(src / part["path"]).iter_batches(batch_size=PAGE):
-            cols = batch.to_pydict()
+            cols = {name: batch.column(name).to_pylist()  # the vectors stay in numpy
+                    for name in ("id", "tenant", "text", "value", "metadata")}
             vectors = batch.column("vector").flatten().to_numpy(zero_copy_only=False)
             vectors = vectors.reshape(len(batch), c["dim"]).astype(np.float32)
             yield [Item(id=i, vector=vectors[r], text=t or "", value=v,
