@@ -19,7 +19,7 @@ without stemming.)
 
 On Milvus Lite the store seals what it writes (:mod:`index.milvus.sealing`), its searches run
 on :mod:`index.milvus.lite.speed`'s paths (no per-search rescan of the collection), and its
-searches and upserts call Lite's engine in this process without the gRPC loopback
+searches, reads by id and upserts call Lite's engine in this process without the gRPC loopback
 (:mod:`index.milvus.lite.direct`)."""
 
 from __future__ import annotations
@@ -269,7 +269,8 @@ class MilvusStore:
         info = self._ready(collection)
         ids = ids_after(self._call, collection, "", self.timeout)
         pick = sorted(random.Random(seed).sample(ids, min(n, len(ids))))
-        rows = rows_of(self._call, collection, pick, item_fields(info.multi_tenant), self.timeout)
+        rows = rows_of(self._call, collection, pick, item_fields(info.multi_tenant), self.timeout,
+                       engine=self._engine(collection))
         return sorted((item(r, info.multi_tenant) for r in rows),
                       key=lambda it: (it.tenant or "", it.id)), len(ids)
 
@@ -295,8 +296,8 @@ class MilvusStore:
             self._call("flush", lambda c: c.flush(collection, timeout=self.timeout))
 
     def _engine(self, collection: str) -> Any:
-        """Lite's collection object when this process serves the file (searches and upserts
-        skip the gRPC loopback: :mod:`index.milvus.lite.direct`), else None."""
+        """Lite's collection object when this process serves the file (searches, reads by id
+        and upserts skip the gRPC loopback: :mod:`index.milvus.lite.direct`), else None."""
         return lite_direct.collection(self.uri, collection) if self.is_lite else None
 
     def _upserted_directly(self, collection: str, rows: list[dict[str, Any]]) -> bool:
@@ -362,7 +363,8 @@ class MilvusStore:
             return []
         keys = {stored_id(tenant, i): i for i in ids}
         fields = item_fields(info.multi_tenant, brief)
-        rows = rows_of(self._call, collection, list(keys), fields, self.timeout, consistency)
+        rows = rows_of(self._call, collection, list(keys), fields, self.timeout, consistency,
+                       self._engine(collection))
         by_id = {str(r["id"]): r for r in rows}
         return [item(by_id[k], info.multi_tenant) for k in keys if k in by_id]
 
@@ -409,7 +411,8 @@ class MilvusStore:
         for start in range(0, len(ids), batch_size):
             page = ids[start : start + batch_size]
             rows = {str(r["id"]): r for r in rows_of(self._call, collection, page, fields,
-                                                      self.timeout)}
+                                                      self.timeout,
+                                                      engine=self._engine(collection))}
             yield [item(rows[i], info.multi_tenant) for i in page if i in rows]
 
     def search(self, collection: str, xq: np.ndarray, k: int, filter: Filter | None = None,

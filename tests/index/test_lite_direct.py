@@ -1,7 +1,8 @@
 """A store on a Lite file calls Lite's engine directly for searches and upserts
 (:mod:`index.milvus.lite.direct`): through random upserts, overwrites, deletes, flushes and
-filters, on plain and multi-tenant collections, every dense, BM25 and hybrid search answers
-what the same search through gRPC answers (ids, scores, texts, metadata, vectors); rows
+filters, on plain and multi-tenant collections, every dense, BM25 and hybrid search and every
+read by id answers what the same call through gRPC answers (ids, scores, texts, metadata,
+vectors); rows
 upserted directly read back through gRPC as written; a direct call that fails is made
 through gRPC; a collection the engine does not have is gRPC's to refuse (its error kept)."""
 
@@ -91,6 +92,17 @@ def test_direct_answers_equal_grpcs(store: MilvusStore, seed: int,
                 grpc = store.search("c", xq, **kw)
             assert sum(map(len, direct)) > 0 or flt is not None, (step, mode)
             _same(direct, grpc)
+        asked = rnd.sample(sorted(written), 20) + ["never-written"]
+        for tenant in tenants:
+            for brief in (False, True):
+                direct_items = store.get("c", asked, tenant=tenant, brief=brief)
+                with monkeypatch.context() as m:
+                    _through_grpc(m)
+                    grpc_items = store.get("c", asked, tenant=tenant, brief=brief)
+                assert [(x.id, x.text, x.value, x.metadata, x.tenant) for x in direct_items] == [
+                    (x.id, x.text, x.value, x.metadata, x.tenant) for x in grpc_items]
+                assert all(np.array_equal(x.vector, y.vector)
+                           for x, y in zip(direct_items, grpc_items, strict=True))
 
     write([f"d{i}" for i in range(200)])
     for step in range(10):

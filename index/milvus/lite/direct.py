@@ -8,10 +8,10 @@ of a search cost more than Lite's own work on short rows: 44 % of an upsert of 2
 3.7 ms dense, 3.8 against 2.6 ms BM25, on 100,000 rows) here (AMD EPYC, 2 cores; throwaway
 scripts, the recorded figures are ``bench/scale.py``'s and ``bench/backup.py``'s).
 
-So a store on a Lite file calls the engine's collection directly for its searches and its
-upserts: the same method the gRPC servicer calls with the same arguments (the servicer adds
-nothing for these calls: no consistency, ranker or grouping), and the same rows back
-(:func:`search`'s hits as pymilvus parses them: JSON fields as values, not text). Anything
+So a store on a Lite file calls the engine's collection directly for its searches, its reads
+of rows by id and its upserts: the same method the gRPC servicer calls with the same
+arguments (the servicer adds nothing for these calls: no consistency, ranker or grouping),
+and the same rows back (as pymilvus parses them: JSON fields as values, not text). Anything
 else, and any call that fails, goes through gRPC as before, so errors keep their mapping
 (:func:`index.milvus.conn.failure`) and a failed write its restart: a direct call that
 raises is made again through gRPC (an upsert twice is the same upsert).
@@ -30,6 +30,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from index.milvus.lite import speed
+from index.milvus.lite.dense import NUMPY_VECTORS
 
 log = logging.getLogger(__name__)
 
@@ -60,10 +61,15 @@ def search(col: Any, data: Sequence[Any], k: int, expr: str, output_fields: list
            anns_field: str | None, metric_type: str, search_params: dict[str, Any]
            ) -> list[list[dict[str, Any]]]:
     """Each query's hits as ``{"id", "distance", "entity"}``, what the gRPC path's
-    ``MilvusClient.search`` gives (its JSON fields decoded)."""
-    rows: list[list[dict[str, Any]]] = col.search(
-        query_vectors=list(data), top_k=k, metric_type=metric_type, expr=expr or None,
-        output_fields=output_fields, anns_field=anns_field, search_params=search_params)
+    ``MilvusClient.search`` gives (its JSON fields decoded; a float vector as a numpy array
+    of the same values, not a list)."""
+    numpy = NUMPY_VECTORS.set(True)  # the hits' vectors as arrays (hit() takes either)
+    try:
+        rows: list[list[dict[str, Any]]] = col.search(
+            query_vectors=list(data), top_k=k, metric_type=metric_type, expr=expr or None,
+            output_fields=output_fields, anns_field=anns_field, search_params=search_params)
+    finally:
+        NUMPY_VECTORS.reset(numpy)
     decode = [f for f in _json_fields(col) if f in output_fields]
     for row in rows:
         for h in row:
@@ -72,6 +78,19 @@ def search(col: Any, data: Sequence[Any], k: int, expr: str, output_fields: list
                 value = entity.get(name)
                 if isinstance(value, (str, bytes)):
                     entity[name] = json.loads(value)
+    return rows
+
+
+def get(col: Any, ids: list[str], output_fields: list[str]) -> list[dict[str, Any]]:
+    """The rows of those ids that exist (with ``output_fields`` and the key), what the gRPC
+    path's query ``id in [...]`` gives: the servicer answers that query with this method."""
+    rows: list[dict[str, Any]] = col.get(list(ids), output_fields=output_fields)
+    decode = [f for f in _json_fields(col) if f in output_fields]
+    for row in rows:
+        for name in decode:
+            value = row.get(name)
+            if isinstance(value, (str, bytes)):
+                row[name] = json.loads(value)
     return rows
 
 

@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 
 from index.milvus.lite.bm25 import FastBM25Index
-from index.milvus.lite.dense import VIEWS, needed_columns
+from index.milvus.lite.dense import VIEWS, cell, needed_columns
 
 ORIGINAL: dict[str, Callable[..., Any]] = {}  # set by index.milvus.lite.speed.install
 
@@ -138,7 +138,7 @@ def _merge(candidates: list[tuple[float, Any, Any]], top_k: int,
         else:
             table, row = source
             cols = needed_columns(table.column_names, output_fields, pk_field)
-            record = {name: table.column(name)[row].as_py() for name in (
+            record = {name: cell(table, name, row) for name in (
                 cols if cols is not None else table.column_names)
                 if name not in ("_seq", "_partition")}
         hits.append({"id": pk, "distance": dist, "entity": project(record)})
