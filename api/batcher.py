@@ -3,10 +3,13 @@
 Requests tokenize their texts and :meth:`DynamicBatcher.embed` them; one worker thread
 takes texts off the queue in arrival order into a batch bounded by ``max_size`` texts and
 ``max_tokens`` padded tokens, waiting at most ``max_wait_s`` after the first text for
-company, and runs the encoder once per batch. While the encoder runs, new texts queue up,
-so under load batches fill by themselves and the wait never triggers. A request whose texts
-would push the queue past ``queue_max`` is refused at once (:class:`QueueFullError`, 429)
-rather than queued behind an unbounded backlog. ``max_size=1`` turns batching off.
+company when other requests are under way, and runs the encoder once per batch. While the
+encoder runs, new texts queue up, so under load batches fill by themselves and the wait
+rarely triggers; a request alone (none other queued or being encoded) is not kept waiting
+for company that is not coming: the 2 ms wait was most of a lone query's embedding time.
+A request whose texts would push the queue past ``queue_max`` is refused at once
+(:class:`QueueFullError`, 429) rather than queued behind an unbounded backlog.
+``max_size=1`` turns batching off.
 
 The encoder runs in the worker thread (torch releases the GIL), so the event loop keeps
 serving other requests meanwhile; results go back to each request's loop thread-safely.
@@ -71,6 +74,7 @@ class DynamicBatcher:
         self.max_wait_s, self.queue_max = max_wait_s, queue_max
         self.metrics, self.slots = metrics, slots
         self._queue: deque[_Text] = deque()
+        self._outstanding = 0  # requests queued or being encoded (under self._cond)
         self._cond = threading.Condition()
         self._stopped = False
         self._threads = [threading.Thread(target=self._run, name=f"qkv-encoder-{i}",
@@ -96,6 +100,7 @@ class DynamicBatcher:
                 raise RuntimeError("the encoder is shut down")
             self._check_room(len(ids))
             self._queue.extend(_Text(list(x), request, row) for row, x in enumerate(ids))
+            self._outstanding += 1
             self._set_depth()
             self._cond.notify()
         return await request.future
@@ -141,7 +146,9 @@ class DynamicBatcher:
                     self._cond.wait()
                 if self._stopped:
                     return None
-                deadline = self._queue[0].enqueued + self.max_wait_s
+                # company only while other requests are under way: one alone goes now
+                wait = self.max_wait_s if self._outstanding > 1 else 0.0
+                deadline = self._queue[0].enqueued + wait
                 while self._queue and len(self._queue) < self.max_size and not self._stopped:
                     longest = max(len(t.ids) for t in self._queue)
                     if longest * len(self._queue) >= self.max_tokens:
@@ -211,12 +218,17 @@ class DynamicBatcher:
             r.out[t.row] = row
             r.remaining -= 1
             if r.remaining == 0:
+                self._done()
                 r.loop.call_soon_threadsafe(_resolve, r.future, r.out)
 
-    @staticmethod
-    def _fail(request: _Request, e: BaseException) -> None:
+    def _done(self) -> None:
+        with self._cond:
+            self._outstanding -= 1
+
+    def _fail(self, request: _Request, e: BaseException) -> None:
         if request.remaining > 0:
             request.remaining = 0
+            self._done()
             request.loop.call_soon_threadsafe(_reject, request.future, e)
 
 

@@ -71,6 +71,36 @@ def test_32_concurrent_single_texts_share_batches() -> None:
     assert "qkv_encoder_batch_texts_sum 32.0" in text
 
 
+def test_a_request_alone_does_not_wait_for_company() -> None:
+    """With nothing else under way there is no company to wait for: a lone request is
+    encoded at once (it waited the whole ``max_wait_s`` before), one after another; two
+    requests queued together still wait for more, as before."""
+    enc = SlowEncoder()
+    b = DynamicBatcher(enc, 4, max_size=64, max_wait_s=0.5)
+
+    async def alone() -> list[float]:
+        took = []
+        for i in range(3):
+            t0 = time.perf_counter()
+            await b.embed([[i, 1]])
+            took.append(time.perf_counter() - t0)
+        return took
+
+    assert max(asyncio.run(alone())) < 0.25  # 20 ms of encoding, not 500 ms of waiting
+
+    async def busy() -> float:
+        first = asyncio.ensure_future(b.embed([[1]]))
+        await asyncio.sleep(0.005)  # the first is being encoded; two more queue meanwhile
+        t0 = time.perf_counter()
+        await asyncio.gather(b.embed([[2]]), b.embed([[3]]))
+        await first
+        return time.perf_counter() - t0
+
+    assert asyncio.run(busy()) >= 0.4  # two under way: they wait for more company
+    b.close()
+    assert [len(x) for x in enc.batches] == [1, 1, 1, 1, 2]
+
+
 def test_batch_size_one_is_one_by_one() -> None:
     enc = SlowEncoder()
     b = DynamicBatcher(enc, 4, max_size=1)
