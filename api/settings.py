@@ -182,7 +182,8 @@ class Settings(Runtime):
                                 "dynamic batching off.")
     batch_max_tokens: int = Field(8192, ge=1, description="Padded tokens per encoder batch.")
     batch_max_wait_ms: float = Field(2.0, ge=0, description="How long the first text of a "
-                                     "batch waits for company.")
+                                     "batch waits for company, when other requests are "
+                                     "under way (a request alone goes at once).")
     queue_max: int = Field(2048, ge=1, description="Texts waiting for the encoder before "
                            "requests get 429.")
     batch_workers: int = Field(0, ge=0, description="Batches encoded side by side, each on "
