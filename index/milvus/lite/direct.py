@@ -26,7 +26,7 @@ from __future__ import annotations
 import json
 import logging
 import os
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 from index.milvus.lite import speed
@@ -51,10 +51,17 @@ def collection(uri: str, name: str) -> Any | None:
         return None
 
 
-def _json_fields(col: Any) -> list[str]:
+def _decoded(col: Any, records: Iterable[dict[str, Any]], fields: list[str]) -> None:
+    """Decode in place the JSON fields among ``fields`` of each record, which Lite's engine
+    hands out as their text (the gRPC answer carries them decoded)."""
     from milvus_lite.schema.types import DataType
 
-    return [f.name for f in col.schema.fields if f.dtype == DataType.JSON]
+    names = [f.name for f in col.schema.fields if f.dtype == DataType.JSON and f.name in fields]
+    for record in records if names else ():
+        for name in names:
+            value = record.get(name)
+            if isinstance(value, (str, bytes)):
+                record[name] = json.loads(value)
 
 
 def search(col: Any, data: Sequence[Any], k: int, expr: str, output_fields: list[str],
@@ -70,14 +77,7 @@ def search(col: Any, data: Sequence[Any], k: int, expr: str, output_fields: list
             output_fields=output_fields, anns_field=anns_field, search_params=search_params)
     finally:
         NUMPY_VECTORS.reset(numpy)
-    decode = [f for f in _json_fields(col) if f in output_fields]
-    for row in rows:
-        for h in row:
-            entity = h.setdefault("entity", {})
-            for name in decode:
-                value = entity.get(name)
-                if isinstance(value, (str, bytes)):
-                    entity[name] = json.loads(value)
+    _decoded(col, (h.setdefault("entity", {}) for row in rows for h in row), output_fields)
     return rows
 
 
@@ -85,15 +85,12 @@ def get(col: Any, ids: list[str], output_fields: list[str]) -> list[dict[str, An
     """The rows of those ids that exist (with ``output_fields`` and the key), what the gRPC
     path's query ``id in [...]`` gives: the servicer answers that query with this method."""
     rows: list[dict[str, Any]] = col.get(list(ids), output_fields=output_fields)
-    decode = [f for f in _json_fields(col) if f in output_fields]
-    for row in rows:
-        for name in decode:
-            value = row.get(name)
-            if isinstance(value, (str, bytes)):
-                row[name] = json.loads(value)
+    _decoded(col, rows, output_fields)
     return rows
 
 
 def upsert(col: Any, rows: list[dict[str, Any]]) -> None:
-    """Upsert ``rows`` (field name -> value, as ``MilvusClient.upsert`` takes them)."""
-    col.upsert(rows, partition_name="_default")
+    """Upsert ``rows`` (field name -> value, as ``MilvusClient.upsert`` takes them). The
+    engine gets copies: what it adds to a record must not reach the gRPC call that follows
+    a failure."""
+    col.upsert([dict(r) for r in rows], partition_name="_default")
