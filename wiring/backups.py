@@ -99,8 +99,8 @@ class Backups:
 
     async def _job(self, kind: str, name: str, work: Any, wait: bool) -> dict[str, Any]:
         """Run ``work()`` (on the store's worker) as a job: its result when ``wait``, else
-        its state at once; 409 while another backup or restore runs. While it runs, its state
-is written again every :data:`BEAT_S`."""
+        its state at once; 409 while another backup or restore runs. While it runs, its
+        state is written again every :data:`BEAT_S`."""
         if not self._busy.acquire(blocking=False):
             raise ConflictError("a backup or restore is running: try again when it is done")
         now = time.time()
