@@ -15,14 +15,13 @@ from typing import Any
 
 import numpy as np
 import pytest
+from test_lite_speed import WORDS, random_writes
 
 from index import CollectionNotFoundError, MilvusStore
 from index.filters import parse_filter
 from index.milvus.lite import direct as lite_direct
 from index.store import EncoderInfo, Item
 
-WORDS = ("dog cat man woman child ball street red blue green runs jumps sits plays water "
-         "grass snow beach bike guitar park").split()
 ENC = EncoderInfo("test", "0" * 16, 8)
 
 
@@ -104,19 +103,8 @@ def test_direct_answers_equal_grpcs(store: MilvusStore, seed: int,
                 assert all(np.array_equal(x.vector, y.vector)
                            for x, y in zip(direct_items, grpc_items, strict=True))
 
-    write([f"d{i}" for i in range(200)])
-    for step in range(10):
-        action = rnd.choice(("new", "overwrite", "delete", "flush"))
-        if action == "new":
-            write([f"d{len(written) + i}" for i in range(rnd.randint(1, 60))])
-        elif action == "overwrite":
-            write(rnd.sample(sorted(written), rnd.randint(1, 40)))
-        elif action == "delete":
-            for tenant in tenants:
-                store.delete("c", rnd.sample(sorted(written), rnd.randint(1, 30)), tenant=tenant)
-        else:
-            store.flush("c")
-        compare(step)
+    random_writes(store, rnd, write, written, tenants, compare, first=200, steps=10,
+                  most=(60, 40, 30), actions=("new", "overwrite", "delete", "flush"))
 
 
 def test_direct_upserts_read_back_as_grpcs(store: MilvusStore,

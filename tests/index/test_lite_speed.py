@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import os
 import random
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -61,6 +61,29 @@ def _engine_collection(uri: str, name: str) -> Any:
 
     db = server_manager_instance._servers[os.path.abspath(uri)][1]
     return db.get_collection(name)
+
+
+def random_writes(store: MilvusStore, rnd: random.Random, write: Callable[[list[str]], None],
+                  written: set[str], tenants: tuple[str | None, ...],
+                  compare: Callable[[int], None], first: int, steps: int,
+                  most: tuple[int, int, int], actions: tuple[str, ...]) -> None:
+    """Collection ``c``'s random workload: ``first`` documents written, then ``steps`` random
+    actions (new keys, overwrites, deletes in each tenant, flushes; at most ``most`` keys
+    a new, overwrite and delete), ``compare(step)`` after each."""
+    write([f"d{i}" for i in range(first)])
+    for step in range(steps):
+        action = rnd.choice(actions)
+        if action == "new":
+            write([f"d{len(written) + i}" for i in range(rnd.randint(1, most[0]))])
+        elif action == "overwrite":
+            write(rnd.sample(sorted(written), rnd.randint(1, most[1])))
+        elif action == "delete":
+            for tenant in tenants:
+                store.delete("c", rnd.sample(sorted(written), rnd.randint(1, most[2])),
+                             tenant=tenant)
+        else:
+            store.flush("c")
+        compare(step)
 
 
 def _both_ways(col: Any, search: Any) -> tuple[Any, Any]:
@@ -118,19 +141,8 @@ def test_searches_equal_lites_own_through_writes(store: MilvusStore, seed: int) 
             fast, own = _both_ways(col, search)
             assert fast == own, f"step {step}, filter {expr!r}"
 
-    write([f"d{i}" for i in range(300)])
-    for step in range(14):
-        action = rnd.choice(("new", "overwrite", "delete", "flush", "flush"))
-        if action == "new":
-            write([f"d{len(written) + i}" for i in range(rnd.randint(1, 80))])
-        elif action == "overwrite":
-            write(rnd.sample(sorted(written), rnd.randint(1, 60)))
-        elif action == "delete":
-            for tenant in tenants:
-                store.delete("c", rnd.sample(sorted(written), rnd.randint(1, 40)), tenant=tenant)
-        else:
-            store.flush("c")
-        compare(step)
+    random_writes(store, rnd, write, written, tenants, compare, first=300, steps=14,
+                  most=(80, 60, 40), actions=("new", "overwrite", "delete", "flush", "flush"))
     # the cached views of this collection: its latest generation's, never a pile of old ones
     from index.milvus.lite.dense import VIEWS
 

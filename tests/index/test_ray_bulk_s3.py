@@ -9,13 +9,13 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from store_backends import free_port, stop_process, wait_for_port
+from store_backends import S3_CREDS as CREDS
+from store_backends import free_port, s3_server
 from test_index_cli import N_DISTINCT
 from test_ray_bulk import import_tasks
 from test_ray_index import ENV, check_job, check_store, ray_args
@@ -24,7 +24,6 @@ from cli.index import EXIT_UNAVAILABLE
 from stack import MilvusStandalone
 
 BUCKET = "milvus-data"
-CREDS = {"AWS_ACCESS_KEY_ID": "qkvtest", "AWS_SECRET_ACCESS_KEY": "qkvtest-secret"}
 
 
 @pytest.fixture(scope="module")
@@ -32,24 +31,19 @@ def s3_milvus(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, s
     """(Milvus URI, S3 endpoint): moto's S3 server, and Milvus 2.3.5 on it (storage type
     minio, its bucket :data:`BUCKET`, which it creates)."""
     pytest.importorskip("ray")
-    pytest.importorskip("moto")
-    port = free_port()
-    moto = subprocess.Popen([sys.executable, "-m", "moto.server", "-p", str(port)],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    server = MilvusStandalone(tmp_path_factory.mktemp("milvus-s3"), start_timeout_s=180,
-                              stop_timeout_s=5, env={
-                                  "COMMON_STORAGETYPE": "minio", "MINIO_ADDRESS": "127.0.0.1",
-                                  "MINIO_PORT": str(port), "MINIO_BUCKETNAME": BUCKET,
-                                  "MINIO_ROOTPATH": "files",
-                                  "MINIO_ACCESSKEYID": CREDS["AWS_ACCESS_KEY_ID"],
-                                  "MINIO_SECRETACCESSKEY": CREDS["AWS_SECRET_ACCESS_KEY"]})
-    try:
-        wait_for_port(port, 60, moto)
-        server.start()
-        yield server.uri, f"http://127.0.0.1:{port}"
-    finally:
-        server.stop()
-        stop_process(moto)
+    with s3_server() as (endpoint, _):
+        server = MilvusStandalone(
+            tmp_path_factory.mktemp("milvus-s3"), start_timeout_s=180, stop_timeout_s=5, env={
+                "COMMON_STORAGETYPE": "minio", "MINIO_ADDRESS": "127.0.0.1",
+                "MINIO_PORT": endpoint.rsplit(":", 1)[1], "MINIO_BUCKETNAME": BUCKET,
+                "MINIO_ROOTPATH": "files",
+                "MINIO_ACCESSKEYID": CREDS["AWS_ACCESS_KEY_ID"],
+                "MINIO_SECRETACCESSKEY": CREDS["AWS_SECRET_ACCESS_KEY"]})
+        try:
+            server.start()
+            yield server.uri, endpoint
+        finally:
+            server.stop()
 
 
 def objects(endpoint: str, prefix: str) -> dict[str, int]:
