@@ -159,11 +159,14 @@ class Backups:
 
     async def state(self, job_id: str) -> dict[str, Any]:
         """A backup or restore job's state; 404 for an unknown one."""
+        # Whether it runs here is taken before its file is read: a job that ends during the
+        # read writes its end before it leaves ``_live``, so a "running" read after it left
+        # would be stale, not an interrupted job.
+        live = job_id in self._live
         state = await asyncio.to_thread(self._load, job_id) if JOB.fullmatch(job_id) else None
         if state is None:
             raise NotFoundError(f"no backup job {job_id!r}")
-        if (state.get("state") == "running" and job_id not in self._live
-                and not held_elsewhere(state)):
+        if state.get("state") == "running" and not live and not held_elsewhere(state):
             state.update(state="failed", error="interrupted: the server that ran it stopped; "
                          "run it again (a backup keeps the previous one whole, a restore "
                          "finishes where it stopped)")
