@@ -19,6 +19,7 @@ Writes meanwhile answer 503; reads go on. The next write (or ``/ready``) tries t
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import logging
 import threading
@@ -26,7 +27,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any, cast
 
-from index.store import StoreDamagedError, StoreUnavailableError, VectorStore
+from index.store import StoreDamagedError, StoreError, StoreUnavailableError, VectorStore
 
 log = logging.getLogger(__name__)
 EXCLUSIVE = frozenset({"create", "drop", "set_alias", "drop_alias", "set_calibration",
@@ -83,25 +84,52 @@ class GuardedStore:
         self.inner = store
         self._lock = ReadWriteLock()
         self.damaged: str | None = None  # why writes wait for heal(), or None
+        self._failures = 0  # how many times the store failed at the file level
+        self._reopen_due = False
+        self._said = threading.Lock()
+        if hasattr(store, "reopens_itself"):  # the guard re-opens it, nothing in flight
+            store.reopens_itself = False
 
     def __getattr__(self, name: str) -> Any:
         attr = getattr(self.inner, name)
         if name.startswith("_") or not callable(attr):
             return attr
         hold = self._lock.write if name in EXCLUSIVE else self._lock.read
+        write = name in WRITES
 
         @functools.wraps(attr)
         def call(*args: Any, **kwargs: Any) -> Any:
-            if name in WRITES and self.damaged is not None:
-                self.heal()
-            try:
-                with hold():
-                    return attr(*args, **kwargs)
-            except StoreDamagedError as e:
-                self.damaged = str(e)
-                raise
+            for again in (False, True):
+                if self.damaged is not None:
+                    if write:
+                        self.heal()  # 503 while it cannot
+                    else:
+                        with contextlib.suppress(StoreError):  # a read tries anyway
+                            self.heal()
+                failures = self._failures
+                try:
+                    with hold():
+                        result = attr(*args, **kwargs)
+                except StoreDamagedError as e:
+                    self._failed(e)
+                    if write or again:
+                        raise
+                    continue  # a read: once more, on the re-opened store
+                if write or again or self._failures == failures:
+                    return result
+                # the store failed while this read ran: its answer may miss acknowledged
+                # rows (Lite hid them until re-opened), so it is read again after the heal
+            raise AssertionError("unreachable")
 
         return call
+
+    def _failed(self, e: StoreDamagedError) -> None:
+        """Every call from now on heals first; a read in flight reads again (its count of
+        failures changed under it)."""
+        with self._said:
+            self.damaged = str(e)
+            self._failures += 1
+            self._reopen_due = True
 
     @contextmanager
     def exclusive(self) -> Iterator[VectorStore]:
@@ -118,6 +146,10 @@ class GuardedStore:
             if self.damaged is None:
                 return False
             try:
+                reopen = getattr(self.inner, "reopen", None)
+                if self._reopen_due and reopen is not None:
+                    reopen()
+                self._reopen_due = False
                 counts = {c: self._count(c) for c in self.inner.list_collections()}
             except StoreUnavailableError as e:
                 raise StoreUnavailableError(
