@@ -8,9 +8,10 @@ Usage: python bench/crasher.py [--store lite|faiss] [--cycles 50] [--writers 4]
 HTTP and record each batch the server acknowledged (200). Every 1-3 s (random) the server
 is killed with SIGKILL and started again; then the collection's count must be at least the
 acknowledged total, and every id acknowledged in the last second before the kill, plus 100
-others at random, must read back (GET). Prints a line per cycle and a markdown section,
-recorded with the figures (``bench/machine.py``). ``tests/api/test_crasher.py`` runs a few
-cycles of it.
+others at random, must read back (GET). Meanwhile a reader reads acknowledged ids at random
+all the time, across the kills and restarts: a 404 is a document unreadable at that moment.
+Prints a line per cycle and a markdown section, recorded with the figures
+(``bench/machine.py``). ``tests/api/test_crasher.py`` runs a few cycles of it.
 """
 
 from __future__ import annotations
@@ -37,6 +38,7 @@ CHECK_SAMPLE = 100
 class Crashes:
     cycles: int = 0
     acked: dict[str, float] = field(default_factory=dict)  # id -> when acknowledged
+    order: list[str] = field(default_factory=list)  # the same ids, read without the lock
     lost: list[str] = field(default_factory=list)
     short_counts: list[tuple[int, int]] = field(default_factory=list)  # (count, acked)
     checked: int = 0
@@ -45,6 +47,33 @@ class Crashes:
     # unreadable right after a restart, readable 1 s later: an open defect (issue 44), kept
     # apart from loss so that the loss check stays exact
     transient: list[str] = field(default_factory=list)
+    # the continuous reader: acknowledged ids read back all the time, across kills
+    reads: int = 0
+    read_answers: dict[int, int] = field(default_factory=dict)  # status -> how many
+    unreadable: list[str] = field(default_factory=list)  # acknowledged, answered 404
+
+
+def _reader(base: list[str], crashes: Crashes, stop: threading.Event, seed: int) -> None:
+    """Read acknowledged documents back at random, all the time: before, during and right
+    after each restart (without the writers' lock, which the check after a restart holds).
+    A connection refused (the server down) is no answer; a 404 for an acknowledged id is a
+    document unreadable at that moment."""
+    rnd = random.Random(seed)
+    with httpx.Client(timeout=30) as c:
+        while not stop.is_set():
+            if not crashes.order:
+                time.sleep(0.05)
+                continue
+            i = crashes.order[rnd.randrange(len(crashes.order))]
+            try:
+                r = c.get(f"{base[0]}/v1/collections/crash/documents/{i}")
+            except httpx.TransportError:
+                time.sleep(0.05)
+                continue
+            crashes.reads += 1
+            crashes.read_answers[r.status_code] = crashes.read_answers.get(r.status_code, 0) + 1
+            if r.status_code == 404:
+                crashes.unreadable.append(i)
 
 
 def _writer(base: list[str], w: int, crashes: Crashes, lock: threading.Lock,
@@ -65,6 +94,7 @@ def _writer(base: list[str], w: int, crashes: Crashes, lock: threading.Lock,
                 if r.status_code == 200:
                     now = time.monotonic()
                     crashes.acked.update((i, now) for i in ids)
+                    crashes.order.extend(ids)
             n += BATCH
 
 
@@ -108,6 +138,7 @@ def run(store: str, model: str, cycles: int, writers: int, log_dir: Path,
     crashes, lock, stop = Crashes(), threading.Lock(), threading.Event()
     threads = [threading.Thread(target=_writer, args=(base, w, crashes, lock, stop))
                for w in range(writers)]
+    threads.append(threading.Thread(target=_reader, args=(base, crashes, stop, seed)))
     for t in threads:
         t.start()
     try:
@@ -125,7 +156,8 @@ def run(store: str, model: str, cycles: int, writers: int, log_dir: Path,
             if verbose:
                 print(f"cycle {cycle + 1}: {len(crashes.acked)} acknowledged, "
                       f"{len(crashes.lost)} lost, {len(crashes.transient)} transient, "
-                      f"counts short {len(crashes.short_counts)}",
+                      f"counts short {len(crashes.short_counts)}; reader: "
+                      f"{crashes.reads} reads, {crashes.read_answers}",
                       crashes.failed_reads or "", flush=True)
     finally:
         stop.set()
@@ -158,12 +190,17 @@ def main() -> None:
         f"{len(c.acked):,} documents acknowledged, {c.checked:,} read back after restarts: "
         f"**{len(c.lost)} lost**, {len(c.transient)} unreadable right after a restart and "
         f"readable 1 s later, {len(c.short_counts)} counts below the acknowledged total. "
-        f"Answers: {dict(sorted(c.statuses.items()))}."])
+        f"Answers: {dict(sorted(c.statuses.items()))}. A reader reading acknowledged "
+        f"documents all the time, across the kills: {c.reads:,} reads, "
+        f"**{len(c.unreadable)} answered 404**; answers "
+        f"{dict(sorted(c.read_answers.items()))}."])
     print(section)
     record("crasher", command, {
         "store": args.store, "lost": len(c.lost), "transient": len(c.transient),
         "counts_short": len(c.short_counts), "cycles": c.cycles, "seconds": round(seconds),
         "writers": args.writers, "acknowledged": len(c.acked), "read_back": c.checked,
+        "reader_reads": c.reads, "reader_404": len(c.unreadable),
+        "reader_answers": {str(k): v for k, v in sorted(c.read_answers.items())},
         "answers": {str(k): v for k, v in sorted(c.statuses.items())}},
         section=section, results=args.results)
 
