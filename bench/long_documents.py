@@ -16,7 +16,9 @@ passages of each ``--sizes`` tokens; then every query is searched in dense, bm25
 hybrid mode. Prints nDCG@10 ÷ the one-row collection's BM25 (BM25 of whole documents),
 ingest (documents/s, passages a document, and passages/s against the encoder alone on the
 same passages), and p50 latency of dense and hybrid searches against embedding the query
-(``POST /v1/embeddings``), side by side in one run; records it (``bench/machine.py``).
+(``POST /v1/embeddings``), side by side in one run; records it (``bench/machine.py``). The
+latencies are timed once the store settled: a first, separately reported dense pass runs
+right after the writes, while the store seals and indexes them.
 """
 
 from __future__ import annotations
@@ -109,7 +111,9 @@ def run_set(client: Any, name: str, texts: dict[str, str], queries: dict[str, st
             assert r.status_code == 200, r.text
         ingest_s = time.perf_counter() - t0
         fig: dict[str, Any] = {"ingest_docs_per_s": round(len(ids) / ingest_s, 2)}
-        for mode in MODES:
+
+        def timed(mode: str, coll: str = coll
+                  ) -> tuple[dict[str, dict[str, float]], list[float]]:
             run: dict[str, dict[str, float]] = {}
             lat = []
             for qid, q in queries.items():
@@ -120,6 +124,15 @@ def run_set(client: Any, name: str, texts: dict[str, str], queries: dict[str, st
                 lat.append(time.perf_counter() - t)
                 assert r.status_code == 200, r.text
                 run[qid] = {h["id"]: float(h["score"]) for h in r.json()["hits"]}
+            return run, lat
+
+        # The first pass runs while the store seals and indexes what was just written (a
+        # second of quiet, then Lite's background index build): kept apart as
+        # ``first_pass_p50_ms``; the latencies are the second pass's, settled.
+        first = statistics.median(timed(MODES[0])[1])
+        fig["first_pass_p50_ms"] = round(1e3 * first, 2)
+        for mode in MODES:
+            run, lat = timed(mode)
             fig[mode] = score_run(run, qrels)["ndcg@10"]
             fig[f"{mode}_p50_ms"] = round(1e3 * statistics.median(lat), 2)
             if body.get("chunking", True) and mode != "bm25":
@@ -258,13 +271,15 @@ def main() -> None:
     lines.append("| mean | | " + " | ".join(f"{means[f'{c}_{m}']:.2f}" for c, _ in configs
                                             for m in MODES) + " |")
     lines += ["", "| set | config | docs/s | passages/doc | ingest ÷ encoder | dense p50 ms | "
-              "hybrid p50 ms | embed p50 ms |", "|---|---|---|---|---|---|---|---|"]
+              "hybrid p50 ms | embed p50 ms | dense p50 ms right after the writes |",
+              "|---|---|---|---|---|---|---|---|---|"]
     for n, r in results.items():
         for c, _ in configs:
             f = r[c]
             lines.append(f"| {n} | {c} | {f['ingest_docs_per_s']} | "
                          f"{f.get('passages_per_doc', 1)} | {f.get('ingest_vs_encoder', '')} | "
-                         f"{f['dense_p50_ms']} | {f['hybrid_p50_ms']} | {f['embed_p50_ms']} |")
+                         f"{f['dense_p50_ms']} | {f['hybrid_p50_ms']} | {f['embed_p50_ms']} | "
+                         f"{f['first_pass_p50_ms']} |")
     aggs = [k for k in next(iter(results.values()))[configs[-1][0]] if "_agg_" in k]
     lines += ["", f"Scoring a document from its passages ({configs[-1][0]}, top 100 passages; "
               "the service: max), nDCG@10 ÷ BM25 of whole documents:", "",
