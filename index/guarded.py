@@ -11,18 +11,25 @@ collection gone (404) and a second create finds it there (409), never a half-dro
 The lock prefers writers, so a stream of searches cannot hold a drop off for long.
 
 A store that failed at the file level (:class:`index.store.StoreDamagedError`: Milvus Lite
-on a full disk, re-opened from its write-ahead log) is marked *damaged*: ``damaged``
-says why, and no write reaches it until :meth:`GuardedStore.heal` has re-opened it and
-every collection has loaded and answered its count again (the counts go to the log).
-Writes meanwhile answer 503; reads go on. The next write (or ``/ready``) tries to heal.
+on a full disk) is marked *damaged*: ``damaged`` says why, and the next call heals it first
+(:meth:`GuardedStore.heal`): with every other call held, the store is re-opened (Lite
+stopped and started again from its write-ahead log: ``MilvusStore.reopen``, which the store
+would otherwise do itself, under the calls in flight) and every collection must load and
+answer its count again (the counts go to the log). A write waits for that (503 while it
+cannot); a read goes on anyway (trying again at most every :data:`READ_HEAL_S`). A read
+that ran while a call failed is read again once healed: Lite may hide acknowledged rows
+after a failed write, until it is re-opened (issue 44). Before, the write that failed
+re-opened Lite under the reads in flight, and three writers filling a disk made 11-13 of
+~1,700 concurrent reads answer 502 (issue 68, finding 7).
 """
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import logging
+import math
 import threading
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any, cast
@@ -33,6 +40,8 @@ log = logging.getLogger(__name__)
 EXCLUSIVE = frozenset({"create", "drop", "set_alias", "drop_alias", "set_calibration",
                        "set_passages", "set_calibration_job"})
 WRITES = EXCLUSIVE | {"upsert", "delete", "flush"}
+NO_HEAL = frozenset({"close"})  # not healed first (closing a damaged store)
+READ_HEAL_S = 1.0  # a read tries to heal a damaged store at most this often (writes: each)
 
 
 class ReadWriteLock:
@@ -87,6 +96,7 @@ class GuardedStore:
         self._failures = 0  # how many times the store failed at the file level
         self._reopen_due = False
         self._said = threading.Lock()
+        self._heal_failed_at = -math.inf  # when a read's heal last failed
         if hasattr(store, "reopens_itself"):  # the guard re-opens it, nothing in flight
             store.reopens_itself = False
 
@@ -95,27 +105,29 @@ class GuardedStore:
         if name.startswith("_") or not callable(attr):
             return attr
         hold = self._lock.write if name in EXCLUSIVE else self._lock.read
-        write = name in WRITES
+        write, heals = name in WRITES, name not in NO_HEAL
 
         @functools.wraps(attr)
         def call(*args: Any, **kwargs: Any) -> Any:
             for again in (False, True):
-                if self.damaged is not None:
+                if self.damaged is not None and heals:
                     if write:
                         self.heal()  # 503 while it cannot
-                    else:
-                        with contextlib.suppress(StoreError):  # a read tries anyway
+                    elif time.monotonic() - self._heal_failed_at >= READ_HEAL_S:
+                        try:  # a read tries anyway
                             self.heal()
+                        except StoreError:
+                            self._heal_failed_at = time.monotonic()
                 failures = self._failures
                 try:
                     with hold():
                         result = attr(*args, **kwargs)
                 except StoreDamagedError as e:
                     self._failed(e)
-                    if write or again:
+                    if write or again or not heals:
                         raise
                     continue  # a read: once more, on the re-opened store
-                if write or again or self._failures == failures:
+                if write or again or not heals or self._failures == failures:
                     return result
                 # the store failed while this read ran: its answer may miss acknowledged
                 # rows (Lite hid them until re-opened), so it is read again after the heal

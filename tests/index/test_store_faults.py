@@ -136,3 +136,27 @@ def test_a_read_the_failure_overlapped_reads_again_on_the_reopened_store() -> No
         assert read.result(10) == ["x"]  # ... and is read again once re-opened
     assert inner.reopened == 1 and store.damaged is None
     assert store.get("a", ["y"]) == ["y"] and inner.reopened == 1
+
+
+def test_reads_go_on_while_the_store_cannot_heal_and_closing_does_not_heal(tmp_path: Path
+                                                                          ) -> None:
+    inner = Failing(open_store(f"faiss://{tmp_path}"))
+    store = GuardedStore(inner)  # type: ignore[arg-type]
+    store.create("a", 4)
+    store.upsert("a", _items(range(3)))
+    inner.fail_upserts = 1
+    with pytest.raises(StoreDamagedError):
+        store.upsert("a", _items(range(3, 6)))
+    inner.count_down = True  # it cannot heal
+    attempts: list[int] = []
+    heal = store.heal
+
+    def counted() -> bool:
+        attempts.append(1)
+        return heal()
+
+    store.heal = counted  # type: ignore[method-assign]
+    assert [it.id for it in store.get("a", ["0", "2"])] == ["0", "2"]  # tried, and read
+    assert [it.id for it in store.get("a", ["1"])] == ["1"] and len(attempts) == 1  # not again
+    store.close()
+    assert len(attempts) == 1 and store.damaged is not None  # closing does not heal
