@@ -81,7 +81,7 @@ class Service:
         # (bench/api_load.py's sentences, 32 connections; bench/history/ has the run).
         self.parts = load_components(
             settings.model, settings.store, token=settings.milvus_token,
-            timeout=settings.store_timeout_s, device=settings.device,
+            timeout=settings.store_timeout_s, ef=settings.search_ef, device=settings.device,
             cpu_threads=settings.encoder_threads or os.cpu_count() or 1,
             backend=settings.encoder_backend, decoders=settings.decoders,
             token_memories=settings.token_memories)

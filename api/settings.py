@@ -112,6 +112,12 @@ class Settings(Runtime):
                        "faiss://DIR.")
     milvus_token: str = Field("", description="Milvus token (user:password or API key).")
     store_timeout_s: float = Field(10.0, gt=0, description="Timeout of each store call.")
+    search_ef: int = Field(128, ge=16, le=2048, description=(
+        "How wide an HNSW index is searched (Milvus' `ef`, on a server or in Lite; "
+        "`efSearch` of a `faiss+hnsw://` store), at least the hits asked for: higher finds "
+        "more of the exact nearest neighbours, more slowly. On the Milvus 2.3.5 server at "
+        "500,000 documents, recall@10 0.965 at 128 and 0.982 at 256, p50 5.1 and 6.8 ms "
+        "(`bench/search.py`)."))
     model: Path = Field(Path("models/encoder-default"), description="Encoder checkpoint.")
     decoders: Annotated[dict[str, Path], NoDecode] = Field(
         default_factory=dict, description="Collection name -> decoder checkpoint, as JSON "

@@ -1,13 +1,16 @@
 """Backup and restore against re-indexing from the source (issue 72).
 
 Usage: python bench/backup.py --data ../shared/data [--n 100000] [--model DIR] [--server]
+       [--server-ef 256]
 
 On N real short documents (``bench/workload.py``, the ingest benchmark's): ``qkv index``
 builds a Milvus Lite file from the JSONL (the re-indexing a user without a backup would
 run); then, each as its own process, ``qkv backup`` of that file, ``qkv restore`` into a
 fresh Lite file, and into FAISS (and with ``--server`` into a Milvus 2.3.5 server) with the
 stored vectors. Then it checks what came back: every row's id, text, metadata and vector
-against the source, and the dense top 10 of 200 queries (recall@10 against the source's).
+against the source, and the dense top 10 of 200 queries (recall@10 against the source's;
+on the server once more after its index is built, at the default ``ef`` and at each of
+``--server-ef``, ``QKV_SEARCH_EF``).
 Prints a markdown section and records it with the figures (``bench/machine.py``).
 """
 
@@ -106,6 +109,8 @@ def main() -> None:
     ap.add_argument("--model", default="models/encoder-default")
     ap.add_argument("--server", action="store_true", help="Also restore into a Milvus 2.3.5 "
                     "server (PyPI milvus).")
+    ap.add_argument("--server-ef", default="256", help="search ef values (QKV_SEARCH_EF) the "
+                    "server's recall is measured at too, once indexed")
     add_results_arg(ap)
     args = ap.parse_args()
     VAR.mkdir(parents=True, exist_ok=True)
@@ -147,6 +152,11 @@ def main() -> None:
                 waited = wait_indexed(uri, COLLECTION, args.n)
                 checks[f"{tag}, indexed ({waited:.0f} s later)"] = compare(
                     source, target, COLLECTION, args.n, xq)
+                for ef in [int(e) for e in args.server_ef.split(",") if e]:
+                    wider = open_store(uri, timeout=900, ef=ef)
+                    checks[f"{tag}, indexed, ef {ef}"] = compare(source, wider, COLLECTION,
+                                                                 args.n, xq)
+                    wider.close()
             source.close()
             target.close()
             release(src)

@@ -48,22 +48,23 @@ def __getattr__(name: str) -> Any:
     raise AttributeError(f"module 'index' has no attribute {name!r}")
 
 
-def open_store(uri: str, token: str = "", timeout: float = 10.0, bulk: bool = False
-               ) -> VectorStore:
+def open_store(uri: str, token: str = "", timeout: float = 10.0, bulk: bool = False,
+               ef: int = 128) -> VectorStore:
     """A store from a URI: ``faiss://DIR`` (or ``faiss+hnsw://DIR``) is a :class:`FaissStore`;
     ``http(s)://host:port`` a Milvus server; anything else a Milvus Lite file. ``bulk``: for
     a bulk job (Milvus Lite seals every :data:`index.milvus.sealing.BULK_SEAL_ROWS` rows instead
     of every :data:`index.milvus.sealing.SEAL_ROWS`, fewer and larger segments to merge later, and
-    not after a pause in the writes: :mod:`index.milvus.sealing`)."""
+    not after a pause in the writes: :mod:`index.milvus.sealing`). ``ef``: how wide an HNSW
+    index is searched."""
     from index.faiss.store import FaissStore
 
     if uri.startswith("faiss://"):
-        return FaissStore(uri.removeprefix("faiss://"), index_type="flat")
+        return FaissStore(uri.removeprefix("faiss://"), index_type="flat", ef=ef)
     if uri.startswith("faiss+hnsw://"):
-        return FaissStore(uri.removeprefix("faiss+hnsw://"), index_type="hnsw")
+        return FaissStore(uri.removeprefix("faiss+hnsw://"), index_type="hnsw", ef=ef)
     from index.milvus.sealing import BULK_SEAL_ROWS, SEAL_QUIET_S, SEAL_ROWS
 
-    return MilvusStore(uri, token=token, timeout=timeout,
+    return MilvusStore(uri, token=token, timeout=timeout, ef=ef,
                        seal_rows=BULK_SEAL_ROWS if bulk else SEAL_ROWS,
                        seal_quiet_s=None if bulk else SEAL_QUIET_S)
 

@@ -86,7 +86,7 @@ class Components:
 
 
 def load_components(model: Path, store: str, *, token: str = "", timeout: float = 10.0,
-                    device: str | None = None, cpu_threads: int | None = None,
+                    ef: int = 128, device: str | None = None, cpu_threads: int | None = None,
                     backend: str | None = None,
                     decoders: Mapping[str, Path] | None = None,
                     token_memories: Mapping[str, Path] | None = None) -> Components:
@@ -112,5 +112,6 @@ def load_components(model: Path, store: str, *, token: str = "", timeout: float 
         log.info("collection %s generates with token memory %s (%d tokens)", stored, path,
                  memories[stored].size)
     return Components(encoder=text_encoder, info=encoder_info(text_encoder),
-                      store=guarded(open_store(store, token=token, timeout=timeout)),
+                      store=guarded(open_store(store, token=token, timeout=timeout,
+                                                          ef=ef)),
                       decoders=loaded, decoder_paths=paths, token_memories=memories)

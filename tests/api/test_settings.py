@@ -4,6 +4,7 @@ given), the demo collections; names are checked when the settings are made."""
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 from pydantic import ValidationError
@@ -62,3 +63,29 @@ def test_encoder_spin(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("QKV_ENCODER_SPIN", "sometimes")
     with pytest.raises(ValidationError, match="encoder_spin"):
         Settings()
+
+
+def test_search_ef_reaches_the_store(make_client: Any, tmp_path: Path) -> None:
+    """``QKV_SEARCH_EF`` is how wide the store searches its HNSW index: a ``faiss+hnsw://``
+    store searched at 16 finds fewer of the exact neighbours than at 512."""
+    import numpy as np
+
+    from index import Item
+
+    found = {}
+    for ef in (16, 512):
+        client = make_client(filled=False, store=f"faiss+hnsw://{tmp_path / str(ef)}",
+                             search_ef=ef)
+        store = client.app.state.service.store  # type: ignore[attr-defined]
+        assert store.inner.ef == ef
+        rng = np.random.default_rng(0)
+        x = rng.standard_normal((4000, 32)).astype(np.float32)
+        x /= np.linalg.norm(x, axis=1, keepdims=True)
+        store.create("v", 32)
+        store.upsert("v", [Item(id=str(i), vector=v, text="") for i, v in enumerate(x)])
+        xq = x[:50] + 0.3 * rng.standard_normal((50, 32)).astype(np.float32)
+        exact = np.argsort(-(xq @ x.T), axis=1)[:, :10]
+        hits = store.search("v", xq, 10, mode="dense")
+        found[ef] = np.mean([len({h.id for h in hs} & {str(i) for i in row}) / 10
+                             for hs, row in zip(hits, exact, strict=True)])
+    assert found[512] > found[16] and found[512] >= 0.99, found
