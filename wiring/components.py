@@ -111,7 +111,7 @@ def load_components(model: Path, store: str, *, token: str = "", timeout: float 
         memories[stored] = TokenMemory.load(path, loaded[stored].fingerprint)
         log.info("collection %s generates with token memory %s (%d tokens)", stored, path,
                  memories[stored].size)
+    opened = open_store(store, token=token, timeout=timeout, ef=ef)
     return Components(encoder=text_encoder, info=encoder_info(text_encoder),
-                      store=guarded(open_store(store, token=token, timeout=timeout,
-                                                          ef=ef)),
+                      store=guarded(opened),
                       decoders=loaded, decoder_paths=paths, token_memories=memories)
