@@ -7,7 +7,8 @@ Usage: python bench/scale.py --data ../shared/data [--sizes 10000,100000,1000000
 For each size N: N real texts (``bench/workload.py``'s list; past its end, marked copies)
 as documents, and the Q texts after them as queries (never indexed). The encoder alone
 encodes a sample of the documents (docs/s, its own batching). Then for each store, fresh:
-``qkv index`` (docs/s, and its ratio to the encoder alone), the store's disk size, then
+``qkv index`` (docs/s, its ratio to the encoder alone, and its curve: docs/s over each fifth
+of the rows, from the job's progress file), the store's disk size, then
 ``qkv serve`` on it and each query one request at a time: ``/v1/embeddings`` (the time to
 embed the query) and search in ``dense``, ``bm25`` and ``hybrid`` mode (top 10): p50 and
 p99, and the p50 over the embedding p50. Recall@10 of dense is against exact search, the
@@ -84,17 +85,39 @@ def encoder_alone(model: str, texts: list[str]) -> float:
     return float(out.strip().splitlines()[-1])
 
 
-def index(docs: Path, store: str, model: str, state: Path) -> float:
-    """``qkv index`` into ``store``; its docs/s (from the job's summary line)."""
+def index(docs: Path, store: str, model: str, state: Path) -> tuple[float, list[list[float]]]:
+    """``qkv index`` into ``store``: its docs/s (from the job's summary line), and its ingest
+    curve (:func:`curve`)."""
     shutil.rmtree(state, ignore_errors=True)
     cmd = [*QKV_CMD, "index", "--collection", COLLECTION, "--input", str(docs), "--store", store,
            "--model", model, "--state-dir", str(state), "--no-progress", "--timeout", "600",
            "--no-tune"]
     t0 = time.perf_counter()
-    res, _ = run_sampled(cmd)  # bench/ingest.py's: runs it, reads the job's summary line
+    res, rss = run_sampled(cmd, state)  # bench/ingest.py's: runs it (rows written sampled
+    # from the job's progress file), reads the job's summary line
     print(f"  {shlex.join(cmd[1:])}\n  -> {res['summary']} "
           f"(wall {time.perf_counter() - t0:.0f} s)", flush=True)
-    return float(res["docs_s"])
+    return float(res["docs_s"]), curve(rss.samples)
+
+
+def curve(samples: list[tuple[float, int, int]], parts: int = 5) -> list[list[float]]:
+    """The ingest curve: [rows written, docs/s since the previous point] at each ``1/parts``
+    of the rows, from (seconds, rows written, RSS) samples (the job's progress file, read
+    every 0.25 s: rows count once the store acknowledged their batch). It starts at the
+    first acknowledged batch: the start-up (loading the encoder, opening the store) and the
+    first batch are the summary's, not the curve's."""
+    written = [(t, r) for t, r, _ in samples if r > 0]
+    if not written:
+        return []
+    last = written[-1][1]
+    out: list[list[float]] = []
+    start = written[0]
+    for i in range(1, parts + 1):
+        end = next((t, r) for t, r in written if r >= last * i // parts)
+        if end[1] > start[1] and end[0] > start[0]:
+            out.append([end[1], round((end[1] - start[1]) / (end[0] - start[0]))])
+            start = end
+    return out
 
 
 def disk_mb(path: Path) -> float:
@@ -166,8 +189,9 @@ def run_store(name: str, uri: str, docs: Path, n: int, queries: list[str], model
         shutil.rmtree(where, ignore_errors=True)
     where.mkdir(parents=True, exist_ok=True)
     print(f"{name} at {n:,} documents ({uri})", flush=True)
-    rate = index(docs, uri, model, where / "jobs")
+    rate, ingest_curve = index(docs, uri, model, where / "jobs")
     row: dict[str, Any] = {"store": name, "n": n, "ingest": rate, "ingest_x": rate / enc_rate,
+                           "ingest_curve": ingest_curve,
                            "disk_mb": disk_mb(where) if name != "server" else None}
     hybrid = name != "server"  # Milvus 2.3.5 has no BM25
     server = Server(uri, model, {"QKV_AUTO_TUNE": "false"})
@@ -209,6 +233,11 @@ def report(rows: list[dict[str, Any]], enc: dict[int, float], argv: str) -> str:
     lines += ["", "Encoder alone (docs/s, on the first "
               f"{ENCODER_SAMPLE:,} documents): "
               + ", ".join(f"{n:,}: {v:,.0f}" for n, v in enc.items())]
+    lines += ["", "Ingest curve (`qkv index`: rows written, and docs/s since the point "
+              "before, from its first acknowledged batch; as the store acknowledged them):",
+              ""]
+    lines += [f"- {r['store']} {r['n']:,}: " + ", ".join(
+        f"{rows:,}: {rate:,.0f}" for rows, rate in r["ingest_curve"]) for r in rows]
     return "\n".join(lines)
 
 
@@ -270,7 +299,7 @@ def figures(r: dict[str, Any], enc_rate: float) -> dict[str, Any]:
             if m in r["batched"]}
     out |= {"rss_mb": round(r["rss_mb"]),
             "disk_mb": round(r["disk_mb"]) if r["disk_mb"] is not None else None,
-            "encoder_alone_docs_per_s": round(enc_rate)}
+            "encoder_alone_docs_per_s": round(enc_rate), "ingest_curve": r["ingest_curve"]}
     return out
 
 
