@@ -115,7 +115,6 @@ class MilvusStore:
         # flush moves them): Lite lost acknowledged rows of concurrent writers on kill -9
         self._flushing, self._connecting = threading.RLock(), threading.RLock()  # re-entrant
         self._aliases = AliasCache(self._read_aliases)
-        self.reopens_itself = True  # after a failed write on Lite (reopen())
 
     # -- connection -------------------------------------------------------------------
     def _connect(self) -> Any:
@@ -137,24 +136,10 @@ class MilvusStore:
                 self._loaded.clear()
                 self._aliases.invalidate()
             elif isinstance(err, StoreUnavailableError):
-                if not (self.is_lite and is_io_failure(e)):
-                    self.close(seal=False)  # reconnect from scratch on the next call
-                elif self.reopens_itself:
-                    self.reopen()
-                # else the guard (index.guarded) re-opens it with no other call in flight
+                self.close(seal=False)  # reconnect from scratch on the next call
+                if self.is_lite and is_io_failure(e):  # restarted, Lite replays its log
+                    restart_lite(self.uri)
             raise err from e
-
-    def reopen(self) -> None:
-        """Close the connection and, on a Lite file, stop this process's Lite server: the
-        next call starts it again, and Lite's recovery replays its write-ahead log (after a
-        failed write, its memory may no longer match its files). Nothing else may call the
-        store meanwhile: a call that connects while the old server lets go of the file
-        fails as "held by another process". On its own, the store re-opens itself after a
-        failed write (``reopens_itself``); :class:`index.guarded.GuardedStore` turns that
-        off and calls this with every other call held."""
-        self.close(seal=False)
-        if self.is_lite:
-            restart_lite(self.uri)
 
     def close(self, seal: bool = True) -> None:  # seal=False: after a failure, no flush
         pending = self._sealer.stop()

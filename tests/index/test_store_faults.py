@@ -4,8 +4,6 @@ a failure (:func:`index.milvus.conn.failure`)."""
 
 from __future__ import annotations
 
-import threading
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -63,11 +61,11 @@ def test_a_damaged_store_takes_writes_only_after_every_collection_counts(tmp_pat
     with pytest.raises(StoreDamagedError):
         store.upsert("a", _items(range(3, 6)))
     assert store.damaged is not None and "could not write" in store.damaged
+    assert store.count("a") == 3  # reads go on while damaged
     inner.count_down = True  # not back yet: the write waits (503), nothing is written
     with pytest.raises(StoreUnavailableError, match="being re-opened"):
         store.upsert("a", _items(range(3, 6)))
     assert store.damaged is not None
-    assert sorted(store.list_collections()) == ["a", "b"]  # reads go on while damaged
     inner.count_down, inner.counted = False, 0
     assert store.upsert("a", _items(range(3, 6))) == 3  # healed on the way
     assert store.damaged is None and inner.counted == 2  # both collections counted
@@ -91,72 +89,3 @@ def test_a_full_store_answers_507_with_retry_after() -> None:
     e = from_exception(StoreFullError("the Milvus server refuses writes", "quota text"))
     assert e.status == 507 and e.error_type == "insufficient_storage"
     assert int(e.headers["Retry-After"]) > 0 and "quota text" not in e.message
-
-
-class Reopening:
-    """A store like Milvus Lite after a failed write: its ``get`` misses the rows until it
-    is re-opened (issue 44's hidden rows); ``get`` waits for ``gate`` once, so that a write
-    fails while it runs."""
-
-    def __init__(self) -> None:
-        self.reopens_itself, self.reopened, self.fresh = True, 0, True
-        self.gate, self.reading = threading.Event(), threading.Event()
-
-    def get(self, collection: str, ids: list[str]) -> list[str]:
-        if not self.gate.is_set():
-            self.reading.set()
-            self.gate.wait(10)
-        return list(ids) if self.fresh else []
-
-    def upsert(self, collection: str, items: list[Item]) -> int:
-        self.fresh = False
-        raise StoreDamagedError("Milvus Lite could not write (upsert)", "No space left")
-
-    def reopen(self) -> None:
-        self.reopened += 1
-        self.fresh = True
-
-    def list_collections(self) -> list[str]:
-        return []
-
-
-def test_a_read_the_failure_overlapped_reads_again_on_the_reopened_store() -> None:
-    """Issue 68, finding 7: Lite was re-opened by the write that failed, under reads in
-    flight, and a read in flight could answer without rows the failure hid. The guard takes
-    the re-opening from the store, does it with no call in flight, and reads again."""
-    inner = Reopening()
-    store = GuardedStore(inner)  # type: ignore[arg-type]
-    assert inner.reopens_itself is False  # the guard re-opens it
-    with ThreadPoolExecutor(1) as pool:
-        read = pool.submit(store.get, "a", ["x"])
-        assert inner.reading.wait(10)
-        with pytest.raises(StoreDamagedError):
-            store.upsert("a", [])
-        inner.gate.set()  # the read in flight answers from the failed store: nothing
-        assert read.result(10) == ["x"]  # ... and is read again once re-opened
-    assert inner.reopened == 1 and store.damaged is None
-    assert store.get("a", ["y"]) == ["y"] and inner.reopened == 1
-
-
-def test_reads_go_on_while_the_store_cannot_heal_and_closing_does_not_heal(tmp_path: Path
-                                                                          ) -> None:
-    inner = Failing(open_store(f"faiss://{tmp_path}"))
-    store = GuardedStore(inner)  # type: ignore[arg-type]
-    store.create("a", 4)
-    store.upsert("a", _items(range(3)))
-    inner.fail_upserts = 1
-    with pytest.raises(StoreDamagedError):
-        store.upsert("a", _items(range(3, 6)))
-    inner.count_down = True  # it cannot heal
-    attempts: list[int] = []
-    heal = store.heal
-
-    def counted() -> bool:
-        attempts.append(1)
-        return heal()
-
-    store.heal = counted  # type: ignore[method-assign]
-    assert [it.id for it in store.get("a", ["0", "2"])] == ["0", "2"]  # tried, and read
-    assert [it.id for it in store.get("a", ["1"])] == ["1"] and len(attempts) == 1  # not again
-    store.close()
-    assert len(attempts) == 1 and store.damaged is not None  # closing does not heal
