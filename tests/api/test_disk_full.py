@@ -91,22 +91,22 @@ def _server(small_fs: Path, tmp_path: Path, tiny_encoder_dir: Path, flood_mb: st
                          env={"QKV_DISK_FLOOD_MB": flood_mb, "QKV_AUTO_TUNE": "false"})
 
 
-def _fill(c: httpx.Client, reader: Reader) -> tuple[int, httpx.Response]:
+def _fill(c: httpx.Client, ids: list[int]) -> tuple[int, httpx.Response]:
     """Upsert into a new collection until a write is not 200: (documents acknowledged,
-    the first answer that was not). The reader reads each acknowledged one back."""
+    the first answer that was not). Each acknowledged id goes into ``ids``."""
     assert c.post("/v1/collections", json={"name": "full"}).status_code == 201
     acked = 0
     for _ in range(400):
         r = _upsert(c, acked)
         if r.status_code != 200:
             return acked, r
-        reader.ids.extend(range(acked, acked + BATCH))
+        ids.extend(range(acked, acked + BATCH))
         acked += BATCH
     raise AssertionError(f"{acked} documents fit: the file system never filled")
 
 
 def _grow_and_write(c: httpx.Client, small_fs: Path, acked: int, waiting: tuple[int, ...],
-                    reader: Reader) -> int:
+                    ids: list[int]) -> int:
     """Grow the file system; a write must be taken again within 30 s (meanwhile only the
     statuses in ``waiting``). Returns the new acknowledged total."""
     subprocess.run(["mount", "-o", "remount,size=64m", str(small_fs)], check=True)
@@ -114,7 +114,7 @@ def _grow_and_write(c: httpx.Client, small_fs: Path, acked: int, waiting: tuple[
     while (r := _upsert(c, acked)).status_code != 200:
         assert r.status_code in waiting and time.monotonic() < deadline, r.text
         time.sleep(1)
-    reader.ids.extend(range(acked, acked + BATCH))
+    ids.extend(range(acked, acked + BATCH))
     return acked + BATCH
 
 
@@ -126,7 +126,7 @@ def test_full_disk_refuses_writes_before_the_store_fails(small_fs: Path, tmp_pat
     try:
         c = httpx.Client(base_url=base, timeout=60)
         with Reader(base) as reader:
-            acked, refused = _fill(c, reader)
+            acked, refused = _fill(c, reader.ids)
             assert refused.status_code == 507, refused.text
             assert refused.headers["retry-after"] and str(small_fs) not in refused.text
             assert acked >= BATCH
@@ -141,7 +141,7 @@ def test_full_disk_refuses_writes_before_the_store_fails(small_fs: Path, tmp_pat
                 "writes: blocked (disk)" in ready.json()["detail"]
             assert "qkv_writes_refused_total 1.0" in c.get("/metrics").text
             # space comes back: writes are taken again within 30 s, with no restart
-            acked = _grow_and_write(c, small_fs, acked, (507,), reader)
+            acked = _grow_and_write(c, small_fs, acked, (507,), reader.ids)
             assert c.get("/v1/collections/full").json()["count"] == acked
             assert c.get(f"/v1/collections/full/documents/d{acked - 1}").status_code == 200
         assert reader.reads > acked and not reader.bad, reader.bad[:5]
@@ -166,17 +166,15 @@ def test_a_store_that_failed_a_write_is_reopened_and_loses_nothing(
         c = httpx.Client(base_url=base, timeout=60)
         # no reader alongside: the write that fails re-opens Lite under reads in flight,
         # which then answer 502 ("held by another process"): issue 68, finding 7, open
-        reader = Reader(base)  # not started: it only collects the acknowledged ids
-        acked, failed = _fill(c, reader)
+        ids: list[int] = []
+        acked, failed = _fill(c, ids)
         assert failed.status_code == 503, failed.text
         assert str(small_fs) not in failed.text and "/tmp/" not in failed.text
         for i in range(acked):  # while full, the store damaged: reads go on
             assert c.get(f"/v1/collections/full/documents/d{i}").status_code == 200, i
-        acked = _grow_and_write(c, small_fs, acked, (503, 507), reader)
+        acked = _grow_and_write(c, small_fs, acked, (503, 507), ids)
         assert c.get("/v1/collections/full").json()["count"] == acked
         for i in range(acked):
             assert c.get(f"/v1/collections/full/documents/d{i}").status_code == 200, i
     finally:
         server.stop()
-
-
