@@ -58,6 +58,7 @@ TITLES = {
     "long_docs": "Long documents: the whole vector against its windows",
     "precision": "Weights stored in fp16, embedding tables in 8 bits",
     "backup": "Backup and restore against re-indexing",
+    "server_hnsw": "HNSW's M on a Milvus server: recall and latency",
     "backup_crash": "kill -9 during backups and restores",
     "fuzz": "Fuzz and fault pass: hostile inputs while a reader checks",
     "races": "Races: data and admin calls at once",
