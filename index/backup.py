@@ -432,6 +432,9 @@ def restore(store: VectorStore, src: str | Path, names: Sequence[str] | None = N
         if have != c["rows"]:
             raise BackupError(f"collection {staging!r} holds {have} rows after the restore, "
                               f"the backup {c['rows']}: run the restore again")
+        settle = getattr(store, "settle", None)  # a server's index built before readers come
+        if settle is not None:
+            settle(staging)
         store.set_alias(name, staging)
         moved = [name]
         for alias in c["aliases"]:

@@ -344,6 +344,39 @@ class MilvusStore:
             self._check_writable()
             self._call("flush", lambda c: c.flush(collection, timeout=self.timeout))
 
+    def settle(self, collection: str, timeout: float = 600.0) -> bool:
+        """On a Milvus server: flush, wait until the vector index covers every row, and load
+        the collection again, so that its searches run on the index. For a while after the
+        writes, the server searches the new segments without it: recall@10 0.93 right after
+        a restore of 100,000 documents, and 0.87-0.90 at every ``ef`` right after its index
+        was built but before a load (``bench/server_hnsw.py``). Whether it settled within
+        ``timeout`` s. Nothing to do on Lite (its sealing: :mod:`index.milvus.sealing`)."""
+        if self.is_lite or self.index_type == "FLAT":
+            return True
+        collection = self._aliases.resolve(collection)
+        self._ready(collection)
+        deadline = time.monotonic() + timeout
+        self._call("flush", lambda c: c.flush(collection, timeout=timeout))
+        index = self._call("list_indexes", lambda c: c.list_indexes(
+            collection, field_name="vector"))[0]
+        while True:
+            d = self._call("describe_index", lambda c: c.describe_index(collection, index))
+            if int(d.get("pending_index_rows", 0)) == 0 and \
+                    int(d.get("indexed_rows", 0)) >= int(d.get("total_rows", 0)):
+                break
+            if time.monotonic() > deadline:
+                log.warning("collection %s: its index covers %s of %s rows after %.0f s; "
+                            "searched meanwhile without it", collection,
+                            d.get("indexed_rows"), d.get("total_rows"), timeout)
+                return False
+            time.sleep(1.0)
+        with self._connecting:
+            self._call("release_collection", lambda c: c.release_collection(
+                collection, timeout=self.timeout))
+            self._loaded.discard(collection)
+        self._ready(collection)
+        return True
+
     def _engine(self, collection: str) -> Any:
         """Lite's collection object when this process serves the file (searches, reads by id
         and upserts skip the gRPC loopback: :mod:`index.milvus.lite.direct`), else None."""
