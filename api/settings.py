@@ -115,9 +115,9 @@ class Settings(Runtime):
     search_ef: int = Field(128, ge=16, le=2048, description=(
         "How wide an HNSW index is searched (Milvus' `ef`, on a server or in Lite; "
         "`efSearch` of a `faiss+hnsw://` store), at least the hits asked for: higher finds "
-        "more of the exact nearest neighbours, more slowly. On the Milvus 2.3.5 server at "
-        "500,000 documents, recall@10 0.965 at 128 and 0.982 at 256, p50 5.1 and 6.8 ms "
-        "(`bench/search.py`)."))
+        "more of the exact nearest neighbours, more slowly. On a Milvus 2.3.5 server at "
+        "100,000 documents (its HNSW built with M 32), recall@10 0.979 at 64, 0.9925 at 128 "
+        "and 0.999 at 256, p50 4.1, 4.6 and 5.5 ms (`bench/server_hnsw.py`, Intel Xeon)."))
     model: Path = Field(Path("models/encoder-default"), description="Encoder checkpoint.")
     decoders: Annotated[dict[str, Path], NoDecode] = Field(
         default_factory=dict, description="Collection name -> decoder checkpoint, as JSON "
