@@ -19,6 +19,7 @@ from __future__ import annotations
 import argparse
 import random
 import shlex
+import shutil
 import signal
 import sys
 import tempfile
@@ -181,7 +182,14 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         store = str(Path(tmp) / "lite.db") if args.store == "lite" else f"faiss://{tmp}/f"
         t0 = time.perf_counter()
-        c = run(store, args.model, args.cycles, args.writers, Path(tmp))
+        try:
+            c = run(store, args.model, args.cycles, args.writers, Path(tmp))
+        except BaseException:  # the server's log outlives the run, to see why
+            kept = ROOT / "var/bench/crasher-serve.log"
+            kept.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(Path(tmp) / "crasher-serve.log", kept)
+            print(f"the server's log: {kept}", file=sys.stderr)
+            raise
         seconds = time.perf_counter() - t0
     command = shlex.join(["python", *sys.argv])
     section = "\n".join([
