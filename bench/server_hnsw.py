@@ -9,7 +9,7 @@ N real short texts (``bench/workload.py``) are the documents, the next 200 the q
 documents: a query equal to a document finds itself, the easy case). Each ``M`` gets its own
 collection on one Milvus 2.3.5 server (``stack``), written through ``MilvusStore`` (its
 create path, efConstruction 200), flushed, and searched once the index covers every row and
-the collection is loaded again.
+the collection is loaded again (``MilvusStore.settle``, what a restore into a server does).
 Prints a markdown section and records it (``bench/machine.py``).
 """
 
@@ -66,7 +66,9 @@ def main() -> None:
                 store.upsert(name, [Item(id=f"d{i:07d}", vector=xb[i], text=texts[i])
                                     for i in range(s, min(args.n, s + 5000))])
             written = time.perf_counter() - t0
-            indexed = _indexed(uri, name, args.n)
+            t0 = time.perf_counter()
+            assert store.settle(name, timeout=900), f"{name}: not indexed in 900 s"
+            indexed = time.perf_counter() - t0
             for ef in efs:
                 store.ef = ef
                 lat, found = [], []
@@ -95,28 +97,6 @@ def main() -> None:
     figures.update({f"p50_ms_m{r['M']}_ef{r['ef']}": r["p50_ms"] for r in rows})
     figures["docs"] = args.n
     record("server_hnsw", argv, figures, section=text, results=args.results)
-
-
-def _indexed(uri: str, name: str, rows: int) -> float:
-    """Flush, wait until the index covers the rows, and load the collection again;
-    seconds."""
-    from pymilvus import MilvusClient
-
-    client = MilvusClient(uri=uri, timeout=600)
-    t0 = time.perf_counter()
-    client.flush(name, timeout=600)
-    index = client.list_indexes(name, field_name="vector")[0]
-    while time.perf_counter() - t0 < 900:
-        d = client.describe_index(name, index)
-        if int(d.get("pending_index_rows", 0)) == 0 and int(d.get("indexed_rows", 0)) >= rows:
-            break
-        time.sleep(2)
-    # loaded again: for a while after the index is built, the query node still searches
-    # some segments without it (recall 0.87-0.90 at every ef, in a first run of this script)
-    client.release_collection(name, timeout=600)
-    client.load_collection(name, timeout=600)
-    client.close()
-    return time.perf_counter() - t0
 
 
 if __name__ == "__main__":
