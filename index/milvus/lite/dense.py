@@ -160,7 +160,10 @@ def brute_force_ip(xb: np.ndarray, xq: np.ndarray, k: int, valid: np.ndarray | N
                    ) -> tuple[np.ndarray, np.ndarray]:
     """Lite's ``BruteForceIndex.search`` for inner product (distance −⟨q, x⟩, ascending,
     padded with -1 / inf) without copying the valid rows out first: Lite copies the
-    whole segment (``vectors[valid_indices]``) on every search, 50 MB at 50,000 rows."""
+    whole segment (``vectors[valid_indices]``) on every search, 50 MB at 50,000 rows.
+
+    A product's last bit can differ from Lite's: BLAS picks its kernel, and the order it
+    sums in, by the matrix's width, and Lite's matrix holds only the valid rows."""
     nq = len(xq)
     ids = np.full((nq, k), -1, dtype=np.int64)
     dists = np.full((nq, k), np.inf, dtype=np.float32)
