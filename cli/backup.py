@@ -10,6 +10,7 @@ unreachable or held by another process: run the same command again; 1 any other 
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -189,13 +190,22 @@ def _restore(src: Path, names: list[str] | None, as_: str | None, replace: bool,
     import encoder
     from wiring.components import encoder_info
 
-    enc = encoder.load(model)
+    # Its name and fingerprint decide whether the stored vectors are reused: the network it
+    # encodes on (ONNX, built from the weights in about a second) only if texts need it
+    enc = encoder.load(model, backend="torch")
     info = encoder_info(enc)
+    network: list[bool] = []
+
+    def embed(texts: Sequence[str]) -> Any:
+        if not network:
+            enc.use_backend(None)  # the default for this device
+            network.append(True)
+        return enc.encode(list(texts), batch_size=64)
+
     t0 = time.perf_counter()
     s = open_store(store, token=token, bulk=True)
     try:
-        done = run(s, src, names, rename, info, lambda t: enc.encode(list(t), batch_size=64),
-                   replace, _progress(), encoders)
+        done = run(s, src, names, rename, info, embed, replace, _progress(), encoders)
     finally:
         s.close()
     for r in done:

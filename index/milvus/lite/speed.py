@@ -10,7 +10,8 @@ same two search paths with visibility cached per generation of segments
 (:mod:`index.milvus.lite.visibility`) and array postings (:mod:`index.milvus.lite.bm25`);
 their results are Lite's own (a test holds them so on random workloads: the same hits
 in the same order, BM25 scores to the last bit, inner products to float32 rounding). They are
-written to go upstream as they are.
+written to go upstream as they are. Lite's write path loses two per-value Python loops
+too (:mod:`index.milvus.lite.writes`), with the same results.
 
 They replace Lite's functions only when the installed Lite is the one they were copied
 from (the replaced functions' source hashes to what is recorded here): any other version
@@ -39,6 +40,10 @@ KNOWN_SOURCES = {
         "95df328148020ef43914f02127a7b74a4e7e82315bddc75e2e87b88735572552",
     "Collection._build_or_load_segment_index":
         "0031c591fb4c8123c10489d0302a0d18acbe1533ca8d52ff9e28373ae996e30d",
+    "validate_record": "51e1a5b3f524c1762bfbadce767276d8e088de2582be31a6546a434eb1c437dd",
+    "_find_float_vector": "a9a8f0900a0344e7a7888f2af1a6ff08334d0e6958fb7df1a9903a76d2b2c431",
+    "MemTable._build_data_table":
+        "6a7d20cc7bdddb80d4cfb22873c77ead82e6b94c1ef6cbf04a3a2db477c70b76",
 }
 # A segment smaller than this gets no HNSW graph and is searched exactly by brute force
 # (about 3 ms at 50,000 rows, 256 dims, 2 cores): Lite merges small segments into larger
@@ -62,12 +67,17 @@ def wanted() -> bool:
 
 def _targets() -> dict[str, Any]:
     from milvus_lite.engine import collection
+    from milvus_lite.schema import validation
     from milvus_lite.search import executor_indexed
+    from milvus_lite.storage import memtable
 
     return {"execute_search_with_index": executor_indexed.execute_search_with_index,
             "Collection._search_sparse": collection.Collection._search_sparse,
             "Collection._build_or_load_segment_index":
-                collection.Collection._build_or_load_segment_index}
+                collection.Collection._build_or_load_segment_index,
+            "validate_record": validation.validate_record,
+            "_find_float_vector": validation._find_float_vector,
+            "MemTable._build_data_table": memtable.MemTable._build_data_table}
 
 
 def source_hashes() -> dict[str, str]:
@@ -78,7 +88,8 @@ def source_hashes() -> dict[str, str]:
 
 
 def install() -> bool:
-    """Replace Lite's two search paths (once per process); whether they now run."""
+    """Replace Lite's two search paths and its write path's two loops (once per process);
+    whether they now run."""
     with _lock:
         if _state["installed"] is not None:
             return bool(_state["installed"])
@@ -123,9 +134,26 @@ def install() -> bool:
             build(self, seg, spec)
 
         collection.Collection._build_or_load_segment_index = build_or_load_segment_index
+        _install_writes(targets)
         _state["installed"] = True
         log.info("Milvus Lite: fast search paths installed")
         return True
+
+
+def _install_writes(targets: dict[str, Any]) -> None:
+    """Lite's write path without its per-value loops (:mod:`index.milvus.lite.writes`)."""
+    from milvus_lite.engine import collection
+    from milvus_lite.schema import validation
+    from milvus_lite.storage import memtable
+
+    from index.milvus.lite import writes as lite_writes
+
+    lite_writes.ORIGINAL.update(validate_record=targets["validate_record"],
+                                find_float_vector=targets["_find_float_vector"],
+                                build_data_table=targets["MemTable._build_data_table"])
+    collection.validate_record = lite_writes.validate_record
+    validation._find_float_vector = lite_writes.find_float_vector
+    memtable.MemTable._build_data_table = lite_writes.build_data_table
 
 
 def build_later(col: Any) -> None:
@@ -165,6 +193,12 @@ def uninstall() -> None:
             collection.Collection._search_sparse = originals["Collection._search_sparse"]
             collection.Collection._build_or_load_segment_index = originals[
                 "Collection._build_or_load_segment_index"]
+            from milvus_lite.schema import validation
+            from milvus_lite.storage import memtable
+
+            collection.validate_record = originals["validate_record"]
+            validation._find_float_vector = originals["_find_float_vector"]
+            memtable.MemTable._build_data_table = originals["MemTable._build_data_table"]
         _state["installed"] = None
 
 
