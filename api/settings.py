@@ -86,10 +86,10 @@ class Runtime(BaseSettings):
         "static", description="The onnx backend's activation ranges: static (calibrated "
         "once, the default) or token (a range per token).")
     lite_fast_search: bool = Field(True, description="Milvus Lite's searches on qkv's paths "
-                                   "(no rescan of the collection per search), and a Lite "
-                                   "file's searches and upserts called in this process "
-                                   "without the gRPC loopback; false keeps Lite's own, for "
-                                   "comparison.")
+                                   "(no rescan of the collection per search), its writes "
+                                   "without per-value Python loops, and a Lite file's "
+                                   "searches and upserts called in this process without the "
+                                   "gRPC loopback; false keeps Lite's own, for comparison.")
 
     @field_validator("encoder_backend", mode="before")
     @classmethod
