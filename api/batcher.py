@@ -9,7 +9,9 @@ rarely triggers; a request alone (none other queued or being encoded) is not kep
 for company that is not coming: the 2 ms wait was most of a lone query's embedding time.
 A request whose texts would push the queue past ``queue_max`` is refused at once
 (:class:`QueueFullError`, 429) rather than queued behind an unbounded backlog.
-``max_size=1`` turns batching off.
+``max_size=1`` turns batching off. With several workers, a queue shorter than their full
+batches is shared out evenly (:meth:`DynamicBatcher._share`), and a worker that leaves texts
+behind wakes the next: one bulk request's texts are encoded on every core at once.
 
 The encoder runs in the worker thread (torch releases the GIL), so the event loop keeps
 serving other requests meanwhile; results go back to each request's loop thread-safely.
@@ -35,6 +37,9 @@ from api.errors import QueueFullError
 from api.metrics import Metrics
 
 log = logging.getLogger(__name__)
+# A batch cut to share a request among workers holds at least this many texts: an encoder
+# run costs about a millisecond whatever its size (encoder.text_encoder._length_groups)
+LEAST_SHARE = 8
 EncodeIds = Callable[[list[list[int]]], np.ndarray]
 
 
@@ -75,6 +80,7 @@ class DynamicBatcher:
         self.metrics, self.slots = metrics, slots
         self._queue: deque[_Text] = deque()
         self._outstanding = 0  # requests queued or being encoded (under self._cond)
+        self._idle = 0  # workers waiting for texts (under self._cond)
         self._cond = threading.Condition()
         self._stopped = False
         self._threads = [threading.Thread(target=self._run, name=f"qkv-encoder-{i}",
@@ -142,8 +148,7 @@ class DynamicBatcher:
             while True:
                 if not block and not self._queue:
                     return None if self._stopped else []
-                while not self._queue and not self._stopped:
-                    self._cond.wait()
+                self._idle_wait()
                 if self._stopped:
                     return None
                 # company only while other requests are under way: one alone goes now
@@ -160,15 +165,37 @@ class DynamicBatcher:
                 if self._queue:  # else another worker took them: wait again
                     break
             batch: list[_Text] = []
-            longest = 0
-            while self._queue and len(batch) < self.max_size:
+            longest, cap = 0, self._share()
+            while self._queue and len(batch) < cap:
                 nxt = max(longest, len(self._queue[0].ids))
                 if batch and nxt * (len(batch) + 1) > self.max_tokens:
                     break
                 longest = nxt
                 batch.append(self._queue.popleft())
             self._set_depth()
+            if self._queue:
+                self._cond.notify()  # the rest is another worker's, not this one's next
             return batch
+
+    def _idle_wait(self) -> None:  # under self._cond
+        """Wait until there are texts or a stop, counted among the idle workers."""
+        while not self._queue and not self._stopped:
+            self._idle += 1
+            try:
+                self._cond.wait()
+            finally:
+                self._idle -= 1
+
+    def _share(self) -> int:  # under self._cond
+        """How many texts this batch takes at most: ``max_size``, or while other workers
+        wait for work and fewer texts are queued than this one and they would take in full
+        batches, an even share of the queue (at least :data:`LEAST_SHARE`): one bulk
+        request of 80 texts was cut 64 + 16, and its client waited for the 64 on one core
+        while the other core's 16 were long done."""
+        workers = self._idle + 1
+        if workers == 1 or len(self._queue) >= self.max_size * workers:
+            return self.max_size
+        return min(self.max_size, max(LEAST_SHARE, -(-len(self._queue) // workers)))
 
     def _next(self) -> list[_Text] | None:
         """The next batch; with ``slots`` (shared with other encoders' batchers), taken only
@@ -178,8 +205,7 @@ class DynamicBatcher:
             return self._take()
         while True:
             with self._cond:
-                while not self._queue and not self._stopped:
-                    self._cond.wait()
+                self._idle_wait()
                 if self._stopped:
                     return None
             self.slots.acquire()

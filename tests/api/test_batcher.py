@@ -155,6 +155,32 @@ def test_two_workers_encode_batches_side_by_side() -> None:
         DynamicBatcher(encode, 4, workers=0)
 
 
+@pytest.mark.parametrize("slots", [False, True])
+def test_one_bulk_request_is_shared_evenly_between_workers(slots: bool) -> None:
+    """One request of 80 texts, two workers (as the service runs on 2 cores, with its
+    per-core slots or without): two batches of 40 encoded at once, not 64 then 16 on one
+    worker while the other sleeps; a request under two shares stays one batch."""
+    import threading
+
+    inner, count = SlowEncoder(), Concurrency()
+    b = DynamicBatcher(count.wrap(inner), 4, max_size=64, max_wait_s=0.0, workers=2,
+                       slots=threading.Semaphore(2) if slots else None)
+    deadline = time.monotonic() + 5
+    while b._idle < 2 and time.monotonic() < deadline:  # both workers started and waiting
+        time.sleep(0.001)
+    out = asyncio.run(b.embed([[i, 1] for i in range(80)]))
+    assert count.peak == 2 and sorted(len(x) for x in inner.batches) == [40, 40]
+    assert out[:, 0].tolist() == list(range(80))
+    inner.batches.clear()
+    time.sleep(0.05)  # both back to waiting
+    asyncio.run(b.embed([[i] for i in range(12)]))  # 12 texts: shares of at least 8
+    assert sorted(len(x) for x in inner.batches) in ([12], [4, 8], [6, 6])
+    inner.batches.clear()
+    asyncio.run(b.embed([[i] for i in range(7)]))
+    b.close()
+    assert [len(x) for x in inner.batches] == [7]
+
+
 def test_batchers_sharing_slots_run_no_more_batches_than_slots() -> None:
     """Two encoders' batchers (two workers each) sharing one slot: one batch at a time in
     all, no empty batch (a worker that finds its queue emptied gives the slot back), every
