@@ -24,7 +24,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 
@@ -57,27 +57,6 @@ def release(uri: str) -> None:
     from milvus_lite.server_manager import server_manager_instance
 
     server_manager_instance.release_server(str(ROOT / uri))
-
-
-def wait_indexed(uri: str, alias: str, rows: int, timeout: float = 900) -> float:
-    """On a Milvus server: flush, then wait until the HNSW index covers the rows (the
-    collection ``alias`` names); seconds waited."""
-    from pymilvus import MilvusClient
-
-    client = MilvusClient(uri=uri, timeout=600)
-    t0 = time.perf_counter()
-    name = client.describe_alias(alias)["collection_name"]
-    client.flush(name, timeout=600)
-    index = client.list_indexes(name, field_name="vector")[0]
-    while time.perf_counter() - t0 < timeout:
-        d = client.describe_index(name, index)
-        if int(d.get("pending_index_rows", 0)) == 0 and int(d.get("indexed_rows", 0)) >= \
-                0.99 * rows:
-            break
-        time.sleep(2)
-    time.sleep(5)  # the query node takes the indexed segments over
-    client.close()
-    return time.perf_counter() - t0
 
 
 def compare(source: Any, target: Any, name: str, n: int, xq: np.ndarray) -> dict[str, float]:
@@ -149,7 +128,10 @@ def main() -> None:
             source, target = open_store(src, timeout=900), open_store(uri, timeout=900)
             checks[tag] = compare(source, target, COLLECTION, args.n, xq)
             if tag.startswith("milvus"):  # its HNSW is built in the background: again after
-                waited = wait_indexed(uri, COLLECTION, args.n)
+                t = time.perf_counter()
+                settled = cast(Any, target).settle(COLLECTION, timeout=900)  # MilvusStore.s
+                assert settled, f"{tag}: not indexed in 900 s"  # a restore settled it already
+                waited = time.perf_counter() - t
                 checks[f"{tag}, indexed ({waited:.0f} s later)"] = compare(
                     source, target, COLLECTION, args.n, xq)
                 for ef in [int(e) for e in args.server_ef.split(",") if e]:
