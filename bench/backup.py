@@ -129,7 +129,7 @@ def main() -> None:
             checks[tag] = compare(source, target, COLLECTION, args.n, xq)
             if tag.startswith("milvus"):  # its HNSW is built in the background: again after
                 t = time.perf_counter()
-                settled = cast(Any, target).settle(COLLECTION, timeout=900)  # MilvusStore.s
+                settled = cast(Any, target).settle(COLLECTION, timeout=900)  # MilvusStore.settle
                 assert settled, f"{tag}: not indexed in 900 s"  # a restore settled it already
                 waited = time.perf_counter() - t
                 checks[f"{tag}, indexed ({waited:.0f} s later)"] = compare(
