@@ -91,7 +91,7 @@ def random_writes(store: MilvusStore, rnd: random.Random, write: Callable[[list[
 # An inner product's last bit depends on the matrix BLAS is handed: Lite multiplies only a
 # segment's visible rows, the fast path all of them (no copy), and OpenBLAS's AVX-512
 # kernels sum in another order for another width (Intel Xeon: 758 of 1,959 random small
-# filtered products differed in some last bit; the AMD machines' kernels matched)
+# filtered products differed in some last bit; earlier CI runs had found no difference)
 DENSE_RTOL = 8 * float(np.finfo(np.float32).eps)
 
 
