@@ -10,8 +10,9 @@ for company that is not coming: the 2 ms wait was most of a lone query's embeddi
 A request whose texts would push the queue past ``queue_max`` is refused at once
 (:class:`QueueFullError`, 429) rather than queued behind an unbounded backlog.
 ``max_size=1`` turns batching off. With several workers, a queue shorter than their full
-batches is shared out evenly (:meth:`DynamicBatcher._share`), and a worker that leaves texts
-behind wakes the next: one bulk request's texts are encoded on every core at once.
+batches is shared out evenly by tokens (:meth:`DynamicBatcher._share`), and a worker that
+leaves texts behind wakes the next: one bulk request's texts are encoded on every core at
+once.
 
 The encoder runs in the worker thread (torch releases the GIL), so the event loop keeps
 serving other requests meanwhile; results go back to each request's loop thread-safely.
@@ -25,6 +26,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
 import threading
 import time
 from collections import deque
@@ -165,13 +167,15 @@ class DynamicBatcher:
                 if self._queue:  # else another worker took them: wait again
                     break
             batch: list[_Text] = []
-            longest, cap = 0, self._share()
-            while self._queue and len(batch) < cap:
+            longest, taken, share = 0, 0, self._share()
+            while self._queue and len(batch) < self.max_size and (
+                    taken < share or len(batch) < LEAST_SHARE):
                 nxt = max(longest, len(self._queue[0].ids))
                 if batch and nxt * (len(batch) + 1) > self.max_tokens:
                     break
                 longest = nxt
                 batch.append(self._queue.popleft())
+                taken += len(batch[-1].ids)
             self._set_depth()
             if self._queue:
                 self._cond.notify()  # the rest is another worker's, not this one's next
@@ -186,16 +190,18 @@ class DynamicBatcher:
             finally:
                 self._idle -= 1
 
-    def _share(self) -> int:  # under self._cond
-        """How many texts this batch takes at most: ``max_size``, or while other workers
-        wait for work and fewer texts are queued than this one and they would take in full
-        batches, an even share of the queue (at least :data:`LEAST_SHARE`): one bulk
-        request of 80 texts was cut 64 + 16, and its client waited for the 64 on one core
-        while the other core's 16 were long done."""
+    def _share(self) -> float:  # under self._cond
+        """How many tokens this batch takes (it stops at ``max_size`` texts anyway): all it
+        can, or while other workers wait for work and fewer texts are queued than this one
+        and they would take in full batches, an even share of the queue's tokens (but at
+        least :data:`LEAST_SHARE` texts). One bulk request of 80 texts was cut 64 + 16, and
+        its client waited for the 64 on one core while the other core's 16 were long done;
+        cut 40 + 40 by count, one worker still had the 40 longest (a request's texts come
+        longest first), twice the other's tokens on manual pages."""
         workers = self._idle + 1
         if workers == 1 or len(self._queue) >= self.max_size * workers:
-            return self.max_size
-        return min(self.max_size, max(LEAST_SHARE, -(-len(self._queue) // workers)))
+            return math.inf
+        return sum(len(t.ids) for t in self._queue) / workers
 
     def _next(self) -> list[_Text] | None:
         """The next batch; with ``slots`` (shared with other encoders' batchers), taken only

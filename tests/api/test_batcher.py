@@ -181,6 +181,26 @@ def test_one_bulk_request_is_shared_evenly_between_workers(slots: bool) -> None:
     assert [len(x) for x in inner.batches] == [7]
 
 
+def test_a_bulk_request_is_shared_by_tokens_not_by_texts() -> None:
+    """A request's texts come longest first (``Service.embed``): 20 texts of 30 tokens, then
+    60 of 10. Cut by count (40 + 40), one worker had 700 tokens and the other 500; by tokens,
+    each has 600."""
+    import threading
+
+    inner = SlowEncoder()
+    b = DynamicBatcher(inner, 4, max_size=64, max_wait_s=0.0, workers=2,
+                       slots=threading.Semaphore(2))
+    deadline = time.monotonic() + 5
+    while b._idle < 2 and time.monotonic() < deadline:
+        time.sleep(0.001)
+    texts = [[i] * 30 for i in range(20)] + [[i] * 10 for i in range(20, 80)]
+    out = asyncio.run(b.embed(texts))
+    b.close()
+    assert out[:, 0].tolist() == list(range(80))
+    assert sorted(sum(len(t) for t in x) for x in inner.batches) == [600, 600]
+    assert sorted(len(x) for x in inner.batches) == [20, 60]
+
+
 def test_batchers_sharing_slots_run_no_more_batches_than_slots() -> None:
     """Two encoders' batchers (two workers each) sharing one slot: one batch at a time in
     all, no empty batch (a worker that finds its queue emptied gives the slot back), every
