@@ -88,7 +88,8 @@ def load(sides: Path, fingerprint: str) -> dict[str, dict[str, Any]]:
     for path in sorted(sides.glob(f"*.{fingerprint}.json.gz")):
         with gzip.open(path, "rt") as f:
             row = json.load(f)
-        rel, other = [], []
+        rel: list[list[float]] = []
+        other: list[list[float]] = []
         for qid, q in row["queries"].items():
             judged = row["qrels"].get(qid, {})
             for i, x in fused(row, q):
