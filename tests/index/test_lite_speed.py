@@ -169,7 +169,8 @@ def test_searches_equal_lites_own_through_writes(store: MilvusStore, seed: int) 
         texts = [analyzed(" ".join(rnd.choices(WORDS, k=3))) for _ in range(3)]
         expr = rnd.choice(["", "metadata[\"n\"] >= 4"] + (['tenant == "acme"'] if multi else []))
         # the fields a search shows: the fast paths read only their columns (None: all)
-        fields = rnd.choice([["id", "text", "metadata"], ["id"], ["text", "value"], None])
+        fields = rnd.choice([["id", "text", "metadata"], ["id"], ["text", "value"], None,
+                             ["id", "vector"]])
         for exact, search in (
             (False, lambda: col.search(xq.tolist(), 10, anns_field="vector", metric_type="IP",
                                        expr=expr or None, output_fields=fields)),

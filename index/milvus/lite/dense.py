@@ -10,7 +10,7 @@ equal on random workloads of upserts, deletes, flushes and filters.
 from __future__ import annotations
 
 import contextvars
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 import numpy as np
@@ -100,15 +100,26 @@ def execute_search_with_index(
     # ── 4. global merge + entity projection ──
     project = _projection(project_record_fn, output_fields, pk_field, vector_field)
 
-    def materialize(source: int, local_id: int) -> dict:
-        if source < len(in_scope):
-            seg = in_scope[source]
-            cols = needed_columns(seg.table.column_names, output_fields, pk_field)
-            if cols is None:
-                return seg.row_to_dict(local_id)
-            return {name: cell(seg.table, name, local_id) for name in cols}
-        batch_idx, row_idx = mt_row_refs[local_id]
-        return memtable.materialize_row(batch_idx, row_idx)
+    def materialize(picks: list[tuple[int, int]]) -> list[dict]:
+        """The records of (source, local id) hits: a sealed segment's showing some columns
+        in one read of them all (:func:`rows_of`), others one by one as Lite reads them."""
+        out: list[dict] = [{}] * len(picks)
+        by_source: dict[int, list[int]] = {}
+        for n, (source, _) in enumerate(picks):
+            by_source.setdefault(source, []).append(n)
+        for source, where in by_source.items():
+            if source < len(in_scope):
+                seg = in_scope[source]
+                cols = needed_columns(seg.table.column_names, output_fields, pk_field)
+                if cols is None:
+                    rows = [seg.row_to_dict(picks[n][1]) for n in where]
+                else:
+                    rows = rows_of(seg.table, cols, [picks[n][1] for n in where])
+            else:
+                rows = [memtable.materialize_row(*mt_row_refs[picks[n][1]]) for n in where]
+            for n, record in zip(where, rows, strict=True):
+                out[n] = record
+        return out
 
     def pk_of(source: int, local_id: int) -> Any:
         return in_scope[source].pks[local_id] if source < len(in_scope) else mt_pks[local_id]
@@ -116,9 +127,10 @@ def execute_search_with_index(
     results: list[list[dict]] = []
     for q in range(nq):
         candidates[q].sort(key=lambda c: (c[0], c[1], c[2]))  # ties: deterministic
+        top = candidates[q][:top_k]
         per_query = []
-        for dist, source, local_id in candidates[q][:top_k]:
-            record = materialize(source, local_id)
+        for (dist, source, local_id), record in zip(
+                top, materialize([(c[1], c[2]) for c in top]), strict=True):
             pk = record.get(pk_field) if pk_field in record else pk_of(source, local_id)
             per_query.append({"id": pk, "distance": dist, "entity": project(record)})
         results.append(per_query)
@@ -132,13 +144,32 @@ NUMPY_VECTORS: contextvars.ContextVar[bool] = contextvars.ContextVar("qkv_numpy_
                                                                      default=False)
 
 
-def cell(table: Any, name: str, row: int) -> Any:
-    """One value of a sealed row as Lite reads it (``as_py``), or a float vector as numpy
-    while :data:`NUMPY_VECTORS` is set."""
-    value = table.column(name)[row]
-    if NUMPY_VECTORS.get() and pa.types.is_fixed_size_list(value.type) and value.is_valid:
-        return value.values.to_numpy(zero_copy_only=False).copy()
-    return value.as_py()
+def rows_of(table: Any, cols: Sequence[str], rows: Sequence[int]) -> list[dict]:
+    """Rows of a sealed segment's table, only ``cols``, each value as Lite reads it
+    (``as_py``), a float vector as numpy while :data:`NUMPY_VECTORS` is set: one ``take``
+    of them all. Read cell by cell, 40 hits (what a dense search of a collection with
+    passages asks for top_k 10) took about 1 ms of a 3 ms search at 140,000 rows."""
+    if not rows:
+        return []
+    taken = table.select(list(cols)).take(pa.array(rows, type=pa.int64()))
+    columns = []
+    for name in cols:
+        col = taken.column(name)
+        if NUMPY_VECTORS.get() and pa.types.is_fixed_size_list(col.type):
+            columns.append(_vectors(col.combine_chunks()))
+        else:
+            columns.append(col.to_pylist())
+    return [dict(zip(cols, values, strict=True)) for values in zip(*columns, strict=True)]
+
+
+def _vectors(arr: Any) -> list[Any]:
+    """A fixed-size-list column's values with :data:`NUMPY_VECTORS`: a numpy row each (a
+    copy), None where null."""
+    if arr.null_count:
+        return [v.values.to_numpy(zero_copy_only=False).copy() if v.is_valid else None
+                for v in arr]
+    flat = arr.flatten().to_numpy(zero_copy_only=False)
+    return list(flat.reshape(len(arr), arr.type.list_size).copy())
 
 
 def needed_columns(names: list[str], output_fields: list[str] | None, pk_field: str

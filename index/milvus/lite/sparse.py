@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 
 from index.milvus.lite.bm25 import FastBM25Index
-from index.milvus.lite.dense import VIEWS, cell, needed_columns
+from index.milvus.lite.dense import VIEWS, needed_columns, rows_of
 
 ORIGINAL: dict[str, Callable[..., Any]] = {}  # set by index.milvus.lite.speed.install
 
@@ -130,16 +130,20 @@ def _merge(candidates: list[tuple[float, Any, Any]], top_k: int,
             seq = int(table.column("_seq")[row].as_py())
         if pk not in best or seq > best[pk][0]:
             best[pk] = (seq, cand)
-    deduped = sorted((v[1] for v in best.values()), key=lambda c: c[0])
-    hits: list[dict] = []
-    for dist, pk, source in deduped[:top_k]:
+    top = sorted((v[1] for v in best.values()), key=lambda c: c[0])[:top_k]
+    records: list[dict] = [{}] * len(top)
+    by_table: dict[int, tuple[Any, list[int]]] = {}  # a segment's hits read at once
+    for n, (_, _, source) in enumerate(top):
         if is_memtable(source):
-            record = source[0]
+            records[n] = source[0]
         else:
-            table, row = source
-            cols = needed_columns(table.column_names, output_fields, pk_field)
-            record = {name: cell(table, name, row) for name in (
-                cols if cols is not None else table.column_names)
-                if name not in ("_seq", "_partition")}
-        hits.append({"id": pk, "distance": dist, "entity": project(record)})
-    return hits
+            by_table.setdefault(id(source[0]), (source[0], []))[1].append(n)
+    for table, where in by_table.values():
+        cols = needed_columns(table.column_names, output_fields, pk_field)
+        shown = [name for name in (cols if cols is not None else table.column_names)
+                 if name not in ("_seq", "_partition")]
+        for n, record in zip(where, rows_of(table, shown, [top[n][2][1] for n in where]),
+                             strict=True):
+            records[n] = record
+    return [{"id": pk, "distance": dist, "entity": project(record)}
+            for (dist, pk, _), record in zip(top, records, strict=True)]
