@@ -121,6 +121,51 @@ def test_a_missing_graph_is_built_after_the_load_not_during_it(
 
 
 
+def test_a_mid_sized_segment_gets_its_graph_after_a_load_only(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A bulk job leaves segments of 32,768 rows, under HNSW_MIN_ROWS: searched by brute
+    force, they were most of a dense search of 100,000 documents. One of
+    LOADED_HNSW_MIN_ROWS or more that a collection has when it loads gets a graph on the
+    background worker after the load; one made while serving gets none (merged soon)."""
+    from milvus_lite.server_manager import server_manager_instance
+
+    from index.milvus.lite import speed as lite_speed
+
+    monkeypatch.setattr(lite_speed, "HNSW_MIN_ROWS", 50_000)
+    monkeypatch.setattr(lite_speed, "LOADED_HNSW_MIN_ROWS", 1000)
+    path = tmp_path / "m.db"
+    store = MilvusStore(str(path))
+    store.create("c", 8)
+    rng = np.random.default_rng(2)
+    vectors = rng.standard_normal((1500, 8)).astype(np.float32)
+    vectors /= np.linalg.norm(vectors, axis=1, keepdims=True)
+    assert store.search("c", vectors[:1], 1) == [[]]  # loaded while empty
+    store.upsert("c", [Item(id=str(i), vector=v) for i, v in enumerate(vectors)])
+    store.flush("c")
+    segments = sorted(path.glob("collections/c/partitions/*/data/*.parquet"))
+    assert segments, "no segment was flushed"
+    graphs = lambda: sorted(path.glob("collections/c/partitions/*/indexes/*"))  # noqa: E731
+    assert [h[0].id for h in store.search("c", vectors[:5], 1)] == [str(i) for i in range(5)]
+    time.sleep(1.5)  # a post-flush build would run on the worker by now
+    assert not graphs(), "a segment made while serving got a graph under HNSW_MIN_ROWS"
+    store.close(seal=False)
+    server_manager_instance.release_server(str(path))
+
+    again = MilvusStore(str(path))
+    hits = again.search("c", vectors[:20], 1)
+    assert [h[0].id for h in hits] == [str(i) for i in range(20)]  # exact meanwhile
+    # sealed every 1,024 rows: a segment of 1,024 (a graph) and one of 476 (none)
+    assert [p.stem for p in segments] == ["data_000001_001024", "data_001025_001500"]
+    deadline = time.monotonic() + 60
+    while not graphs() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    time.sleep(0.5)  # the worker's other builds, were there any
+    assert [p.name.split(".")[0] for p in graphs()] == ["data_000001_001024"]
+    hits = again.search("c", vectors[:20], 1)  # through the graph now
+    assert [h[0].id for h in hits] == [str(i) for i in range(20)]
+    again.close(seal=False)
+
+
 @pytest.mark.parametrize("mended", [True, False])
 def test_rows_stay_readable_while_the_memtable_is_flushed(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch, mended: bool) -> None:

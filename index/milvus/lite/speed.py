@@ -50,6 +50,12 @@ KNOWN_SOURCES = {
 # ones again and again (1,000 → 4,000 → 16,000 → 64,000 → 100,000 rows) and built a graph
 # at every step, the largest cost of ingest after the encoder (bench/history/, Scaling).
 HNSW_MIN_ROWS = 50_000
+# ...but one of at least this many rows that a collection has when it loads gets a graph
+# on the collection's background worker after the load (build_later): it stays until more
+# writes merge it, and brute force over the segments of a bulk job (32,768 rows each,
+# index.milvus.sealing) was most of a dense search of 100,000 documents. Segments made while
+# serving are merged again soon, and get none below HNSW_MIN_ROWS.
+LOADED_HNSW_MIN_ROWS = 16_384
 _state: dict[str, Any] = {"installed": None, "wanted": True}
 _lock = threading.Lock()
 
@@ -124,14 +130,19 @@ def install() -> bool:
         build = targets["Collection._build_or_load_segment_index"]
 
         def build_or_load_segment_index(self: Any, seg: Any, spec: Any) -> None:
-            if spec.index_type == "HNSW" and seg.num_rows < HNSW_MIN_ROWS:
-                return  # searched by brute force until merged into a large segment
-            if spec.index_type == "HNSW" and self._load_state == "loading" and not os.path.exists(
-                    seg.index_file_path(self._index_dir(seg.partition), spec.index_type,
-                                        spec.field_name)):
-                build_later(self)  # searched exactly meanwhile
-                return
-            build(self, seg, spec)
+            if spec.index_type == "HNSW":
+                saved = os.path.exists(seg.index_file_path(
+                    self._index_dir(seg.partition), spec.index_type, spec.field_name))
+                loaded_size = seg.num_rows >= LOADED_HNSW_MIN_ROWS
+                if seg.num_rows < HNSW_MIN_ROWS and not saved and not (
+                        loaded_size and getattr(self, "_qkv_after_load", False)):
+                    if loaded_size and self._load_state == "loading":
+                        build_later(self)
+                    return  # searched by brute force until merged into a large segment
+                if self._load_state == "loading" and not saved:
+                    build_later(self)  # searched exactly meanwhile
+                    return
+            build(self, seg, spec)  # loads a saved graph, else builds it
 
         collection.Collection._build_or_load_segment_index = build_or_load_segment_index
         _install_writes(targets)
@@ -157,7 +168,8 @@ def _install_writes(targets: dict[str, Any]) -> None:
 
 
 def build_later(col: Any) -> None:
-    """Build a loaded collection's missing HNSW graphs on its background worker.
+    """Build the HNSW graphs a loaded collection's segments lack, on its background worker:
+    of those of ``HNSW_MIN_ROWS`` rows or more, and here of ``LOADED_HNSW_MIN_ROWS`` or more.
 
     A process killed after a merge and before the merged segment's graph was saved found
     no graph on the next start, and ``load()`` built it there and then: 72,704 rows took
@@ -174,7 +186,11 @@ def build_later(col: Any) -> None:
             time.sleep(0.1)
         col._qkv_build_later = False
         if col._load_state == "loaded":
-            built = col._ensure_loaded_segments_indexed()
+            col._qkv_after_load = True  # segments of LOADED_HNSW_MIN_ROWS get theirs too
+            try:
+                built = col._ensure_loaded_segments_indexed()
+            finally:
+                col._qkv_after_load = False
             log.info("Milvus Lite: built %d segment graphs after the load", built)
 
     col._bg_executor.submit(when_loaded)
