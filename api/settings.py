@@ -112,12 +112,15 @@ class Settings(Runtime):
                        "faiss://DIR.")
     milvus_token: str = Field("", description="Milvus token (user:password or API key).")
     store_timeout_s: float = Field(10.0, gt=0, description="Timeout of each store call.")
-    search_ef: int = Field(128, ge=16, le=2048, description=(
+    search_ef: int | None = Field(None, ge=16, le=2048, description=(
         "How wide an HNSW index is searched (Milvus' `ef`, on a server or in Lite; "
-        "`efSearch` of a `faiss+hnsw://` store), at least the hits asked for: higher finds "
-        "more of the exact nearest neighbours, more slowly. On a Milvus 2.3.5 server at "
-        "100,000 documents (its HNSW built with M 32), recall@10 0.979 at 64, 0.9925 at 128 "
-        "and 0.999 at 256, p50 4.1, 4.6 and 5.5 ms (`bench/server_hnsw.py`, Intel Xeon)."))
+        "`efSearch` of a `faiss+hnsw://` store), at least the hits asked for (a hybrid "
+        "search asks 100 a side): higher finds more of the exact nearest neighbours, more "
+        "slowly. Default: 64 in Lite, 128 on a server and in `faiss+hnsw://`. On a Milvus "
+        "2.3.5 server at 100,000 documents (its HNSW built with M 32), recall@10 0.979 at "
+        "64, 0.9925 at 128 and 0.999 at 256, p50 4.1, 4.6 and 5.5 ms (`bench/server_hnsw.py`,"
+        " Intel Xeon); in Lite at 522,000 documents (M 16), 0.973 at 64 and 0.986 at 128, "
+        "the store's search p50 4.5 and 8.6 ms (throwaway scripts, Intel Xeon)."))
     model: Path = Field(Path("models/encoder-default"), description="Encoder checkpoint.")
     decoders: Annotated[dict[str, Path], NoDecode] = Field(
         default_factory=dict, description="Collection name -> decoder checkpoint, as JSON "

@@ -49,19 +49,21 @@ def __getattr__(name: str) -> Any:
 
 
 def open_store(uri: str, token: str = "", timeout: float = 10.0, bulk: bool = False,
-               ef: int = 128) -> VectorStore:
+               ef: int | None = None) -> VectorStore:
     """A store from a URI: ``faiss://DIR`` (or ``faiss+hnsw://DIR``) is a :class:`FaissStore`;
     ``http(s)://host:port`` a Milvus server; anything else a Milvus Lite file. ``bulk``: for
     a bulk job (Milvus Lite seals every :data:`index.milvus.sealing.BULK_SEAL_ROWS` rows instead
     of every :data:`index.milvus.sealing.SEAL_ROWS`, fewer and larger segments to merge later, and
     not after a pause in the writes: :mod:`index.milvus.sealing`). ``ef``: how wide an HNSW
-    index is searched."""
+    index is searched (None: the store's default, :data:`index.milvus.store.LITE_EF` in
+    Lite, :data:`index.milvus.store.EF` elsewhere)."""
     from index.faiss.store import FaissStore
+    from index.milvus.store import EF
 
     if uri.startswith("faiss://"):
-        return FaissStore(uri.removeprefix("faiss://"), index_type="flat", ef=ef)
+        return FaissStore(uri.removeprefix("faiss://"), index_type="flat", ef=ef or EF)
     if uri.startswith("faiss+hnsw://"):
-        return FaissStore(uri.removeprefix("faiss+hnsw://"), index_type="hnsw", ef=ef)
+        return FaissStore(uri.removeprefix("faiss+hnsw://"), index_type="hnsw", ef=ef or EF)
     from index.milvus.sealing import BULK_SEAL_ROWS, SEAL_QUIET_S, SEAL_ROWS
 
     return MilvusStore(uri, token=token, timeout=timeout, ef=ef,

@@ -86,7 +86,8 @@ class Components:
 
 
 def load_components(model: Path, store: str, *, token: str = "", timeout: float = 10.0,
-                    ef: int = 128, device: str | None = None, cpu_threads: int | None = None,
+                    ef: int | None = None, device: str | None = None,
+                    cpu_threads: int | None = None,
                     backend: str | None = None,
                     decoders: Mapping[str, Path] | None = None,
                     token_memories: Mapping[str, Path] | None = None) -> Components:

@@ -81,6 +81,12 @@ INDEX_TYPES = ("HNSW", "FLAT", "AUTOINDEX")
 # only on segments of 50,000 rows and more (index.milvus.lite.speed), in this process, on
 # the writes' cores: left at 16 there.
 SERVER_HNSW_M, LITE_HNSW_M = 32, 16
+# How wide an HNSW graph is searched by default (at least the hits asked for): in Lite at
+# 522,000 documents (M 16), recall@10 0.973 at 64 and 0.986 at 128, the store's dense search
+# p50 4.5 against 8.6 ms (throwaway scripts on bench/scale.py's store, Intel Xeon,
+# 2026-11-29); on a server (M 32) 0.979 at 64 and 0.9925 at 128 at 100,000 documents
+# (bench/server_hnsw.py), where 128 stays.
+EF, LITE_EF = 128, 64
 UPSERT_CHUNK = 512
 BM25_MIN_VERSION = (2, 5)  # the first Milvus server with the BM25 function
 # Milvus 2.3.5 lost rows under a partition-key filter once they were upserted (count 0 of
@@ -103,7 +109,8 @@ class MilvusStore:
         index_type: str = "HNSW",
         hnsw_m: int | None = None,
         ef_construction: int = 200,
-        ef: int = 128, seal_rows: int = SEAL_ROWS, seal_quiet_s: float | None = SEAL_QUIET_S,
+        ef: int | None = None, seal_rows: int = SEAL_ROWS,
+        seal_quiet_s: float | None = SEAL_QUIET_S,
     ) -> None:
         if index_type not in INDEX_TYPES:
             raise ValueError(f"index_type must be one of {INDEX_TYPES}, got {index_type!r}")
@@ -111,6 +118,8 @@ class MilvusStore:
         self.is_lite = "://" not in uri
         if hnsw_m is None:
             hnsw_m = LITE_HNSW_M if self.is_lite else SERVER_HNSW_M
+        if ef is None:
+            ef = LITE_EF if self.is_lite else EF
         self.index_type, self.hnsw_m, self.ef_construction, self.ef = (
             index_type, hnsw_m, ef_construction, ef)
         self.backend = "milvus-lite" if self.is_lite else "milvus"  # index.scale
