@@ -36,6 +36,17 @@ def _filled_lite_dir(tmp_path: Path) -> Path:
     return path
 
 
+def _unit_vectors(n: int, seed: int) -> np.ndarray:
+    """``n`` random unit vectors of 8 dimensions."""
+    x = np.random.default_rng(seed).standard_normal((n, 8)).astype(np.float32)
+    return x / np.linalg.norm(x, axis=1, keepdims=True)
+
+
+def _graphs(path: Path) -> list[Path]:
+    """The HNSW graph files saved for collection ``c`` of the Lite file ``path``."""
+    return sorted(path.glob("collections/c/partitions/*/indexes/*"))
+
+
 def _concurrent_opens(path: Path, threads: int = 8) -> set[int]:
     from milvus_lite.db import MilvusLite
 
@@ -85,20 +96,17 @@ def test_a_missing_graph_is_built_after_the_load_not_during_it(
     path = tmp_path / "m.db"
     store = MilvusStore(str(path))
     store.create("c", 8)
-    rng = np.random.default_rng(1)
-    vectors = rng.standard_normal((2000, 8)).astype(np.float32)
-    vectors /= np.linalg.norm(vectors, axis=1, keepdims=True)
+    vectors = _unit_vectors(2000, seed=1)
     store.upsert("c", [Item(id=str(i), vector=v) for i, v in enumerate(vectors)])
     store.flush("c")
     store.search("c", vectors[:1], 1)  # loaded: the worker builds the graph
-    graphs = lambda: sorted(path.glob("collections/c/partitions/*/indexes/*"))  # noqa: E731
     deadline = time.monotonic() + 60
-    while not graphs() and time.monotonic() < deadline:
+    while not _graphs(path) and time.monotonic() < deadline:
         time.sleep(0.1)
-    assert graphs(), "no graph was saved for the large segment"
+    assert _graphs(path), "no graph was saved for the large segment"
     store.close(seal=False)
     server_manager_instance.release_server(str(path))
-    for g in graphs():
+    for g in _graphs(path):
         g.unlink()  # as if killed before the save
 
     built_in: list[str] = []
@@ -113,9 +121,9 @@ def test_a_missing_graph_is_built_after_the_load_not_during_it(
     hits = again.search("c", vectors[:20], 1)
     assert [h[0].id for h in hits] == [str(i) for i in range(20)]  # exact meanwhile
     deadline = time.monotonic() + 60
-    while not graphs() and time.monotonic() < deadline:
+    while not _graphs(path) and time.monotonic() < deadline:
         time.sleep(0.1)
-    assert graphs() and built_in, "the graph was not built after the load"
+    assert _graphs(path) and built_in, "the graph was not built after the load"
     assert all(name.startswith("milvus_lite-") for name in built_in), built_in
     again.close(seal=False)
 
@@ -136,18 +144,15 @@ def test_a_mid_sized_segment_gets_its_graph_after_a_load_only(
     path = tmp_path / "m.db"
     store = MilvusStore(str(path))
     store.create("c", 8)
-    rng = np.random.default_rng(2)
-    vectors = rng.standard_normal((1500, 8)).astype(np.float32)
-    vectors /= np.linalg.norm(vectors, axis=1, keepdims=True)
+    vectors = _unit_vectors(1500, seed=2)
     assert store.search("c", vectors[:1], 1) == [[]]  # loaded while empty
     store.upsert("c", [Item(id=str(i), vector=v) for i, v in enumerate(vectors)])
     store.flush("c")
     segments = sorted(path.glob("collections/c/partitions/*/data/*.parquet"))
     assert segments, "no segment was flushed"
-    graphs = lambda: sorted(path.glob("collections/c/partitions/*/indexes/*"))  # noqa: E731
     assert [h[0].id for h in store.search("c", vectors[:5], 1)] == [str(i) for i in range(5)]
     time.sleep(1.5)  # a post-flush build would run on the worker by now
-    assert not graphs(), "a segment made while serving got a graph under HNSW_MIN_ROWS"
+    assert not _graphs(path), "a segment made while serving got a graph under HNSW_MIN_ROWS"
     store.close(seal=False)
     server_manager_instance.release_server(str(path))
 
@@ -157,10 +162,10 @@ def test_a_mid_sized_segment_gets_its_graph_after_a_load_only(
     # sealed every 1,024 rows: a segment of 1,024 (a graph) and one of 476 (none)
     assert [p.stem for p in segments] == ["data_000001_001024", "data_001025_001500"]
     deadline = time.monotonic() + 60
-    while not graphs() and time.monotonic() < deadline:
+    while not _graphs(path) and time.monotonic() < deadline:
         time.sleep(0.1)
     time.sleep(0.5)  # the worker's other builds, were there any
-    assert [p.name.split(".")[0] for p in graphs()] == ["data_000001_001024"]
+    assert [p.name.split(".")[0] for p in _graphs(path)] == ["data_000001_001024"]
     hits = again.search("c", vectors[:20], 1)  # through the graph now
     assert [h[0].id for h in hits] == [str(i) for i in range(20)]
     again.close(seal=False)
