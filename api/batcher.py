@@ -16,6 +16,10 @@ once.
 
 The encoder runs in the worker thread (torch releases the GIL), so the event loop keeps
 serving other requests meanwhile; results go back to each request's loop thread-safely.
+A request of one text (:meth:`DynamicBatcher.embed_text`: the API's common call, a search's
+query) is queued as text and tokenized in the worker, with the rest of its batch at once:
+under load the event loop held the GIL most of the time, and tokenizing was a fifth of
+its work on ``POST /v1/embeddings``.
 With ``workers`` > 1, that many threads take batches and encode them side by side: on a
 CPU with the onnx backend, each on one core (``TextEncoder.set_call_threads(1)``) rather
 than every batch on all of them, whose operators wait for each other's threads (see
@@ -43,6 +47,12 @@ log = logging.getLogger(__name__)
 # run costs about a millisecond whatever its size (encoder.text_encoder._length_groups)
 LEAST_SHARE = 8
 EncodeIds = Callable[[list[list[int]]], np.ndarray]
+# texts -> their token ids (each cut at the encoder's limit) and whether each was cut
+Tokenize = Callable[[list[str]], tuple[list[list[int]], list[bool]]]
+
+
+class TextTooLongError(ValueError):
+    """A text queued with ``strict`` is longer than the encoder's limit (its ids were cut)."""
 
 
 @dataclass
@@ -54,6 +64,9 @@ class _Request:
     future: asyncio.Future[np.ndarray]
     out: np.ndarray | None = None
     remaining: int = 0
+    strict: bool = False  # its texts tokenized in the worker: refused when cut
+    tokens: list[int] = field(default_factory=list)  # of texts tokenized in the worker
+    cut: list[bool] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         self.remaining = self.n
@@ -61,9 +74,11 @@ class _Request:
 
 @dataclass
 class _Text:
-    ids: list[int]
+    ids: list[int] | None  # None: ``text``, tokenized by the worker
     request: _Request
     row: int
+    size: int  # its tokens (estimated from ``text`` until tokenized): the batch's budget
+    text: str = ""
     enqueued: float = field(default_factory=time.perf_counter)
 
 
@@ -73,13 +88,15 @@ class DynamicBatcher:
     def __init__(self, encode_ids: EncodeIds, dim: int, max_size: int = 64,
                  max_tokens: int = 8192, max_wait_s: float = 0.002, queue_max: int = 2048,
                  metrics: Metrics | None = None, workers: int = 1,
-                 slots: threading.Semaphore | None = None) -> None:
+                 slots: threading.Semaphore | None = None, tokenize: Tokenize | None = None,
+                 text_tokens: int = 512) -> None:
         if min(max_size, max_tokens, queue_max, workers) < 1 or max_wait_s < 0:
             raise ValueError("batcher limits must be positive")
         self.encode_ids, self.dim = encode_ids, dim
         self.max_size, self.max_tokens = max_size, max_tokens
         self.max_wait_s, self.queue_max = max_wait_s, queue_max
         self.metrics, self.slots = metrics, slots
+        self.tokenize, self.text_tokens = tokenize, text_tokens
         self._queue: deque[_Text] = deque()
         self._outstanding = 0  # requests queued or being encoded (under self._cond)
         self._idle = 0  # workers waiting for texts (under self._cond)
@@ -103,15 +120,33 @@ class DynamicBatcher:
         request = _Request(len(ids), loop, loop.create_future())
         if not ids:
             return np.zeros((0, self.dim), np.float32)
+        self._put(request, [_Text(list(x), request, row, len(x)) for row, x in enumerate(ids)])
+        return await request.future
+
+    async def embed_text(self, text: str, strict: bool) -> tuple[np.ndarray, int, bool]:
+        """Encode one text, tokenized in the worker (needs ``tokenize``): its (dim,) row,
+        its token count and whether it was cut at the encoder's limit. ``strict``: raise
+        :class:`TextTooLongError` instead of encoding a cut text."""
+        if self.tokenize is None:
+            raise RuntimeError("this batcher was made without a tokenizer")
+        loop = asyncio.get_running_loop()
+        request = _Request(1, loop, loop.create_future(), strict=strict, tokens=[0],
+                           cut=[False])
+        # its budget until tokenized: about three characters a token, at most the limit
+        size = min(len(text) // 3 + 2, self.text_tokens)
+        self._put(request, [_Text(None, request, 0, size, text)])
+        out = await request.future
+        return out[0], request.tokens[0], request.cut[0]
+
+    def _put(self, request: _Request, texts: list[_Text]) -> None:
         with self._cond:
             if self._stopped:
                 raise RuntimeError("the encoder is shut down")
-            self._check_room(len(ids))
-            self._queue.extend(_Text(list(x), request, row) for row, x in enumerate(ids))
+            self._check_room(len(texts))
+            self._queue.extend(texts)
             self._outstanding += 1
             self._set_depth()
             self._cond.notify()
-        return await request.future
 
     def admit(self, n: int) -> None:
         """Raise :class:`QueueFullError` (counted as rejected) when ``n`` more texts would
@@ -157,7 +192,7 @@ class DynamicBatcher:
                 wait = self.max_wait_s if self._outstanding > 1 else 0.0
                 deadline = self._queue[0].enqueued + wait
                 while self._queue and len(self._queue) < self.max_size and not self._stopped:
-                    longest = max(len(t.ids) for t in self._queue)
+                    longest = max(t.size for t in self._queue)
                     if longest * len(self._queue) >= self.max_tokens:
                         break
                     left = deadline - time.perf_counter()
@@ -170,12 +205,12 @@ class DynamicBatcher:
             longest, taken, share = 0, 0, self._share()
             while self._queue and len(batch) < self.max_size and (
                     taken < share or len(batch) < LEAST_SHARE):
-                nxt = max(longest, len(self._queue[0].ids))
+                nxt = max(longest, self._queue[0].size)
                 if batch and nxt * (len(batch) + 1) > self.max_tokens:
                     break
                 longest = nxt
                 batch.append(self._queue.popleft())
-                taken += len(batch[-1].ids)
+                taken += batch[-1].size
             self._set_depth()
             if self._queue:
                 self._cond.notify()  # the rest is another worker's, not this one's next
@@ -201,7 +236,7 @@ class DynamicBatcher:
         workers = self._idle + 1
         if workers == 1 or len(self._queue) >= self.max_size * workers:
             return math.inf
-        return sum(len(t.ids) for t in self._queue) / workers
+        return sum(t.size for t in self._queue) / workers
 
     def _next(self) -> list[_Text] | None:
         """The next batch; with ``slots`` (shared with other encoders' batchers), taken only
@@ -230,10 +265,33 @@ class DynamicBatcher:
                 if self.slots is not None:
                     self.slots.release()
 
+    def _tokenized(self, batch: list[_Text]) -> list[_Text]:
+        """The batch with its texts tokenized (in one call): those of requests refused
+        meanwhile (a strict text cut, the tokenizer failing) left out."""
+        raw = [t for t in batch if t.ids is None]
+        if raw and self.tokenize is not None:
+            try:
+                ids, cut = self.tokenize([t.text for t in raw])
+            except Exception as e:
+                log.exception("tokenizing %d texts failed", len(raw))
+                for t in raw:
+                    self._fail(t.request, e)
+                ids, cut = [], []
+            for t, x, c in zip(raw, ids, cut, strict=False):
+                r = t.request
+                if c and r.strict:
+                    self._fail(r, TextTooLongError(t.row))
+                    continue
+                t.ids, t.size, r.tokens[t.row], r.cut[t.row] = x, len(x), len(x), c
+        return [t for t in batch if t.ids is not None and t.request.remaining > 0]
+
     def _encode(self, batch: list[_Text]) -> None:
+        batch = self._tokenized(batch)
+        if not batch:
+            return
         t0 = time.perf_counter()
         try:
-            vectors = self.encode_ids([t.ids for t in batch])
+            vectors = self.encode_ids([t.ids for t in batch])  # type: ignore[misc]
         except Exception as e:  # the requests in this batch fail, the worker goes on
             log.exception("encoder batch of %d failed", len(batch))
             for t in batch:
@@ -242,7 +300,7 @@ class DynamicBatcher:
         if self.metrics:
             self.metrics.batch_seconds.observe(time.perf_counter() - t0)
             self.metrics.batch_texts.observe(len(batch))
-            self.metrics.batch_tokens.observe(len(batch) * max(len(t.ids) for t in batch))
+            self.metrics.batch_tokens.observe(len(batch) * max(t.size for t in batch))
         for t, row in zip(batch, vectors, strict=True):
             r = t.request
             if r.out is None:

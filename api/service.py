@@ -19,7 +19,7 @@ import numpy as np
 from starlette.concurrency import run_in_threadpool
 
 from api.access import Limiter, charge_texts
-from api.batcher import DynamicBatcher
+from api.batcher import DynamicBatcher, TextTooLongError
 from api.disk import DiskGuard, data_dir
 from api.errors import invalid
 from api.metrics import Metrics
@@ -148,7 +148,8 @@ class Service:
             encoder.dim, max_size=st.batch_max_size, max_tokens=st.batch_max_tokens,
             max_wait_s=st.batch_max_wait_ms / 1e3, queue_max=st.queue_max,
             metrics=self.metrics, workers=workers,
-            slots=self.encode_slots if per_core else None)
+            slots=self.encode_slots if per_core else None, tokenize=encoder.tokenize,
+            text_tokens=encoder.max_tokens)
 
     def _load_encoder(self, name: str, path: Path) -> Served:
         """A derived encoder (:mod:`wiring.encoders`), on the default's device and threads."""
@@ -187,11 +188,13 @@ class Service:
         encoder = encoder or self.encoder
         ids, cut = encoder.tokenize(texts)
         if not truncate and any(cut):
-            first = cut.index(True)
-            raise invalid(
-                f"input {first} is longer than the encoder's {encoder.max_tokens} tokens; "
-                "send shorter text or set truncate to true", "input")
+            raise self._too_long(cut.index(True), encoder)
         return ids, cut
+
+    @staticmethod
+    def _too_long(n: int, encoder: Any) -> Exception:
+        return invalid(f"input {n} is longer than the encoder's {encoder.max_tokens} tokens; "
+                       "send shorter text or set truncate to true", "input")
 
     async def embed(self, texts: Sequence[str], truncate: bool, normalize: bool = True,
                     dim: int | None = None, model: Served | None = None) -> Embedded:
@@ -201,20 +204,28 @@ class Service:
         between."""
         served = model or self.encoders.default
         await charge_texts(self.limiter, len(texts), self.metrics)  # the caller's key
-        ids, cut = self.tokenize(texts, truncate, served.encoder)
-        # Longest first, so the batcher's batches (cut in arrival order) hold texts of like
-        # length and pad less than texts of mixed lengths as they came.
-        order = np.argsort([-len(x) for x in ids], kind="stable")
-        ranked = [ids[i] for i in order]
-        parts = [await served.batcher.embed(ranked[i:i + EMBED_CHUNK])
-                 for i in range(0, len(ranked), EMBED_CHUNK)]
-        x = np.concatenate(parts) if parts else np.zeros((0, served.info.dim), np.float32)
-        x = x[np.argsort(order)]  # back in the caller's order
+        if len(texts) == 1:  # tokenized in the encoder's thread, with the rest of its batch
+            try:
+                row, n, was_cut = await served.batcher.embed_text(texts[0], not truncate)
+            except TextTooLongError:
+                raise self._too_long(0, served.encoder) from None
+            x, tokens, cut = row[None], [n], [was_cut]
+        else:
+            ids, cut = self.tokenize(texts, truncate, served.encoder)
+            tokens = [len(i) for i in ids]
+            # Longest first, so the batcher's batches (cut in arrival order) hold texts of
+            # like length and pad less than texts of mixed lengths as they came.
+            order = np.argsort([-n for n in tokens], kind="stable")
+            ranked = [ids[i] for i in order]
+            parts = [await served.batcher.embed(ranked[i:i + EMBED_CHUNK])
+                     for i in range(0, len(ranked), EMBED_CHUNK)]
+            x = np.concatenate(parts) if parts else np.zeros((0, served.info.dim), np.float32)
+            x = x[np.argsort(order)]  # back in the caller's order
         if dim is not None and dim < x.shape[1]:  # a Matryoshka size: cut, then renormalise
             x = x[:, :dim]
         if normalize:
             x = x / np.maximum(np.linalg.norm(x, axis=1, keepdims=True), 1e-12)
-        return Embedded(np.ascontiguousarray(x, dtype=np.float32), [len(i) for i in ids], cut)
+        return Embedded(np.ascontiguousarray(x, dtype=np.float32), tokens, cut)
 
     async def encode_aside(self, texts: Sequence[str], fn: Callable[..., T], *args: Any,
                            **kwargs: Any) -> T:

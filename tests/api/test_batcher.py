@@ -10,7 +10,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from api.batcher import DynamicBatcher
+from api.batcher import DynamicBatcher, TextTooLongError
 from api.errors import QueueFullError
 from api.metrics import Metrics
 
@@ -224,6 +224,80 @@ def test_batchers_sharing_slots_run_no_more_batches_than_slots() -> None:
         assert [r[0, 0] for r in res] == [i + 1000 * k for i in range(20)]
         assert sum(len(x) for x in enc.batches) == 20 and all(enc.batches)
     assert sum(len(e.batches) for e in encoders) <= 8  # 40 texts: batches, not one by one
+
+
+class WordTokenizer:
+    """Ids of a text = [its word count, then 1 a word], cut at ``limit``; records each call
+    and the thread it ran in; fails on a text "boom"."""
+
+    def __init__(self, limit: int = 5) -> None:
+        self.limit = limit
+        self.calls: list[list[str]] = []
+        self.threads: set[str] = set()
+
+    def __call__(self, texts: list[str]) -> tuple[list[list[int]], list[bool]]:
+        import threading
+
+        self.calls.append(list(texts))
+        self.threads.add(threading.current_thread().name)
+        if "boom" in texts:
+            raise RuntimeError("tokenizer boom")
+        ids = [[len(t.split())] + [1] * len(t.split()) for t in texts]
+        return [x[:self.limit] for x in ids], [len(x) > self.limit for x in ids]
+
+
+def test_single_texts_are_tokenized_in_the_worker_with_their_batch() -> None:
+    """``embed_text``: the text is tokenized in the encoder's thread, with the rest of its
+    batch in one call (the event loop held the GIL most of the time under load, and
+    tokenizing was a fifth of its work), and comes back with its token count and whether
+    it was cut; texts already tokenized share the batch."""
+    enc, tok = SlowEncoder(), WordTokenizer()
+    b = DynamicBatcher(enc, 4, max_size=64, max_wait_s=0.005, tokenize=tok, text_tokens=5)
+
+    async def scenario() -> list[Any]:
+        first = asyncio.ensure_future(b.embed_text("a", strict=False))
+        await asyncio.sleep(0.005)  # being encoded: the rest queue meanwhile
+        rest = [b.embed_text(" ".join(["w"] * n), strict=False) for n in range(1, 9)]
+        return [await first, *await asyncio.gather(*rest, b.embed([[42, 1, 1]]))]
+
+    first, *texts, ids = asyncio.run(scenario())
+    b.close()
+    assert "MainThread" not in tok.threads and len(tok.calls) == 2  # ["a"], then 8 at once
+    assert [len(c) for c in tok.calls] == [1, 8]
+    for n, (row, tokens, cut) in enumerate(texts, start=1):
+        assert (row[0], row[1], tokens, cut) == (n, min(n + 1, 5), min(n + 1, 5), n + 1 > 5)
+    assert first[1:] == (2, False) and ids[0, :2].tolist() == [42, 3]
+    assert sorted(len(x) for x in enc.batches) == [1, 9]
+
+
+def test_a_strict_text_too_long_or_a_tokenizer_failure_refuses_only_its_request() -> None:
+    enc, tok = SlowEncoder(), WordTokenizer()
+    b = DynamicBatcher(enc, 4, max_size=64, max_wait_s=0.02, tokenize=tok, text_tokens=5)
+
+    async def scenario() -> list[Any]:
+        first = asyncio.ensure_future(b.embed_text("a", strict=True))
+        await asyncio.sleep(0.005)
+        return [await first, *await asyncio.gather(
+            b.embed_text("w w w w w w w", strict=True), b.embed_text("w w", strict=True),
+            return_exceptions=True)]
+
+    _, too_long, ok = asyncio.run(scenario())
+    assert isinstance(too_long, TextTooLongError) and ok[1:] == (3, False)
+    assert [len(x) for x in enc.batches] == [1, 1]  # the refused text was not encoded
+
+    async def failing() -> list[Any]:
+        return list(await asyncio.gather(b.embed_text("boom", strict=False),
+                                         return_exceptions=True))
+
+    (err,) = asyncio.run(failing())
+    assert isinstance(err, RuntimeError) and "tokenizer boom" in str(err)
+    row, tokens, _ = asyncio.run(b.embed_text("still here", strict=False))  # the worker lives
+    assert tokens == 3 and row[0] == 2
+    b.close()
+    plain = DynamicBatcher(enc, 4)
+    with pytest.raises(RuntimeError, match="without a tokenizer"):
+        asyncio.run(plain.embed_text("x", strict=False))
+    plain.close()
 
 
 def test_adapt_re_embedding_is_cut_into_runs_in_order() -> None:

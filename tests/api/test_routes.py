@@ -78,6 +78,29 @@ def test_openai_embeddings_float_and_base64(client: TestClient) -> None:
     np.testing.assert_allclose(single["data"][0]["embedding"], x[0], atol=2e-3)  # bf16 noise
 
 
+def test_one_text_answers_as_in_a_list(client: TestClient) -> None:
+    """A request of one text is tokenized in the encoder's thread (``embed_text``), a list
+    on the event loop: the same vector, token count, cut and refusal either way."""
+    long = " ".join(["w"] * 400)
+
+    def tokens(inputs: str | list[str]) -> int:
+        r = client.post("/v1/embeddings", json={"input": inputs, "truncate": True})
+        assert r.status_code == 200
+        return r.json()["usage"]["prompt_tokens"]
+
+    for text in ("a dog", long):
+        one = client.post("/v1/embeddings", json={"input": text, "truncate": True}).json()
+        pair = client.post("/v1/embeddings", json={"input": [text, "x"], "truncate": True})
+        np.testing.assert_allclose(one["data"][0]["embedding"],
+                                   pair.json()["data"][0]["embedding"], atol=2e-3)
+        assert tokens(text) + tokens("x") == tokens([text, "x"])
+        assert one["truncated"] is (text == long)
+    for inputs in (long, [long, "x"]):
+        r = client.post("/v1/embeddings", json={"input": inputs})  # truncate: false
+        assert_error(r, 422)
+        assert "input 0 is longer than the encoder's" in r.text
+
+
 def test_embeddings_of_mixed_lengths_come_back_in_the_callers_order(client: TestClient
                                                                    ) -> None:
     # the service encodes longest first; each vector must still be its own text's
