@@ -70,7 +70,7 @@ def idf_over(tokenizer: Any, texts: Sequence[str], vocab: int) -> np.ndarray:
     """:func:`idf_of` the ``texts`` as the encoder tokenizes them (cleaned, not cut)."""
     from encoder.tokenizer import clean_text
 
-    encs = tokenizer.encode_batch([clean_text(t) for t in texts])
+    encs = tokenizer.encode_batch_fast([clean_text(t) for t in texts])
     return idf_of((e.ids for e in encs), vocab, special_ids(tokenizer))
 
 

@@ -69,9 +69,10 @@ _WORD = re.compile(r"\S+")
 
 def token_counter(tokenizer: Any) -> Count:
     """The token counts of texts by an encoder's ``tokenizer`` (a ``tokenizers.Tokenizer``):
-    what cuts passages to size."""
+    what cuts passages to size. Without offsets (``encode_batch_fast``): counting is a tenth
+    of a bulk job's encoding threads, and offsets were a third of it."""
     def count(texts: Sequence[str]) -> list[int]:
-        return [len(e.ids) for e in tokenizer.encode_batch(list(texts))]
+        return [len(e) for e in tokenizer.encode_batch_fast(list(texts))]
     return count
 
 

@@ -41,6 +41,24 @@ def test_one_text_tokenizes_as_it_does_among_others(enc: encoder.TextEncoder) ->
     assert cut[-1]  # the long one was cut, in both calls
 
 
+def test_ids_without_offsets_are_the_ids_with_them(enc: encoder.TextEncoder) -> None:
+    """A batch is tokenized without offsets (``encode_batch_fast``) unless the weights are
+    asked for, and passages are counted that way: the same ids and counts as with them."""
+    from index.passages import token_counter
+
+    texts = [*TEXTS, "naïve café — ünïcödé 東京 😀", "a\x00b\u2028c\td", "", "  ",
+             " ".join(["horse"] * 300), "Ω≈ç√∫ ﬁ ＡＢＣ"]
+    ids, cut = enc.tokenize(texts)
+    slow = [e.ids for e in enc.tokenizer.encode_batch([clean_text(t) for t in texts])]
+    assert ids == [x[:enc.max_tokens] for x in slow]
+    assert cut == [len(x) > enc.max_tokens for x in slow]
+    assert token_counter(enc.tokenizer)(texts) == [
+        len(e.ids) for e in enc.tokenizer.encode_batch(texts)]
+    _, explained = enc.encode(texts, return_weights=True)  # offsets still there for these
+    assert all(len(e.offsets) == len(e.tokens) for e in explained)
+    assert explained[0].offsets[1][1] > 0
+
+
 def test_empty_list_gives_zero_rows(enc: encoder.TextEncoder) -> None:
     assert enc.encode([]).shape == (0, enc.dim)
 
