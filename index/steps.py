@@ -6,7 +6,10 @@ rows."""
 
 from __future__ import annotations
 
+import contextvars
+import os
 from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor, wait
 
 import numpy as np
 
@@ -29,6 +32,8 @@ from index.tenancy import check_tenant
 
 Dense = Callable[[np.ndarray, int], list[list[Hit]]]  # (queries (nq, d), depth) -> hits
 Sparse = Callable[[Sequence[str], int], list[list[Hit]]]  # (query texts, depth) -> hits
+# hybrid's BM25 side runs here while the caller's thread runs the dense side
+_SIDES = ThreadPoolExecutor(max_workers=os.cpu_count() or 2, thread_name_prefix="qkv-bm25")
 
 
 def check_new(collection: str, dim: int, encoder: EncoderInfo | None,
@@ -84,5 +89,13 @@ def search(info: CollectionInfo, xq: np.ndarray, k: int, *, encoder: EncoderInfo
     if mode == "bm25":
         return bm25(query_text, k)
     depth = candidates(k)
-    both = zip(dense(xq, depth), bm25(query_text, depth), strict=True)
-    return [fuse(d, b, k, fusion, dense_weight) for d, b in both]
+    # The two sides at once, BM25 on a thread of its own (with the caller's context): the
+    # scoring (numpy), the graph search (hnswlib) and a server's answers leave the GIL
+    sparse = _SIDES.submit(contextvars.copy_context().run, bm25, query_text, depth)
+    try:
+        near = dense(xq, depth)
+    except BaseException:
+        wait([sparse])  # no search left running behind the dense side's error
+        raise
+    return [fuse(d, b, k, fusion, dense_weight)
+            for d, b in zip(near, sparse.result(), strict=True)]

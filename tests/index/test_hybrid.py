@@ -330,3 +330,47 @@ def test_milvus_2_3_5_refuses_hybrid_naming_its_version(milvus_server_uri: str) 
     finally:
         store.drop(name)
         store.close()
+
+
+def test_hybrid_runs_its_two_sides_at_once_in_the_callers_context() -> None:
+    """``index.steps.search``: the BM25 side runs on a thread of its own while the caller's
+    runs the dense side (each waits here for the other to start: one after the other this
+    would never finish), with the caller's context variables; an error on the dense side
+    comes out after the BM25 side is done, not before."""
+    import contextvars
+    import threading
+
+    from index import steps
+    from index.store import CollectionInfo
+
+    who: contextvars.ContextVar[str] = contextvars.ContextVar("who", default="nobody")
+    who.set("caller")
+    info = CollectionInfo("c", 2, None, hybrid=True)
+    both, seen, done = threading.Barrier(2, timeout=10), [], []
+    xq = np.array([[1.0, 0.0]], np.float32)
+
+    def dense(x: np.ndarray, depth: int) -> list[list[Hit]]:
+        both.wait()
+        return [[Hit("a", 0.9, "a", None, {})]]
+
+    def bm25(texts: object, depth: int) -> list[list[Hit]]:
+        both.wait()
+        seen.append((who.get(), threading.current_thread().name))
+        done.append(True)
+        return [[Hit("b", 3.0, "b", None, {})]]
+
+    (hits,) = steps.search(info, xq, 2, encoder=None, tenant=None, mode="hybrid",
+                           query_text=["q"], fusion="rrf", dense_weight=0.5, dense=dense,
+                           bm25=bm25)
+    assert {h.id for h in hits} == {"a", "b"}
+    assert seen[0][0] == "caller" and seen[0][1].startswith("qkv-bm25")
+
+    def broken(x: np.ndarray, depth: int) -> list[list[Hit]]:
+        both.wait()
+        raise RuntimeError("dense side down")
+
+    done.clear()
+    with pytest.raises(RuntimeError, match="dense side down"):
+        steps.search(info, xq, 2, encoder=None, tenant=None, mode="hybrid",
+                     query_text=["q"], fusion="rrf", dense_weight=0.5, dense=broken, bm25=bm25)
+    assert done == [True]
