@@ -15,6 +15,7 @@ from collections.abc import Callable
 from typing import Any
 
 import numpy as np
+import pyarrow as pa
 
 from index.milvus.lite.bm25 import FastBM25Index
 from index.milvus.lite.dense import VIEWS, needed_columns, rows_of
@@ -120,14 +121,20 @@ def _merge(candidates: list[tuple[float, Any, Any]], top_k: int,
     def is_memtable(source: Any) -> bool:
         return isinstance(source, tuple) and bool(source) and isinstance(source[0], dict)
 
-    best: dict[Any, tuple[int, tuple[float, Any, Any]]] = {}
-    for cand in candidates:
-        _, pk, source = cand
+    seqs = [0] * len(candidates)
+    sealed: dict[int, tuple[Any, list[int]]] = {}  # a segment's candidates' _seq read at once
+    for n, (_, _, source) in enumerate(candidates):
         if is_memtable(source):
-            seq = int(source[1])
+            seqs[n] = int(source[1])
         else:
-            table, row = source
-            seq = int(table.column("_seq")[row].as_py())
+            sealed.setdefault(id(source[0]), (source[0], []))[1].append(n)
+    for table, where in sealed.values():
+        rows = pa.array([candidates[n][2][1] for n in where], pa.int64())
+        for n, seq in zip(where, table.column("_seq").take(rows).to_pylist(), strict=True):
+            seqs[n] = int(seq)
+    best: dict[Any, tuple[int, tuple[float, Any, Any]]] = {}
+    for cand, seq in zip(candidates, seqs, strict=True):
+        pk = cand[1]
         if pk not in best or seq > best[pk][0]:
             best[pk] = (seq, cand)
     top = sorted((v[1] for v in best.values()), key=lambda c: c[0])[:top_k]
