@@ -31,6 +31,8 @@ from index.store import (
 from index.tenancy import check_tenant
 
 Dense = Callable[[np.ndarray, int], list[list[Hit]]]  # (queries (nq, d), depth) -> hits
+# The query vectors (nq, d), or a function that waits for them while they are being encoded
+Vectors = np.ndarray | Callable[[], np.ndarray]
 Sparse = Callable[[Sequence[str], int], list[list[Hit]]]  # (query texts, depth) -> hits
 # hybrid's BM25 side runs here while the caller's thread runs the dense side
 _SIDES = ThreadPoolExecutor(max_workers=os.cpu_count() or 2, thread_name_prefix="qkv-bm25")
@@ -69,22 +71,34 @@ def check_search(k: int, consistency: str, fusion: str, dense_weight: float) -> 
     check_fusion(fusion, dense_weight)
 
 
-def search(info: CollectionInfo, xq: np.ndarray, k: int, *, encoder: EncoderInfo | None,
+def search(info: CollectionInfo, xq: Vectors, k: int, *, encoder: EncoderInfo | None,
            tenant: str | None, mode: str | None, query_text: Sequence[str] | None,
            fusion: str, dense_weight: float, dense: Dense, bm25: Sparse) -> list[list[Hit]]:
     """A search's shared steps (after :func:`check_search`): the collection's encoder and
     tenant, the query matrix, the mode (:func:`index.store.resolve_mode`), then the
     backend's ``dense`` and ``bm25`` searches, ``k`` deep for one side alone and
     ``candidates(k)`` deep each for hybrid, fused per query (:func:`index.hybrid.fusion.
-    fuse`)."""
+    fuse`). ``xq`` given as a function that waits for the vectors (with ``query_text``,
+    one per query): the BM25 side starts before them, while the queries are encoded."""
     check_encoder(info, encoder)
     check_tenant(info, tenant)
-    xq = as_matrix(xq, info.dim)
-    mode = resolve_mode(info, mode, query_text, len(xq))
-    if len(xq) == 0:
+    if callable(xq) and query_text is None:
+        xq = xq()  # no BM25 side to start meanwhile
+    pending = xq if callable(xq) else None
+    matrix = as_matrix(xq, info.dim) if not callable(xq) else None
+
+    def vectors() -> np.ndarray:
+        if pending is not None:
+            return as_matrix(pending(), info.dim)
+        assert matrix is not None
+        return matrix
+
+    nq = len(matrix) if matrix is not None else len(query_text or ())
+    mode = resolve_mode(info, mode, query_text, nq)
+    if nq == 0:
         return []
     if mode == "dense":
-        return dense(xq, k)
+        return dense(vectors(), k)
     assert query_text is not None  # resolve_mode checked it
     if mode == "bm25":
         return bm25(query_text, k)
@@ -93,7 +107,7 @@ def search(info: CollectionInfo, xq: np.ndarray, k: int, *, encoder: EncoderInfo
     # scoring (numpy), the graph search (hnswlib) and a server's answers leave the GIL
     sparse = _SIDES.submit(contextvars.copy_context().run, bm25, query_text, depth)
     try:
-        near = dense(xq, depth)
+        near = dense(vectors(), depth)
     except BaseException:
         wait([sparse])  # no search left running behind the dense side's error
         raise

@@ -14,7 +14,7 @@ or ``hybrid`` (both, fused: see :mod:`index.hybrid.fusion`).
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
@@ -217,7 +217,7 @@ class VectorStore(Protocol):
     def search(
         self,
         collection: str,
-        xq: np.ndarray,
+        xq: np.ndarray | Callable[[], np.ndarray],
         k: int,
         filter: Filter | None = None,
         encoder: EncoderInfo | None = None,
@@ -231,7 +231,9 @@ class VectorStore(Protocol):
     ) -> list[list[Hit]]:
         """For each query row of ``xq`` (nq, d), up to ``k`` hits, best first. ``mode``
         defaults to ``hybrid`` on a hybrid collection when ``query_text`` (one per row) is
-        given, else ``dense``; ``bm25`` and ``hybrid`` need ``query_text``."""
+        given, else ``dense``; ``bm25`` and ``hybrid`` need ``query_text``. ``xq`` may be a
+        function that waits for the vectors (still being encoded): the BM25 side starts
+        before them (:func:`index.steps.search`)."""
         ...
 
     def count(self, collection: str, tenant: str | None = None, filter: Filter | None = None

@@ -37,7 +37,7 @@ from index.bulk.ranges import write_json
 from index.faiss.memory import Memory, decode_item, encode_item, read_snapshot, write_snapshot
 from index.filters import Filter, matches
 from index.hybrid.fusion import DEFAULT_DENSE_WEIGHT, DEFAULT_FUSION
-from index.steps import check_new, check_search, writable
+from index.steps import Vectors, check_new, check_search, writable
 from index.store import (
     CollectionInfo,
     CollectionNotFoundError,
@@ -311,7 +311,7 @@ class FaissStore:
     def search(
         self,
         collection: str,
-        xq: np.ndarray,
+        xq: Vectors,
         k: int,
         filter: Filter | None = None,
         encoder: EncoderInfo | None = None,

@@ -55,7 +55,7 @@ from index.milvus.schema import (
 )
 from index.milvus.sealing import SEAL_QUIET_S, SEAL_ROWS, Sealer
 from index.milvus.search import bm25_search, dense_search
-from index.steps import check_new, check_search, writable
+from index.steps import Vectors, check_new, check_search, writable
 from index.store import (
     CollectionInfo,
     CollectionNotFoundError,
@@ -512,7 +512,7 @@ class MilvusStore:
                                                       engine=self._engine(collection))}
             yield [item(rows[i], info.multi_tenant) for i in page if i in rows]
 
-    def search(self, collection: str, xq: np.ndarray, k: int, filter: Filter | None = None,
+    def search(self, collection: str, xq: Vectors, k: int, filter: Filter | None = None,
                encoder: EncoderInfo | None = None, with_vectors: bool = False,
                consistency: str = "Session", query_text: Sequence[str] | None = None,
                mode: str | None = None, fusion: str = DEFAULT_FUSION,

@@ -153,3 +153,35 @@ def test_hybrid_relevance_is_what_the_threshold_cuts(app: TestClient, hybrid: st
         assert len(kept) < len(every)
     dense = post(app, hybrid, query="kids enjoying winter", mode="dense", score_threshold=0.3)
     assert all("relevance" not in h and h["score"] >= 0.3 for h in dense["hits"])
+
+
+def test_a_query_encoded_while_its_bm25_side_runs_answers_as_before(app: TestClient,
+                                                                    hybrid: str) -> None:
+    """Hybrid and BM25 searches start their BM25 side while the queries are encoded: in a
+    batch, each hybrid hit's dense score is the cosine that a dense search of its own
+    query gives (its own row of the vectors, encoded meanwhile), and an encoding that
+    fails (a query too long, ``truncate`` false) is the same 422 whichever mode asked."""
+    queries = ["kids enjoying winter", "firmware kq7zeta", "a cat on a couch", "hospital"]
+    dense = {q: {h["id"]: h["score"] for h in post(app, hybrid, query=q, mode="dense")["hits"]}
+             for q in queries}
+    r = app.post(f"/v1/collections/{hybrid}/search/batch", json={"searches": [
+        {"query": q, "mode": m, "top_k": len(DOCS), "consistency": "Strong"}
+        for q in queries for m in ("hybrid", "bm25")]})
+    assert r.status_code == 200, r.text
+    results = r.json()["results"]
+    checked = 0
+    for n, q in enumerate(queries):
+        fused, words = results[2 * n], results[2 * n + 1]
+        assert fused["mode"] == "hybrid" and words["mode"] == "bm25"
+        for h in fused["hits"]:
+            if "dense" in h["sources"]:
+                assert h["sources"]["dense"] == pytest.approx(dense[q][h["id"]], abs=1e-4)
+                checked += 1
+    assert checked >= len(queries)
+    long = " ".join(["word"] * 400)
+    for mode in ("hybrid", "bm25", "dense"):
+        r = app.post(f"/v1/collections/{hybrid}/search",
+                     json={"query": long, "mode": mode, "truncate": False})
+        assert_error(r, 422)
+        assert "longer than the encoder's" in r.text
+    assert post(app, hybrid, query=queries[0])["hits"]  # and it goes on serving

@@ -374,3 +374,45 @@ def test_hybrid_runs_its_two_sides_at_once_in_the_callers_context() -> None:
         steps.search(info, xq, 2, encoder=None, tenant=None, mode="hybrid",
                      query_text=["q"], fusion="rrf", dense_weight=0.5, dense=broken, bm25=bm25)
     assert done == [True]
+
+
+def test_hybrid_starts_its_bm25_side_before_the_query_vectors_are_ready() -> None:
+    """``xq`` as a function that waits for the vectors (the service encodes the queries
+    meanwhile): the BM25 side has started before it is called (here it waits for that: the
+    other way round this would time out); without query text, or in dense mode, the
+    vectors are simply waited for."""
+    import threading
+
+    from index import steps
+    from index.store import CollectionInfo, EncoderMismatchError
+
+    info = CollectionInfo("c", 2, None, hybrid=True)
+    started, got = threading.Event(), []
+
+    def vectors() -> np.ndarray:
+        assert started.wait(10), "the BM25 side did not start first"
+        return np.array([[1.0, 0.0], [0.0, 1.0]], np.float32)
+
+    def dense(x: np.ndarray, depth: int) -> list[list[Hit]]:
+        got.append(x.copy())
+        return [[Hit(f"d{i}", 0.9, "", None, {})] for i in range(len(x))]
+
+    def bm25(texts: object, depth: int) -> list[list[Hit]]:
+        started.set()
+        return [[Hit("b", 3.0, "", None, {})], []]
+
+    res = steps.search(info, vectors, 3, encoder=None, tenant=None, mode="hybrid",
+                       query_text=["q0", "q1"], fusion="rrf", dense_weight=0.5, dense=dense,
+                       bm25=bm25)
+    assert [sorted(h.id for h in hits) for hits in res] == [["b", "d0"], ["d1"]]
+    np.testing.assert_array_equal(got[0], np.eye(2, dtype=np.float32))
+    started.set()
+    for mode in ("dense", None):
+        (hits,) = steps.search(info, lambda: np.array([[0.6, 0.8]], np.float32), 3,
+                               encoder=None, tenant=None, mode=mode, query_text=None,
+                               fusion="rrf", dense_weight=0.5, dense=dense, bm25=bm25)
+        assert [h.id for h in hits] == ["d0"]
+    with pytest.raises(EncoderMismatchError, match=r"expects \(n, 2\)"):
+        steps.search(info, lambda: np.ones((1, 3), np.float32), 3, encoder=None, tenant=None,
+                     mode="hybrid", query_text=["q"], fusion="rrf", dense_weight=0.5,
+                     dense=dense, bm25=lambda t, d: [[]])

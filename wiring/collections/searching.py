@@ -4,8 +4,11 @@ store one search per group of like requests, paged and cut (see
 
 from __future__ import annotations
 
+import asyncio
+import functools
 import json
 from collections.abc import Sequence
+from concurrent.futures import Future
 from dataclasses import replace
 from typing import Any
 
@@ -96,20 +99,11 @@ class Searching(Base):
         plans = [self._plan(info, s, labels[i] if labels else "")
                  for i, s in enumerate(searches)]
         model = self.encoder_of(info)  # a conflict when the encoder that made it is gone
-        xq = np.zeros((len(searches), info.dim), np.float32)
-        cut = [False] * len(searches)
-        for truncate in (True, False):  # one encoder call per truncate setting
-            asked = [i for i, s in enumerate(searches)
-                     if s.query is not None and s.truncate == truncate]
-            if asked:
-                emb = await self.embed([searches[i].query or "" for i in asked], truncate,
-                                       dim=info.dim, model=model)
-                for j, i in enumerate(asked):
-                    xq[i], cut[i] = emb.vectors[j], emb.truncated[j]
-        for i, s in enumerate(searches):
-            if s.vector is not None:
-                with np.errstate(over="ignore"):  # beyond float32: inf, refused here (422)
-                    xq[i] = as_matrix(np.asarray(s.vector, dtype=np.float32), info.dim)[0]
+        # The queries are encoded meanwhile: a search with a BM25 side starts it at once and
+        # waits for its vectors in the store's thread (index.steps.search)
+        encoding = asyncio.ensure_future(self._query_vectors(info, model, searches))
+        ready: Future[np.ndarray] = Future()
+        encoding.add_done_callback(functools.partial(_hand_over, ready))
         groups: dict[tuple[Any, ...], list[int]] = {}
         for i, p in enumerate(plans):
             s = p.search
@@ -127,8 +121,11 @@ class Searching(Base):
             todo = list(rows)
             while todo:  # deeper while a document-heavy top holds too few documents
                 texts = [searches[i].query or "" for i in todo] if p.mode != "dense" else None
+                x: Any = (functools.partial(_rows_of, ready, todo)
+                          if texts is not None and not encoding.done()
+                          else (await encoding)[0][todo])
                 res = await self.call(
-                    self._store_search, info, name, [searches[i] for i in todo], xq[todo],
+                    self._store_search, info, name, [searches[i] for i in todo], x,
                     depth, p, self.info_for(info.dim, model), with_vectors, texts,
                     weights[rows[0]][0])
                 deeper = []
@@ -138,6 +135,7 @@ class Searching(Base):
                         continue
                     found[i] = shaped
                 todo, depth = deeper, min(cap, depth * 4)
+        xq, cut = await encoding
         out = []
         for i, p in enumerate(plans):
             hits = found[i][p.search.offset:p.depth]
@@ -150,6 +148,26 @@ class Searching(Base):
             out.append(Neighbours(hits, xq[i], p.mode, cut[i],
                                   weights[i] if p.mode == "hybrid" else None))
         return out
+
+    async def _query_vectors(self, info: CollectionInfo, model: Served,
+                             searches: Sequence[Search]) -> tuple[np.ndarray, list[bool]]:
+        """The searches' query vectors (their texts encoded, one encoder call per truncate
+        setting; their vectors checked) and which texts were cut."""
+        xq = np.zeros((len(searches), info.dim), np.float32)
+        cut = [False] * len(searches)
+        for truncate in (True, False):
+            asked = [i for i, s in enumerate(searches)
+                     if s.query is not None and s.truncate == truncate]
+            if asked:
+                emb = await self.embed([searches[i].query or "" for i in asked], truncate,
+                                       dim=info.dim, model=model)
+                for j, i in enumerate(asked):
+                    xq[i], cut[i] = emb.vectors[j], emb.truncated[j]
+        for i, s in enumerate(searches):
+            if s.vector is not None:
+                with np.errstate(over="ignore"):  # beyond float32: inf, refused here (422)
+                    xq[i] = as_matrix(np.asarray(s.vector, dtype=np.float32), info.dim)[0]
+        return xq, cut
 
     def _with_relevance(self, model: Served, hits: list[Hit], xq: np.ndarray, query: str
                         ) -> list[Hit]:
@@ -257,3 +275,18 @@ class Searching(Base):
                     '"knn": {"enabled": false} or leave knn out')
             return None, None
         return memory, (KnnOptions() if ask is None else ask.options)
+
+
+def _hand_over(ready: Future[np.ndarray], encoding: asyncio.Future[Any]) -> None:
+    """The encoded queries (or why not) to the store's thread waiting on ``ready``."""
+    if encoding.cancelled():
+        ready.set_exception(asyncio.CancelledError())
+    elif (e := encoding.exception()) is not None:
+        ready.set_exception(e)
+    else:
+        ready.set_result(encoding.result()[0])
+
+
+def _rows_of(ready: Future[np.ndarray], rows: list[int]) -> np.ndarray:
+    """Those rows of the query vectors, once encoded (called in the store's thread)."""
+    return ready.result()[rows]
