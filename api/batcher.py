@@ -272,6 +272,8 @@ class DynamicBatcher:
         if raw and self.tokenize is not None:
             try:
                 ids, cut = self.tokenize([t.text for t in raw])
+                if not len(ids) == len(cut) == len(raw):  # no text left without an answer
+                    raise RuntimeError(f"the tokenizer answered {len(ids)} of {len(raw)} texts")
             except Exception as e:
                 log.exception("tokenizing %d texts failed", len(raw))
                 for t in raw:

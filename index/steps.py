@@ -104,7 +104,7 @@ def search(info: CollectionInfo, xq: Vectors, k: int, *, encoder: EncoderInfo | 
         return bm25(query_text, k)
     depth = candidates(k)
     # The two sides at once, BM25 on a thread of its own (with the caller's context): the
-    # scoring (numpy), the graph search (hnswlib) and a server's answers leave the GIL
+    # scoring (numpy), the graph search (faiss) and a server's answers leave the GIL
     sparse = _SIDES.submit(contextvars.copy_context().run, bm25, query_text, depth)
     try:
         near = dense(vectors(), depth)
