@@ -11,7 +11,7 @@ instead of Lite's per-posting Python loop. Other sparse metrics go to Lite's own
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
@@ -113,24 +113,33 @@ def _collect(candidates: list[list[tuple[float, Any, Any]]], ids: np.ndarray,
             candidates[qi].append((float(dists[qi, j]), *source(lid)))
 
 
+def _is_memtable(source: Any) -> bool:
+    return isinstance(source, tuple) and bool(source) and isinstance(source[0], dict)
+
+
+def _by_segment(cands: Sequence[tuple[float, Any, Any]]
+                ) -> list[tuple[Any, list[int], list[int]]]:
+    """The sealed ones among ``cands`` by segment, each segment read once: (its table,
+    their positions in ``cands``, their rows in it)."""
+    out: dict[int, tuple[Any, list[int], list[int]]] = {}
+    for n, (_, _, source) in enumerate(cands):
+        if not _is_memtable(source):
+            table, row = source
+            got = out.setdefault(id(table), (table, [], []))
+            got[1].append(n)
+            got[2].append(row)
+    return list(out.values())
+
+
 def _merge(candidates: list[tuple[float, Any, Any]], top_k: int,
            project: Callable[[dict], dict], output_fields: list[str] | None = None,
            pk_field: str = "") -> list[dict]:
     """Each key's newest version, best first, materialised (a sealed row: only the columns
     shown, :func:`index.milvus.lite.dense.needed_columns`)."""
-    def is_memtable(source: Any) -> bool:
-        return isinstance(source, tuple) and bool(source) and isinstance(source[0], dict)
-
-    seqs = [0] * len(candidates)
-    sealed: dict[int, tuple[Any, list[int]]] = {}  # a segment's candidates' _seq read at once
-    for n, (_, _, source) in enumerate(candidates):
-        if is_memtable(source):
-            seqs[n] = int(source[1])
-        else:
-            sealed.setdefault(id(source[0]), (source[0], []))[1].append(n)
-    for table, where in sealed.values():
-        rows = pa.array([candidates[n][2][1] for n in where], pa.int64())
-        for n, seq in zip(where, table.column("_seq").take(rows).to_pylist(), strict=True):
+    seqs = [int(source[1]) if _is_memtable(source) else 0 for _, _, source in candidates]
+    for table, where, rows in _by_segment(candidates):  # their _seq in one take a segment
+        got = table.column("_seq").take(pa.array(rows, pa.int64())).to_pylist()
+        for n, seq in zip(where, got, strict=True):
             seqs[n] = int(seq)
     best: dict[Any, tuple[int, tuple[float, Any, Any]]] = {}
     for cand, seq in zip(candidates, seqs, strict=True):
@@ -138,19 +147,12 @@ def _merge(candidates: list[tuple[float, Any, Any]], top_k: int,
         if pk not in best or seq > best[pk][0]:
             best[pk] = (seq, cand)
     top = sorted((v[1] for v in best.values()), key=lambda c: c[0])[:top_k]
-    records: list[dict] = [{}] * len(top)
-    by_table: dict[int, tuple[Any, list[int]]] = {}  # a segment's hits read at once
-    for n, (_, _, source) in enumerate(top):
-        if is_memtable(source):
-            records[n] = source[0]
-        else:
-            by_table.setdefault(id(source[0]), (source[0], []))[1].append(n)
-    for table, where in by_table.values():
+    records: list[dict] = [source[0] if _is_memtable(source) else {} for _, _, source in top]
+    for table, where, rows in _by_segment(top):  # a segment's hits read at once
         cols = needed_columns(table.column_names, output_fields, pk_field)
         shown = [name for name in (cols if cols is not None else table.column_names)
                  if name not in ("_seq", "_partition")]
-        for n, record in zip(where, rows_of(table, shown, [top[n][2][1] for n in where]),
-                             strict=True):
+        for n, record in zip(where, rows_of(table, shown, rows), strict=True):
             records[n] = record
     return [{"id": pk, "distance": dist, "entity": project(record)}
             for (dist, pk, _), record in zip(top, records, strict=True)]
