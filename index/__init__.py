@@ -54,7 +54,9 @@ def open_store(uri: str, token: str = "", timeout: float = 10.0, bulk: bool = Fa
     ``http(s)://host:port`` a Milvus server; anything else a Milvus Lite file. ``bulk``: for
     a bulk job (Milvus Lite seals every :data:`index.milvus.sealing.BULK_SEAL_ROWS` rows instead
     of every :data:`index.milvus.sealing.SEAL_ROWS`, fewer and larger segments to merge later, and
-    not after a pause in the writes: :mod:`index.milvus.sealing`). ``ef``: how wide an HNSW
+    not after a pause in the writes: :mod:`index.milvus.sealing`; and builds, as it closes,
+    the HNSW graphs the next process to load the collections it wrote would otherwise build
+    while serving: :func:`index.milvus.lite.speed.build_later`). ``ef``: how wide an HNSW
     index is searched (None: the store's default, :data:`index.milvus.store.LITE_EF` in
     Lite, :data:`index.milvus.store.EF` elsewhere)."""
     from index.faiss.store import FaissStore
@@ -68,7 +70,7 @@ def open_store(uri: str, token: str = "", timeout: float = 10.0, bulk: bool = Fa
 
     return MilvusStore(uri, token=token, timeout=timeout, ef=ef,
                        seal_rows=BULK_SEAL_ROWS if bulk else SEAL_ROWS,
-                       seal_quiet_s=None if bulk else SEAL_QUIET_S)
+                       seal_quiet_s=None if bulk else SEAL_QUIET_S, bulk=bulk)
 
 
 __all__ = [

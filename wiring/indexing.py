@@ -100,10 +100,17 @@ def index_files(collection: str, inputs: list[Path], config: JobConfig, store: s
 
     vector_store = open_store(store, token=token, timeout=timeout, bulk=True)
     try:
-        return bulk_index(vector_store, collection, inputs, embed, config, encoder=info,
-                          store_name=store, count=count)
-    finally:
+        summary = bulk_index(vector_store, collection, inputs, embed, config, encoder=info,
+                             store_name=store, count=count)
+    except BaseException:
         vector_store.close()
+        raise
+    # The store's close seals the last rows and waits for the segments' graphs: the job's
+    # time, which its docs/s counts (it took 43 s of 643 at 522,000 documents on Lite)
+    t0 = time.perf_counter()
+    vector_store.close()
+    summary.seconds += time.perf_counter() - t0
+    return summary
 
 
 def alias_target(alias: str, inputs: list[Path], store: str, fields: Fields,

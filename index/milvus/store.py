@@ -40,6 +40,7 @@ from index.filters import Filter, quote, to_milvus_expr
 from index.hybrid.fusion import DEFAULT_DENSE_WEIGHT, DEFAULT_FUSION
 from index.milvus.conn import connect, failure, is_io_failure, restart_lite, version_at_least
 from index.milvus.lite import direct as lite_direct
+from index.milvus.lite import speed as lite_speed
 from index.milvus.reads import ids_after, read_aliases, rows_of
 from index.milvus.schema import (
     BM25_FIELD,
@@ -110,7 +111,7 @@ class MilvusStore:
         hnsw_m: int | None = None,
         ef_construction: int = 200,
         ef: int | None = None, seal_rows: int = SEAL_ROWS,
-        seal_quiet_s: float | None = SEAL_QUIET_S,
+        seal_quiet_s: float | None = SEAL_QUIET_S, bulk: bool = False,
     ) -> None:
         if index_type not in INDEX_TYPES:
             raise ValueError(f"index_type must be one of {INDEX_TYPES}, got {index_type!r}")
@@ -130,6 +131,9 @@ class MilvusStore:
         self._analysed: dict[str, bool] = {}  # hybrid collection -> has BM25_FIELD
         self._bm25: bool | None = None  # (close() flushes under the write lock, below)
         self._sealer = Sealer(self.flush, rows=seal_rows, quiet_s=seal_quiet_s)  # Lite only
+        # A bulk job's Lite file: the collections it wrote get, before close() returns, the
+        # HNSW graphs the next process to load them would otherwise build while it serves
+        self.bulk, self._written = bulk, set[str]()
         # One write at a time (upserts, deletes, flushes, and counts, which miss rows while a
         # flush moves them): Lite lost acknowledged rows of concurrent writers on kill -9
         self._flushing, self._connecting = threading.RLock(), threading.RLock()  # re-entrant
@@ -206,6 +210,12 @@ class MilvusStore:
                 self.flush(collection)
             except StoreError as e:
                 log.warning("could not seal collection %s on close: %s", collection, e)
+        if self.bulk and seal and self._client is not None:
+            for collection in sorted(self._written):
+                engine = lite_direct.collection(self.uri, collection)
+                if engine is not None:
+                    lite_speed.build_now(engine, reason="before the bulk job ends")
+        self._written.clear()
         if self._client is not None:
             try:
                 self._client.close()
@@ -411,6 +421,8 @@ class MilvusStore:
     def _wrote(self, collection: str, rows: int) -> None:
         if self.is_lite:
             self._sealer.wrote(collection, rows)
+            if self.bulk and rows > 0:
+                self._written.add(collection)
 
     # -- items ------------------------------------------------------------------------
     def upsert(

@@ -215,3 +215,46 @@ def test_ray_refuses_a_folder_of_documents(tmp_path: Path, tiny_model_dir: Path)
     assert done.returncode == 2
     assert "--engine ray reads files of rows" in done.stderr
     assert not (tmp_path / "q.db").exists()
+
+
+def test_a_jobs_time_counts_the_close_that_seals_its_rows(tmp_path: Path,
+                                                           tiny_model_dir: Path,
+                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    """The store's close seals the last rows and builds the last segments' graphs (on
+    Lite): the user waits for it, so the job's seconds (and its docs/s) count it."""
+    from index import Fields
+    from wiring import indexing
+
+    src = tmp_path / "d.jsonl"
+    src.write_text("".join(json.dumps({"id": f"d{i}", "text": f"a dog in the park {i}"})
+                           + "\n" for i in range(30)))
+    real, closed = indexing.open_store, []
+
+    def slow_open(*args: object, **kwargs: object) -> object:
+        store = real(*args, **kwargs)  # type: ignore[arg-type]
+        close = store.close
+
+        def slow_close(*a: object, **k: object) -> None:
+            time.sleep(1.0)
+            closed.append(True)
+            close(*a, **k)  # type: ignore[arg-type]
+
+        store.close = slow_close  # type: ignore[method-assign]
+        return store
+
+    run, ran = indexing.bulk_index, []
+
+    def bulk_index(*args: object, **kwargs: object) -> object:
+        summary = run(*args, **kwargs)  # type: ignore[arg-type]
+        ran.append(summary.seconds)  # before the close
+        return summary
+
+    monkeypatch.setattr(indexing, "open_store", slow_open)
+    monkeypatch.setattr(indexing, "bulk_index", bulk_index)
+    db = str(tmp_path / "qkv.db")
+    config = indexing.job_config("c", [src], db, Fields(), None, 16, (0, 1), tmp_path / "jobs",
+                                 None, False, 0, 0.0, False)
+    t0 = time.perf_counter()
+    summary = indexing.index_files("c", [src], config, db, tiny_model_dir, device="cpu")
+    assert closed == [True] and summary.written == 30 and len(ran) == 1
+    assert ran[0] + 1.0 <= summary.seconds <= time.perf_counter() - t0

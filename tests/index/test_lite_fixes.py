@@ -218,3 +218,34 @@ def test_rows_stay_readable_while_the_memtable_is_flushed(
         assert seen == after
     else:  # Lite's own: shows that the race is real (else the test proves nothing)
         assert seen != after, "Lite no longer hides rows during a flush: drop the mend"
+
+
+@pytest.mark.parametrize("bulk", [True, False])
+def test_a_bulk_store_leaves_its_segments_graphs_built_when_it_closes(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, bulk: bool) -> None:
+    """A bulk job's store builds, before its close returns, the graphs the next process to
+    load the collection would build while it served (its last segments, under
+    HNSW_MIN_ROWS: the server built them during its first searches). A serving store
+    leaves them to the load, as before."""
+    from milvus_lite.server_manager import server_manager_instance
+
+    from index.milvus.lite import speed as lite_speed
+
+    monkeypatch.setattr(lite_speed, "HNSW_MIN_ROWS", 50_000)
+    monkeypatch.setattr(lite_speed, "LOADED_HNSW_MIN_ROWS", 1000)
+    path = tmp_path / "m.db"
+    store = MilvusStore(str(path), seal_rows=1024, seal_quiet_s=None, bulk=bulk)
+    store.create("c", 8)
+    vectors = _unit_vectors(1500, seed=3)
+    store.upsert("c", [Item(id=str(i), vector=v) for i, v in enumerate(vectors)])
+    store.close()
+    segments = sorted(p.stem for p in path.glob("collections/c/partitions/*/data/*.parquet"))
+    assert segments == ["data_000001_001024", "data_001025_001500"]  # by size, then on close
+    graphs = [p.name.split(".")[0] for p in _graphs(path)]
+    assert graphs == (["data_000001_001024"] if bulk else [])
+    server_manager_instance.release_server(str(path))
+
+    again = MilvusStore(str(path))
+    hits = again.search("c", vectors[:20], 1)
+    assert [h[0].id for h in hits] == [str(i) for i in range(20)]
+    again.close(seal=False)
