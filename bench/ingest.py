@@ -254,8 +254,8 @@ def report(args: argparse.Namespace, argv: str, runs: dict[str, tuple[dict, RssS
         for k in ("lite", "server")) + ". Docs/s of the jobs are their own summary lines "
         "(clock from the first read to the end of the store's close, which seals the last "
         "rows and in Lite builds the segments' graphs: counted since 3088650, before it the "
-        "close was not; model load excluded, as for the encoder alone). Milvus Lite runs inside the job's process, so its RSS is "
-        "the job's.",
+        "close was not; model load excluded, as for the encoder alone). Milvus Lite runs "
+        "inside the job's process, so its RSS is the job's.",
         f"Job commands: `{lite_cmd}`; `{server_cmd}` (a fresh server on a free port).", ""]
     diag = enc["diagnosis"]
     whole = diag["one call"]

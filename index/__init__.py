@@ -56,7 +56,7 @@ def open_store(uri: str, token: str = "", timeout: float = 10.0, bulk: bool = Fa
     of every :data:`index.milvus.sealing.SEAL_ROWS`, fewer and larger segments to merge later, and
     not after a pause in the writes: :mod:`index.milvus.sealing`; and builds, as it closes,
     the HNSW graphs the next process to load the collections it wrote would otherwise build
-    while serving: :func:`index.milvus.lite.speed.build_later`). ``ef``: how wide an HNSW
+    while serving: :func:`index.milvus.lite.speed.build_now`). ``ef``: how wide an HNSW
     index is searched (None: the store's default, :data:`index.milvus.store.LITE_EF` in
     Lite, :data:`index.milvus.store.EF` elsewhere)."""
     from index.faiss.store import FaissStore
