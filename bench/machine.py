@@ -24,6 +24,9 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 ENV = "QKV_BENCH_RESULTS"
+# This process's run: rows recorded by one run of a script carry the same stamp, so two
+# runs of one command at one commit on one day stay two runs (bench/report.py's runs())
+RUN = f"{time.strftime('%Y%m%dT%H%M%S')}-{os.getpid()}"
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
@@ -94,13 +97,14 @@ def record(name: str, command: str, figures: dict[str, Any],
     date (``when``, default today), the machine (this one's CPU model, cores and flags, or
     ``machine`` for another one, e.g. a lent GPU), the command, the commit (``at`` for a run
     made from an earlier one), the figures and, when given, the markdown ``section`` the
-    script printed. Then, unless ``regenerate`` is false, rewrite the pages beside that
-    directory (:func:`regenerate_pages`). Returns the ``.jsonl`` path."""
+    script printed, and this process's :data:`RUN`. Then, unless ``regenerate`` is false,
+    rewrite the pages beside that directory (:func:`regenerate_pages`). Returns the
+    ``.jsonl`` path."""
     row: dict[str, Any] = {
         "date": when or time.strftime("%Y-%m-%d"),
         "machine": machine or {"cpu": cpu_model(), "cores": os.cpu_count(),
                                "flags": cpu_flags()},
-        "command": command, "commit": at or commit(), "figures": figures}
+        "command": command, "commit": at or commit(), "figures": figures, "run": RUN}
     if section is not None:
         row["section"] = section.strip("\n")
     where = results_dir(results)

@@ -103,11 +103,11 @@ def load(results_dir: Path) -> dict[str, list[dict[str, Any]]]:
 
 
 def runs(rows: list[dict[str, Any]]) -> list[list[dict[str, Any]]]:
-    """Consecutive rows of one run (same date, machine, command and commit: e.g. one row
-    per model scored), newest run first."""
+    """Consecutive rows of one run (same date, machine, command, commit and, where the rows
+    have one, run stamp: e.g. one row per model scored), newest run first."""
     groups: list[list[dict[str, Any]]] = []
     for row in rows:
-        if groups and all(groups[-1][0].get(k) == row.get(k) for k in REQUIRED[:4]):
+        if groups and all(groups[-1][0].get(k) == row.get(k) for k in (*REQUIRED[:4], "run")):
             groups[-1].append(row)
         else:
             groups.append([row])

@@ -109,6 +109,26 @@ def test_record_then_generate_newest_first(tmp_path: Path,
     assert report.main(["--results", str(results)]) == 0 and report.check(results) == []
 
 
+def test_two_runs_of_one_command_at_one_commit_stay_two_runs(tmp_path: Path,
+                                                            monkeypatch: pytest.MonkeyPatch
+                                                            ) -> None:
+    """Each process stamps its rows: a second run of the same command, at the same commit on
+    the same day, is shown as the newest run, not merged into the first."""
+    machine, report = by_path("machine"), by_path("report")
+    results = tmp_path / "results"
+    for run, rate in (("first", 1.0), ("second", 2.0)):
+        monkeypatch.setattr(machine, "RUN", run)
+        for store in ("faiss", "lite"):
+            machine.record("demo", "python bench/demo.py", {"store": store, "rate": rate},
+                           when="2026-01-01", at="aaaaaaa", results=results, regenerate=False)
+    rows = [json.loads(x) for x in (results / "demo.jsonl").read_text().splitlines()]
+    assert [r["run"] for r in rows] == ["first", "first", "second", "second"]
+    assert [[r["figures"]["rate"] for r in run] for run in report.runs(rows)] == [
+        [2.0, 2.0], [1.0, 1.0]]
+    old = [{k: v for k, v in r.items() if k != "run"} for r in rows]  # rows from before
+    assert len(report.runs(old)) == 1
+
+
 def test_results_must_name_a_directory(tmp_path: Path) -> None:
     machine = by_path("machine")
     with pytest.raises(SystemExit, match="directory"):
