@@ -206,8 +206,7 @@ def build_now(col: Any, reason: str) -> None:
     """:func:`build_later`, and wait until the collection's background worker has done it
     (and what it had queued before: merges, their graphs)."""
     build_later(col, reason)
-    if not col._bg_closed:
-        col._wait_for_bg()
+    col._wait_for_bg()  # returns at once once the worker is shut down
 
 
 def uninstall() -> None:
