@@ -63,6 +63,11 @@ def pseudo_query(passage: str, rng: random.Random, stop: frozenset[str]) -> str:
 
 
 THREAD_MIN_DOCS = 4000  # below it one thread is faster (the GIL; see retrieve)
+# The training pools' cap on pseudo-queries a distinct passage (``bm25_triples``'s
+# ``per_passage``): the shared data's pools ask 0.3-3.1 a passage, so it never binds there;
+# a small data directory's 20 passages were asked 80,000 near-duplicate queries (most of a
+# minute of BM25 on 2 cores, in every test that built the training sources)
+QUERIES_PER_PASSAGE = 5
 
 
 def retrieve(retriever: Any, q_tokens: Any, k: int,
@@ -95,19 +100,23 @@ def retrieve(retriever: Any, q_tokens: Any, k: int,
 def bm25_triples(
     passages: list[str], n_queries: int, seed: int = 0, k: int = 30, neg_from: int = 3,
     encode: Callable[[list[str]], np.ndarray] | None = None, dense_weight: float = 0.5,
+    per_passage: int | None = None,
 ) -> list[Triple]:
     """``n_queries`` (pseudo-query, BM25's top passage, a passage from BM25's ranks
     [``neg_from``, ``k``)) over ``passages``. Queries whose top hit scores nothing are
     dropped. With ``encode`` (unit vectors of texts: the encoder being adapted), the
     ranking is hybrid instead, BM25's and the encoder's top ``k`` fused as the service
     fuses them (convex, ``dense_weight``): the encoder then learns what the collection's
-    hybrid search knows rather than BM25 alone, errors included."""
+    hybrid search knows rather than BM25 alone, errors included. ``per_passage``: at most
+    that many queries a distinct passage (fewer than ``n_queries`` on a small pool)."""
     import bm25s
     import Stemmer
 
     passages = list(dict.fromkeys(p for p in passages if p.strip()))
     if len(passages) <= neg_from:
         return []
+    if per_passage is not None:
+        n_queries = min(n_queries, per_passage * len(passages))
     rng = random.Random(seed)
     stop = _stopwords()
     stemmer = Stemmer.Stemmer("english")

@@ -106,7 +106,7 @@ def _lexical_sources(
     scifact_docs: list[tuple[str, str]], pydocs: list[tuple[str, str]], seed: int,
 ) -> list[PairSource]:
     """The BM25-imitation sources, one a collection (batches stay within a domain)."""
-    from encoder.lexical import bm25_triples, chunks
+    from encoder.lexical import QUERIES_PER_PASSAGE, bm25_triples, chunks
 
     by_name = {s.name: s for s in semantic}
     defs = [d for name in ("wordnet-gloss", "gcide-definitions") if name in by_name
@@ -123,7 +123,8 @@ def _lexical_sources(
     ]
     out = []
     for i, (name, passages, n, weight) in enumerate(pools):
-        triples = bm25_triples(passages, n, seed=seed + i) if passages else []
+        triples = (bm25_triples(passages, n, seed=seed + i, per_passage=QUERIES_PER_PASSAGE)
+                   if passages else [])
         if triples:
             out.append(PairSource(name, [(q, p) for q, p, _ in triples], weight, True,
                                   [neg for _, _, neg in triples]))

@@ -162,11 +162,12 @@ def technical_sources(data: str | Path, seed: int = 0, hold_out: list[Path] | No
     if spans:
         sources.append(PairSource("technical-spans", spans, 0.03, True))
     if lexical and passages:
-        from encoder.lexical import bm25_triples, chunks
+        from encoder.lexical import QUERIES_PER_PASSAGE, bm25_triples, chunks
 
         pages = by_name["tldr-pages"].pairs if "tldr-pages" in by_name else []
         pool = chunks(passages + [d for _, d in pages], MAX_WORDS)
-        triples = bm25_triples(pool, 40_000, seed=seed + 40)  # it drops duplicates
+        triples = bm25_triples(pool, 40_000, seed=seed + 40,  # it drops duplicates
+                               per_passage=QUERIES_PER_PASSAGE)
         if triples:
             sources.append(PairSource("lex-technical", [(q, p) for q, p, _ in triples], 0.08,
                                       True, [n for _, _, n in triples]))

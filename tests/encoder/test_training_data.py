@@ -68,6 +68,18 @@ def test_bm25_triples_follow_bm25() -> None:
         assert words & set(pos.lower().split()) or not words
 
 
+def test_a_small_pool_gets_at_most_its_share_of_queries_and_a_large_one_all_it_asks() -> None:
+    passages = [f"report on {w} prices and {w} exports this year" for w in
+                ("copper", "wheat", "coffee", "sugar", "cotton", "tin", "zinc", "cocoa")]
+    passages += [f"general market news item number {i} with no commodity" for i in range(30)]
+    passages += passages[:5]  # duplicates count once
+    capped = bm25_triples(passages, 5_000, seed=1, k=10, neg_from=3, per_passage=5)
+    assert 100 < len(capped) <= 5 * 38
+    # where the cap does not bind, the triples are those asked for without it
+    assert bm25_triples(passages, 150, seed=1, k=10, neg_from=3, per_passage=5) == \
+        bm25_triples(passages, 150, seed=1, k=10, neg_from=3)
+
+
 def test_retrieval_cut_across_threads_ranks_as_one_call(
         monkeypatch: pytest.MonkeyPatch) -> None:
     import bm25s
