@@ -20,7 +20,7 @@ from crasher import run  # noqa: E402
 pytestmark = pytest.mark.slow
 
 
-@pytest.mark.parametrize("backend", ["lite", "faiss"])
+@pytest.mark.parametrize("backend", ["lite", pytest.param("faiss", marks=pytest.mark.long)])
 def test_kill_9_loses_no_acknowledged_document(backend: str, tmp_path: Path,
                                                tiny_encoder_dir: Path) -> None:
     store = str(tmp_path / "lite.db") if backend == "lite" else f"faiss://{tmp_path / 'f'}"

@@ -156,6 +156,7 @@ def test_full_disk_refuses_writes_before_the_store_fails(small_fs: Path, tmp_pat
         server.stop()
 
 
+@pytest.mark.long
 def test_a_store_that_failed_a_write_is_reopened_and_loses_nothing(
         small_fs: Path, tmp_path: Path, tiny_encoder_dir: Path) -> None:
     """With the watermark off, the disk fills under Lite itself: the failed write is 503
@@ -194,6 +195,7 @@ def _all_there_after_a_restart(server: UvicornServer, ids: list[int]) -> None:
         server.stop()
 
 
+@pytest.mark.long
 def test_concurrent_writers_fill_the_disk_while_a_reader_reads(
         small_fs: Path, tmp_path: Path, tiny_encoder_dir: Path) -> None:
     """Issue 68, finding 7: three writers fill the disk under Lite (watermark off) while a

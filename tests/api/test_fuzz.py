@@ -15,7 +15,7 @@ sys.path.insert(0, str(ROOT / "bench"))
 
 import fuzz  # noqa: E402
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.long]
 
 
 def test_a_small_fuzz_pass_finds_nothing(tiny_encoder_dir: Path, tmp_path: Path) -> None:

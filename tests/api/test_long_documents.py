@@ -190,6 +190,7 @@ def test_files_are_upserted_as_documents(client: TestClient, long_coll: str) -> 
 
 
 @pytest.mark.slow
+@pytest.mark.long
 def test_kill_9_during_long_upserts_then_a_rerun_leaves_every_document_whole(
         tmp_path: Path, tiny_encoder_dir: Path) -> None:
     """The server is killed with SIGKILL while it replaces long documents (three times, at

@@ -187,7 +187,7 @@ def named(args: list[str], collection: str) -> list[str]:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("where", ["lite", "milvus-2.3.5"])
+@pytest.mark.parametrize("where", ["lite", pytest.param("milvus-2.3.5", marks=pytest.mark.long)])
 def test_sigkill_of_the_driver_then_rerun(tmp_path: Path, tiny_model_dir: Path, where: str,
                                           request: pytest.FixtureRequest) -> None:
     pytest.importorskip("ray")
@@ -209,6 +209,7 @@ def test_sigkill_of_the_driver_then_rerun(tmp_path: Path, tiny_model_dir: Path, 
 
 
 @pytest.mark.slow
+@pytest.mark.long
 @pytest.mark.parametrize("where", ["lite", "milvus-2.3.5"])
 def test_sigkill_of_a_worker_ray_restarts_it(tmp_path: Path, tiny_model_dir: Path, where: str,
                                              request: pytest.FixtureRequest) -> None:
@@ -250,6 +251,7 @@ def test_sigkill_of_a_worker_ray_restarts_it(tmp_path: Path, tiny_model_dir: Pat
 
 
 @pytest.mark.slow
+@pytest.mark.long
 def test_the_server_stopped_for_20_s_mid_run(tmp_path: Path, tiny_model_dir: Path) -> None:
     """Milvus goes away for 20 s while the workers write: their upserts retry with backoff
     (Ray retries what still fails), and the job completes by itself, exactly."""

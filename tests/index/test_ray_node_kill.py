@@ -32,6 +32,7 @@ def encoder_pids(psutil: Any, raylet: Any) -> list[int]:
 
 
 @pytest.mark.slow
+@pytest.mark.long
 def test_a_whole_node_killed_mid_run(tmp_path: Path, tiny_model_dir: Path,
                                      monkeypatch: pytest.MonkeyPatch) -> None:
     ray = pytest.importorskip("ray")
