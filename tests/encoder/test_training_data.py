@@ -56,10 +56,14 @@ def test_chunks_and_pseudo_queries() -> None:
         assert q and set(q.split()) <= set(passage.split())
 
 
+# 8 commodity reports among 30 general items: 38 distinct passages
+NEWS = [f"report on {w} prices and {w} exports this year" for w in
+        ("copper", "wheat", "coffee", "sugar", "cotton", "tin", "zinc", "cocoa")] + \
+    [f"general market news item number {i} with no commodity" for i in range(30)]
+
+
 def test_bm25_triples_follow_bm25() -> None:
-    passages = [f"report on {w} prices and {w} exports this year" for w in
-                ("copper", "wheat", "coffee", "sugar", "cotton", "tin", "zinc", "cocoa")]
-    passages += [f"general market news item number {i} with no commodity" for i in range(30)]
+    passages = NEWS
     triples = bm25_triples(passages, 200, seed=1, k=10, neg_from=3)
     assert len(triples) > 100
     for q, pos, neg in triples:
@@ -69,10 +73,7 @@ def test_bm25_triples_follow_bm25() -> None:
 
 
 def test_a_small_pool_gets_at_most_its_share_of_queries_and_a_large_one_all_it_asks() -> None:
-    passages = [f"report on {w} prices and {w} exports this year" for w in
-                ("copper", "wheat", "coffee", "sugar", "cotton", "tin", "zinc", "cocoa")]
-    passages += [f"general market news item number {i} with no commodity" for i in range(30)]
-    passages += passages[:5]  # duplicates count once
+    passages = NEWS + NEWS[:5]  # duplicates count once
     capped = bm25_triples(passages, 5_000, seed=1, k=10, neg_from=3, per_passage=5)
     assert 100 < len(capped) <= 5 * 38
     # where the cap does not bind, the triples are those asked for without it
@@ -103,9 +104,7 @@ def test_retrieval_cut_across_threads_ranks_as_one_call(
 
 
 def test_hybrid_triples_follow_the_fused_ranking() -> None:
-    passages = [f"report on {w} prices and {w} exports this year" for w in
-                ("copper", "wheat", "coffee", "sugar", "cotton", "tin", "zinc", "cocoa")]
-    passages += [f"general market news item number {i} with no commodity" for i in range(30)]
+    passages = NEWS
     favourite = passages[-1]
 
     calls: list[int] = []
