@@ -5,10 +5,12 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Sequence
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from encoder import graph_cache
 from encoder.onnx_graph import build_graph, calibrate, pack
 
 if TYPE_CHECKING:
@@ -36,15 +38,31 @@ class OnnxForward:
     ``calibration``: token id lists to calibrate the int8 graph's activation ranges on
     (:func:`calibrate`; ``TextEncoder`` gives :func:`calibration_texts` unless
     ``QKV_ONNX_ACTIVATIONS`` is ``token``); without them the ranges are per token.
-    ``activations`` says which the graph has."""
+    ``activations`` says which the graph has.
+
+    ``cache``: a directory of built graphs (:mod:`encoder.graph_cache`), where the graph and
+    its ranges are read from when this model's were built before, and written to when not
+    (``cached`` says which)."""
 
     def __init__(self, model: TransformerEncoder, int8: bool = True, spin: bool = True,
-                 calibration: Sequence[Sequence[int]] | None = None) -> None:
+                 calibration: Sequence[Sequence[int]] | None = None,
+                 cache: Path | None = None) -> None:
         self._model, self._int8 = model, int8
         static = int8 and bool(calibration)
-        self._ranges = calibrate(model, calibration or []) if static else None
         self.activations = "static" if static else "token" if int8 else "fp32"
-        self.model_bytes: bytes | None = self.graph_bytes()
+        self._cache = cache
+        self._key = graph_cache.key(model, int8, calibration if static else None) \
+            if cache is not None else None
+        hit = graph_cache.load(cache, self._key) if cache is not None and self._key else None
+        self.cached = hit is not None
+        if hit is not None:
+            self.model_bytes: bytes | None = hit[0]
+            self._ranges = hit[1]
+        else:
+            self._ranges = calibrate(model, calibration or []) if static else None
+            self.model_bytes = self.graph_bytes()
+            if cache is not None and self._key:
+                graph_cache.save(cache, self._key, self.model_bytes, self._ranges)
         self.spin = spin
         self.arena = True  # ONNX Runtime's memory arena (off: less memory, see set_arena)
         self.threads: int | None = None  # threads a call runs on; None: torch's setting
@@ -74,7 +92,12 @@ class OnnxForward:
             return self._sessions[key]
 
     def graph_bytes(self) -> bytes:
-        """The serialised graph this forward runs (built anew from the weights)."""
+        """The serialised graph this forward runs (from the cache where it is there, else
+        built anew from the weights)."""
+        if self._cache is not None and self._key:
+            hit = graph_cache.load(self._cache, self._key)
+            if hit is not None:
+                return hit[0]
         serialised: bytes = build_graph(self._model, self._int8, self._ranges).SerializeToString()
         return serialised
 

@@ -11,7 +11,7 @@ from typing import Any, Literal, overload
 import numpy as np
 import torch
 
-from encoder import token_bag
+from encoder import graph_cache, token_bag
 from encoder.checkpoint import LoadedModel, read_checkpoint
 from encoder.config import EncoderConfig
 from encoder.device import autocast, inference_attention
@@ -101,14 +101,16 @@ class TextEncoder(LoadedModel):
         """Run :meth:`encode` on ``name``'s network (``torch`` or ``onnx``: the int8 ONNX
         Runtime graph of :mod:`encoder.onnx_graph`); ``None`` picks as
         :func:`encoder.onnx_graph.pick_backend` does (``onnx`` on a CPU). The ONNX graph is
-        built from the weights now: call this again after changing them. An architecture
-        the graph does not cover (``additive`` pooling) stays on torch unless ``onnx`` is
-        asked for, which is then a ``ValueError``. :meth:`token_vectors` always runs on
-        torch."""
+        built from the weights now (or read from the process's graph cache,
+        :mod:`encoder.graph_cache`, where these weights' was built before): call this again
+        after changing them. An architecture the graph does not cover (``additive``
+        pooling) stays on torch unless ``onnx`` is asked for, which is then a
+        ``ValueError``. :meth:`token_vectors` always runs on torch."""
         self.backend = pick_backend(name, self.device.type, self.config)
         calibration = self.tokenize(calibration_texts())[0] if (
             self.backend == "onnx" and activations_mode() == "static") else None
-        self._onnx = OnnxForward(self.model, spin=self._spin, calibration=calibration
+        self._onnx = OnnxForward(self.model, spin=self._spin, calibration=calibration,
+                                 cache=graph_cache.Defaults.directory
                                  ) if self.backend == "onnx" else None
         if self._onnx is not None:
             self._onnx.arena, self._onnx.threads = self._arena, self._call_threads

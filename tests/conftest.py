@@ -3,6 +3,7 @@ real Milvus servers (2.3.5 standalone, ``milvus-lite server``) for the whole ses
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -19,6 +20,15 @@ from store_backends import milvus_lite_server, milvus_standalone  # noqa: E402
 
 import encoder  # noqa: E402
 from encoder.tokenizer import train_tokenizer  # noqa: E402
+
+
+@pytest.fixture(scope="session", autouse=True)
+def graph_cache_of_the_session(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """The ``qkv`` processes the tests start share one graph cache (encoder/graph_cache.py)
+    of their own, not the user's: the first to load an encoder builds its graph."""
+    os.environ["QKV_GRAPH_CACHE"] = str(tmp_path_factory.mktemp("graphs"))
+    yield
+    os.environ.pop("QKV_GRAPH_CACHE", None)
 
 
 @pytest.fixture(scope="session", autouse=True)

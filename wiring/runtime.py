@@ -37,12 +37,15 @@ def configure(serving: bool = False) -> None:
 
 
 def use(device: str | None = None, encoder_backend: str | None = None, no_bf16: bool = False,
-        onnx_activations: str = "static", lite_fast_search: bool = True) -> None:
+        onnx_activations: str = "static", lite_fast_search: bool = True,
+        graph_cache: str | None = None) -> None:
     """The process's defaults from its settings (``QKV_DEVICE``, ``QKV_ENCODER_BACKEND``,
-    ``QKV_NO_BF16``, ``QKV_ONNX_ACTIVATIONS``, ``QKV_LITE_FAST_SEARCH``: fields of
+    ``QKV_NO_BF16``, ``QKV_ONNX_ACTIVATIONS``, ``QKV_LITE_FAST_SEARCH``,
+    ``QKV_GRAPH_CACHE``: fields of
     ``api.settings.Runtime``), handed to the rooms that use them, once, at the process's
     edge (the service's start, the ``qkv`` command). Nothing below reads the environment
     for them; an argument given to a function there still wins."""
+    from encoder import graph_cache as graphs
     from encoder.device import Defaults as DeviceDefaults
     from encoder.onnx_graph import Defaults as BackendDefaults
     from encoder.onnx_graph import use_activations
@@ -52,16 +55,20 @@ def use(device: str | None = None, encoder_backend: str | None = None, no_bf16: 
     DeviceDefaults.device, DeviceDefaults.bf16 = device or None, not no_bf16
     BackendDefaults.backend = encoder_backend or None
     speed.use(lite_fast_search)
+    graphs.use(graph_cache)
 
 
 def current() -> dict[str, Any]:
     """This process's defaults as :func:`use` takes them: what a worker process started
     elsewhere (a Ray actor) is handed, so it runs as the command that started it."""
+    from encoder import graph_cache as graphs
     from encoder.device import Defaults as DeviceDefaults
     from encoder.onnx_graph import Defaults as BackendDefaults
     from index.milvus.lite import speed
 
+    cache = graphs.Defaults.directory
     return {"device": DeviceDefaults.device, "encoder_backend": BackendDefaults.backend,
             "no_bf16": not DeviceDefaults.bf16,
             "onnx_activations": BackendDefaults.activations,
-            "lite_fast_search": speed.wanted()}
+            "lite_fast_search": speed.wanted(),
+            "graph_cache": str(cache) if cache is not None else None}

@@ -14,10 +14,12 @@ def test_what_use_sets_current_hands_on() -> None:
     before = runtime.current()
     try:
         runtime.use(device="cpu", encoder_backend="torch", no_bf16=True,
-                    onnx_activations="token", lite_fast_search=False)
+                    onnx_activations="token", lite_fast_search=False,
+                    graph_cache="/tmp/qkv-graphs")
         assert runtime.current() == {"device": "cpu", "encoder_backend": "torch",
                                      "no_bf16": True, "onnx_activations": "token",
-                                     "lite_fast_search": False}
+                                     "lite_fast_search": False,
+                                     "graph_cache": "/tmp/qkv-graphs"}
         assert DeviceDefaults.bf16 is False and BackendDefaults.activations == "token"
         with pytest.raises(ValueError, match="QKV_ONNX_ACTIVATIONS must be static or token"):
             runtime.use(onnx_activations="dynamic")
