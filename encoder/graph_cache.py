@@ -25,6 +25,7 @@ import hashlib
 import json
 import logging
 import os
+import uuid
 from collections.abc import Sequence
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
@@ -95,7 +96,7 @@ def save(directory: Path, k: str, data: bytes, ranges: dict[str, float] | None) 
     """Cache ``data`` and ``ranges`` under ``k`` (each file written whole, then renamed),
     then drop the least recently used beyond :data:`KEEP`. A directory that cannot be
     written to only costs the next process the build."""
-    tmp = f".{os.getpid()}.tmp"
+    tmp = f".{uuid.uuid4().hex}.tmp"  # two threads or processes may write one key at once
     try:
         directory.mkdir(parents=True, exist_ok=True)
         graph, meta = directory / f"{k}.onnx", directory / f"{k}.json"
