@@ -12,7 +12,6 @@ Collection names are checked here and mapped to their stored names (``-`` become
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -93,8 +92,7 @@ class Runtime(BaseSettings):
                                    "gRPC loopback; false keeps Lite's own, for comparison.")
 
     graph_cache: str | None = Field(
-        default_factory=lambda: str(Path(os.environ.get("XDG_CACHE_HOME") or "~/.cache")
-                                    / "qkv" / "graphs"),
+        "~/.cache/qkv/graphs",
         description="Where the onnx backend keeps the encoder graphs it built (about 19 MB "
         "each, the 8 last used), so that the next process loading the same encoder skips "
         "about 2 s of building; empty: build them every time.")
