@@ -54,6 +54,9 @@ RUN useradd --system --uid 10001 --no-create-home --home-dir /app qkv \
 USER qkv
 
 ENV QKV_MODEL=/app/models/encoder-default
+# The encoder's built graph (encoder/graph_cache.py) in the volume, which the user can write
+# (its home, /app, it cannot) and which outlives the container: a restart skips the build
+ENV QKV_GRAPH_CACHE=/app/var/graphs
 EXPOSE 8000
 VOLUME ["/app/var"]
 

@@ -91,3 +91,14 @@ def test_a_loaded_encoder_uses_the_process_cache(
     monkeypatch.setattr(graph_cache.Defaults, "directory", None)  # QKV_GRAPH_CACHE empty
     off = encoder.load(tiny_encoder_dir, device="cpu", backend="onnx")
     assert off._onnx is not None and not off._onnx.cached
+
+
+def test_a_cache_that_cannot_be_written_only_costs_the_build(
+        tiny: encoder.TextEncoder, tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    blocked = tmp_path / "a-file"
+    blocked.write_text("not a directory")
+    forward = OnnxForward(tiny.model, calibration=_calibration(tiny), cache=blocked / "graphs")
+    again = OnnxForward(tiny.model, calibration=_calibration(tiny), cache=blocked / "graphs")
+    assert not forward.cached and not again.cached
+    assert np.array_equal(_run(forward, tiny), _run(again, tiny))
+    assert "could not cache the encoder graph" in caplog.text
