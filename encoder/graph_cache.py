@@ -13,10 +13,11 @@ and ``<dir>/<key>.json``, where the key is a hash of everything the graph is mad
 the weights as they are now (not the checkpoint's recorded fingerprint: training changes
 them in place), the architecture, whether it is int8, the calibration's token ids, this
 module's and :mod:`encoder.onnx_graph`'s source, the ``onnx`` and ``onnxruntime`` versions
-and the CPU (the ranges are measured on it). A file that does not match the hash recorded
-beside it is ignored and rebuilt; at most :data:`KEEP` graphs stay, the least recently used
-removed first. The directory is ``QKV_GRAPH_CACHE`` (``api.settings.Runtime``; empty: no
-cache), handed here once at the process's edge (:func:`use`).
+and the CPU's model and flags (the ranges are measured on it). A file that does not match
+the hash recorded beside it is ignored and rebuilt; at most :data:`KEEP` graphs stay, the
+least recently used removed first. The directory is ``QKV_GRAPH_CACHE``
+(``api.settings.Runtime``; empty: no cache), handed here once at the process's edge
+(:func:`use`).
 """
 
 from __future__ import annotations
@@ -57,13 +58,14 @@ def _version(name: str) -> str:
 
 def key(model: Any, int8: bool, calibration: Sequence[Sequence[int]] | None) -> str:
     """The hash of everything ``model``'s graph is made from (module docstring)."""
-    from encoder.cpu import cpu_model
+    from encoder.cpu import cpu_flags, cpu_model
 
     h = hashlib.blake2b(digest_size=20)
     here = Path(__file__).parent
     for name in SOURCES:
         h.update((here / name).read_bytes())
-    h.update(json.dumps({"config": model.config.to_dict(), "int8": int8, "cpu": cpu_model(),
+    cpu = [cpu_model(), *sorted(cpu_flags())]  # one model name covers CPUs of other kernels
+    h.update(json.dumps({"config": model.config.to_dict(), "int8": int8, "cpu": cpu,
                          "onnx": _version("onnx"), "onnxruntime": _version("onnxruntime")},
                         sort_keys=True, default=str).encode())
     for name, value in sorted(model.state_dict().items()):
