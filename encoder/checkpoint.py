@@ -87,13 +87,18 @@ def loaded_state(stored: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
     return state
 
 
+def hash_weights(h: Any, model: nn.Module) -> None:
+    """Feed ``model``'s weights, in name order, as float32, to the hash ``h`` (hashlib's)."""
+    for k, v in sorted(model.state_dict().items()):
+        h.update(k.encode())
+        h.update(v.detach().float().cpu().contiguous().numpy().tobytes())
+
+
 def fingerprint(model: nn.Module, tokenizer: Tokenizer) -> str:
     """sha256 (first 16 hex) of the weights, in name order, and the tokenizer (and the
     token bag's weight, where there is one: it changes the vectors too)."""
     h = hashlib.sha256()
-    for k, v in sorted(model.state_dict().items()):
-        h.update(k.encode())
-        h.update(v.detach().float().cpu().contiguous().numpy().tobytes())
+    hash_weights(h, model)
     h.update(tokenizer.to_str().encode())
     lexical = getattr(getattr(model, "config", None), "lexical_weight", 0.0)
     if lexical:

@@ -58,6 +58,7 @@ def _version(name: str) -> str:
 
 def key(model: Any, int8: bool, calibration: Sequence[Sequence[int]] | None) -> str:
     """The hash of everything ``model``'s graph is made from (module docstring)."""
+    from encoder.checkpoint import hash_weights
     from encoder.cpu import cpu_flags, cpu_model
 
     h = hashlib.blake2b(digest_size=20)
@@ -68,9 +69,7 @@ def key(model: Any, int8: bool, calibration: Sequence[Sequence[int]] | None) -> 
     h.update(json.dumps({"config": model.config.to_dict(), "int8": int8, "cpu": cpu,
                          "onnx": _version("onnx"), "onnxruntime": _version("onnxruntime")},
                         sort_keys=True, default=str).encode())
-    for name, value in sorted(model.state_dict().items()):
-        h.update(name.encode())
-        h.update(value.detach().float().cpu().contiguous().numpy().tobytes())
+    hash_weights(h, model)
     h.update(json.dumps([list(s) for s in calibration or []]).encode())
     return h.hexdigest()
 

@@ -60,7 +60,7 @@ class OnnxForward:
             self._ranges = hit[1]
         else:
             self._ranges = calibrate(model, calibration or []) if static else None
-            self.model_bytes = self.graph_bytes()
+            self.model_bytes = self._build()  # not graph_bytes(): the cache just missed
             if cache is not None and self._key:
                 graph_cache.save(cache, self._key, self.model_bytes, self._ranges)
         self.spin = spin
@@ -98,6 +98,10 @@ class OnnxForward:
             hit = graph_cache.load(self._cache, self._key)
             if hit is not None:
                 return hit[0]
+        return self._build()
+
+    def _build(self) -> bytes:
+        """The serialised graph, built from the weights and the ranges."""
         serialised: bytes = build_graph(self._model, self._int8, self._ranges).SerializeToString()
         return serialised
 
