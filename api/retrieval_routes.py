@@ -44,7 +44,8 @@ def search_of(body: s.SearchRequest, x_tenant: str | None, where: str = "") -> S
                   filter=body.filter, mode=body.mode, fusion=body.fusion,
                   dense_weight=body.dense_weight, consistency=body.consistency,
                   score_threshold=body.score_threshold, truncate=body.truncate, tenant=tenant,
-                  group_by_document=body.group_by_document)
+                  group_by_document=body.group_by_document,
+                  rerank=body.rerank.top if body.rerank is not None else None)
 
 
 def hits_out(hits: list[Hit], weights: np.ndarray, fields: Sequence[str]) -> list[dict[str, Any]]:

@@ -7,6 +7,7 @@ writes."""
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import os
 import threading
@@ -34,9 +35,10 @@ from wiring.backup_remote import BackupBucket
 from wiring.backups import Backups
 from wiring.calibrator import Calibrator
 from wiring.collections import Collections, Limits
-from wiring.components import encoder_info, load_components, load_encoder
+from wiring.components import encoder_info, load_components, load_encoder, load_reranker
 from wiring.demo import Seeding
 from wiring.encoders import Encoders, Served, read_card
+from wiring.errors import ConflictError
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -98,6 +100,7 @@ class Service:
         self.encode_slots = threading.BoundedSemaphore(self.slot_count)
         self.batcher = self._batcher(self.encoder)
         self.encoder.encode(["warm-up"])  # the session the batcher runs, made now
+        self.reranker = self._load_reranker() if settings.reranker else None
         default = Served(self.info.name, settings.model, self.encoder, self.info, self.batcher,
                          self.model_created, {"base": None})
         self.encoders = Encoders(default, encoders_dir(settings), self._load_encoder,
@@ -122,7 +125,8 @@ class Service:
                 max_top_k=settings.max_top_k, max_offset=settings.max_offset,
                 max_documents=settings.max_documents, max_searches=settings.max_searches,
                 max_generate_tokens=settings.max_generate_tokens,
-                default_temperature=settings.default_temperature))
+                default_temperature=settings.default_temperature),
+            rerank=self.rerank if self.reranker is not None else None)
 
     def _batcher(self, encoder: Any) -> DynamicBatcher:
         # One batcher per encoder, their forwards free to overlap: a lock serialising them
@@ -150,6 +154,59 @@ class Service:
             metrics=self.metrics, workers=workers,
             slots=self.encode_slots if per_core else None, tokenize=encoder.tokenize,
             text_tokens=encoder.max_tokens)
+
+    def _rerank_parts(self) -> int:
+        """How many parts a reranking is cut into, each encoded on its own core holding one
+        of the encoder slots (as the batcher's workers do: :meth:`_batcher`); 1 off the
+        CPU's onnx backend."""
+        st = self.settings
+        threads = st.encoder_threads or os.cpu_count() or 1
+        rr = self.reranker
+        on_cores = rr is not None and rr.backend == "onnx" and rr.encoder.device.type == "cpu"
+        workers = st.batch_workers or (threads if on_cores else 1)
+        return workers if on_cores and workers > 1 else 1
+
+    def _load_reranker(self) -> Any:
+        st = self.settings
+        assert st.reranker is not None
+        self.reranker = load_reranker(st.reranker, st.device, self.encoder.backend)
+        self.reranker.encoder.set_spin(st.encoder_spin)
+        parts = self._rerank_parts()
+        if parts > 1:
+            threads = st.encoder_threads or os.cpu_count() or 1
+            self.reranker.encoder.set_call_threads(max(1, threads // parts))
+        self.reranker.score("warm-up", ["warm-up"])  # its ONNX session, made now
+        return self.reranker
+
+    async def rerank(self, query: str, texts: Sequence[str]) -> np.ndarray:
+        """Each text's score for ``query`` by the reranker (:mod:`encoder.reranker`; higher:
+        more relevant), a conflict without one. Charged to the caller's key as embeddings
+        are (one text a passage), refused (429) while the encoder's queue is full, and run
+        holding the encoder's slots, one part a core, so it takes its turn with the
+        batches."""
+        rr = self.reranker
+        if rr is None:
+            raise ConflictError("this server has no reranker: start it with QKV_RERANKER="
+                                "DIR (a checkpoint of `qkv train-reranker`), or search "
+                                "without `rerank`")
+        if not texts:
+            return np.zeros(0, np.float32)
+        await charge_texts(self.limiter, len(texts), self.metrics)
+        self.batcher.admit(len(texts))
+        pairs = await run_in_threadpool(rr.pairs, query, texts)
+        # longest first, dealt round-robin: parts of like tokens
+        order = sorted(range(len(pairs)), key=lambda i: -len(pairs[i]))
+        n = min(self._rerank_parts(), len(pairs))
+        parts = [order[k::n] for k in range(n)]
+
+        def score(idx: list[int]) -> np.ndarray:
+            with self.encode_slots:
+                return np.asarray(rr.score_ids([pairs[i] for i in idx], batch_size=64))
+        scored = await asyncio.gather(*(run_in_threadpool(score, idx) for idx in parts))
+        out = np.zeros(len(pairs), np.float32)
+        for idx, values in zip(parts, scored, strict=True):
+            out[idx] = values
+        return out
 
     def _load_encoder(self, name: str, path: Path) -> Served:
         """A derived encoder (:mod:`wiring.encoders`), on the default's device and threads."""

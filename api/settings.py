@@ -128,6 +128,11 @@ class Settings(Runtime):
         " Intel Xeon); in Lite at 522,000 documents (M 16), 0.973 at 64 and 0.986 at 128, "
         "the store's search p50 4.5 and 8.6 ms (throwaway scripts, Intel Xeon)."))
     model: Path = Field(Path("models/encoder-default"), description="Encoder checkpoint.")
+    reranker: Path | None = Field(
+        None, description="A cross-encoder reranker checkpoint (`qkv train-reranker`): a "
+        "search's `rerank` and TEI's `/rerank` score query and passage read together with "
+        "it. None: no reranker (a search asking for `rerank` is a 409; `/rerank` scores with "
+        "the encoder's cosine).")
     decoders: Annotated[dict[str, Path], NoDecode] = Field(
         default_factory=dict, description="Collection name -> decoder checkpoint, as JSON "
         "or NAME=DIR[,NAME=DIR...].")

@@ -4,9 +4,11 @@ pymilvus' ``TEIEmbeddingFunction`` and ``TEIRerankFunction``, LangChain's and Ll
 TEI classes) work unchanged: ``POST /`` and ``/embed`` (vectors), ``/embed_all`` (token
 vectors), ``/rerank``, ``/similarity``, ``/tokenize``, ``/decode`` and ``GET /info``.
 
-``/rerank`` scores with what the service has, the encoder's cosine ((1 + cos) / 2, or the
-cosine with ``raw_scores``); with the ``hybrid`` extension, the cosine fused with BM25 over
-the given texts, as hybrid search fuses them."""
+``/rerank`` scores with what the service has: its cross-encoder reranker where one is
+loaded (``QKV_RERANKER``: sigmoid of its logit, as TEI serves a cross-encoder, or the logit
+with ``raw_scores``), else the encoder's cosine ((1 + cos) / 2, or the cosine with
+``raw_scores``); with the ``hybrid`` extension, the cosine fused with BM25 over the given
+texts, as hybrid search fuses them."""
 
 from __future__ import annotations
 
@@ -65,6 +67,13 @@ async def rerank(body: s.RerankRequest, request: Request) -> Response:
     """``texts`` ranked for ``query``, best first: ``[{index, score, text?}]``."""
     svc = service(request)
     texts = texts_of(body.texts, svc.settings.max_inputs)
+    if svc.reranker is not None and not body.hybrid:
+        svc.tokenize([body.query, *texts], body.truncate)  # 422 over the limit without truncate
+        logits = (await svc.rerank(body.query, texts)).astype(np.float64)
+        scores = logits if body.raw_scores else 1.0 / (1.0 + np.exp(-logits))
+        ranked = sorted(((i, float(x)) for i, x in enumerate(scores)), key=lambda r: -r[1])
+        return json_response([{"index": i, "score": score} | (
+            {"text": texts[i]} if body.return_text else {}) for i, score in ranked])
     emb = await svc.embed([body.query, *texts], body.truncate)
     cos = (emb.vectors[1:] @ emb.vectors[0]).astype(np.float64)
     if body.hybrid:

@@ -15,6 +15,7 @@ from cli import (
     encoder,
     index,
     keys,
+    reranker,
     serve,
     stack,
     token_memory,
@@ -55,3 +56,4 @@ tune.register(app)
 keys.register(app)
 adapt.register(app)
 backup.register(app)
+reranker.register(app)

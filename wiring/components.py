@@ -36,6 +36,18 @@ def load_encoder(path: str | Path, device: str | None = None, cpu_threads: int |
     return text_encoder
 
 
+def load_reranker(path: str | Path, device: str | None = None,
+                  backend: str | None = None) -> Any:
+    """The reranker checkpoint at ``path`` (:mod:`encoder.reranker`), its network on
+    ``backend`` as the encoder's is."""
+    from encoder import reranker
+
+    loaded = reranker.load(path, device=device, backend=backend)
+    log.info("reranker %s runs on %s (%s backend)", path, loaded.encoder.device,
+             loaded.backend)
+    return loaded
+
+
 def encoder_info(text_encoder: TextEncoder) -> EncoderInfo:
     """What a collection records of the encoder that made its vectors."""
     return EncoderInfo(text_encoder.name, text_encoder.fingerprint, text_encoder.dim)

@@ -78,6 +78,11 @@ FILTER_HELP = (
 
 
 # search / attend / generate
+class RerankOptions(RequestBody):
+    top: int = Field(50, ge=1, description="How many of the first stage's best hits the "
+                     "reranker reads (at least offset + top_k, at most QKV_MAX_TOP_K).")
+
+
 class SearchRequest(RequestBody):
     # exactly one of `query` and `vector` (the other absent or null), stated in the schema
     model_config = ConfigDict(strict=True, json_schema_extra={"oneOf": [
@@ -122,6 +127,14 @@ class SearchRequest(RequestBody):
     dense_weight: float | None = Field(None, ge=0, le=1, description="w of the convex and "
                                        "weighted fusions. Default: the collection's (POST "
                                        ".../tune), else the encoder's (GET /v1/models).")
+    rerank: RerankOptions | None = Field(None, description="Reorder the best `top` hits "
+                                         "with the server's cross-encoder reranker "
+                                         "(QKV_RERANKER; 409 without one), which reads the "
+                                         "query and each hit's text together: a hit's "
+                                         "`score` becomes the reranker's (a logit: compare "
+                                         "hits of one query), `sources.rerank` too. "
+                                         "`score_threshold` applies before, to the first "
+                                         "stage's score or relevance. Needs `query`.")
     group_by_document: bool = Field(True, description="In a collection with passages: one "
                                     "hit per document, scored by its best passage, with its "
                                     "best passages (true), or one hit per passage (false). "
@@ -149,13 +162,15 @@ class PassageOut(BaseModel):
 class HitOut(BaseModel):
     id: str
     score: float = Field(description="The ranking's score: the cosine in dense mode, the "
-                         "BM25 score in bm25 mode, the fused score in hybrid mode.")
+                         "BM25 score in bm25 mode, the fused score in hybrid mode, the "
+                         "reranker's with `rerank`.")
     weight: float = Field(description="softmax(cosine / temperature) over the returned hits, "
                           "where cosine is the hit's dense similarity to the query (its "
                           "score in dense mode; in bm25 and hybrid modes computed from its "
                           "vector): the mode picks the neighbours, attention weighs them.")
     sources: dict[str, float] = Field(description="Each side that found the hit, 'dense' "
-                                      "and/or 'bm25', with its score on that side.")
+                                      "and/or 'bm25', with its score on that side; "
+                                      "'rerank': the reranker's score.")
     relevance: float | None = Field(None, description="Hybrid mode: how good a match the "
                                     "hit is, 0 to 1, from its cosine and its BM25 score per "
                                     "query term on scales fixed by the encoder (unlike "

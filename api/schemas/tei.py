@@ -36,11 +36,12 @@ class RerankRequest(RequestBody):
     texts: Texts
     truncate: bool = False
     truncation_direction: Direction = "Right"
-    raw_scores: bool = Field(False, description="The cosine itself instead of (1 + cos) / 2.")
+    raw_scores: bool = Field(False, description="The cosine itself instead of (1 + cos) / 2; "
+                             "with a reranker, its logit instead of sigmoid(logit).")
     return_text: bool = False
     hybrid: bool = Field(False, description="qkv extension: fuse the cosine with BM25 over "
                          "the given texts (convex fusion, as hybrid search); the score is "
-                         "then the fused one, in [0, 1].")
+                         "then the fused one, in [0, 1]; the reranker is not used.")
     dense_weight: float | None = Field(None, ge=0, le=1, description="qkv extension: w of the "
                                        "fusion (default: the served encoder's).")
 

@@ -47,6 +47,7 @@ class Search:
     truncate: bool = True
     tenant: str | None = None
     group_by_document: bool = True  # a collection with passages: documents (else passages)
+    rerank: int | None = None  # the first this many hits reordered by the reranker
 
 
 @dataclass

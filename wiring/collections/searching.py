@@ -88,9 +88,24 @@ class Searching(Base):
                                  "(text), or use mode 'dense' with `vector`")
             texts = [s.query] if s.query is not None else None
             mode = resolve_mode(info, s.mode, texts, 1)  # 409 on a collection without BM25
+            if s.rerank is not None:
+                if s.query is None:
+                    raise ValueError("rerank reads the query's text beside each hit's: give "
+                                     "`query` (text), not `vector`")
+                if s.rerank > lim.max_top_k:
+                    raise ValueError(f"rerank.top must be at most {lim.max_top_k} "
+                                     f"(QKV_MAX_TOP_K), got {s.rerank}")
+                if s.rerank < s.offset + s.top_k:
+                    raise ValueError(f"rerank.top ({s.rerank}) must be at least offset + top_k "
+                                     f"({s.offset + s.top_k}): the hits returned are reranked "
+                                     "ones")
         except ValueError as e:
             raise InvalidError(f"{where}{e}") from e
-        return Plan(s, filt, mode, s.offset + s.top_k)
+        if s.rerank is not None and self.rerank is None:
+            raise ConflictError(f"{where}this server has no reranker: start it with "
+                                "QKV_RERANKER=DIR (a checkpoint of `qkv train-reranker`), or "
+                                "search without `rerank`")
+        return Plan(s, filt, mode, max(s.offset + s.top_k, s.rerank or 0))
 
     async def _search(self, name: str, searches: Sequence[Search], with_vectors: bool,
                       labels: Sequence[str] | None) -> list[Neighbours]:
@@ -138,13 +153,18 @@ class Searching(Base):
         xq, cut = await encoding
         out = []
         for i, p in enumerate(plans):
-            hits = found[i][p.search.offset:p.depth]
+            s = p.search
+            # reranked: every hit of the plan's depth is a candidate, paged once reordered
+            hits = found[i][s.offset:p.depth] if s.rerank is None else found[i][:p.depth]
             if p.mode == "hybrid":
-                hits = self._with_relevance(model, hits, xq[i], searches[i].query or "")
-            threshold = p.search.score_threshold
+                hits = self._with_relevance(model, hits, xq[i], s.query or "")
+            threshold = s.score_threshold
             if threshold is not None:  # on the relevance in hybrid, the score otherwise
                 hits = [h for h in hits
                         if (h.score if h.relevance is None else h.relevance) >= threshold]
+            if s.rerank is not None:
+                hits = (await self._reranked(s.query or "", hits, p.mode)
+                        )[s.offset:s.offset + s.top_k]
             out.append(Neighbours(hits, xq[i], p.mode, cut[i],
                                   weights[i] if p.mode == "hybrid" else None))
         return out
@@ -168,6 +188,21 @@ class Searching(Base):
                 with np.errstate(over="ignore"):  # beyond float32: inf, refused here (422)
                     xq[i] = as_matrix(np.asarray(s.vector, dtype=np.float32), info.dim)[0]
         return xq, cut
+
+    async def _reranked(self, query: str, hits: list[Hit], mode: str) -> list[Hit]:
+        """``hits`` reordered by the reranker's score of the query with each one's text
+        (a passage's: a document's best), which becomes its ``score``; ``sources`` keeps
+        the first stage's beside it as ``rerank``. Ties keep the first stage's order."""
+        if not hits:
+            return hits
+        assert self.rerank is not None
+        scores = await self.rerank(query, [h.text or "" for h in hits])
+        out = []
+        for j in np.argsort(-scores, kind="stable"):
+            h, x = hits[int(j)], float(scores[int(j)])
+            out.append(replace(h, score=x, sources={**(h.sources or {mode: h.score}),
+                                                    "rerank": x}))
+        return out
 
     def _with_relevance(self, model: Served, hits: list[Hit], xq: np.ndarray, query: str
                         ) -> list[Hit]:
