@@ -53,6 +53,11 @@ def train_encoder(
         None, "--grad-cache", min=1, help="Encode at most N texts a forward and cache the "
         "vectors' gradients (gradient caching): a batch larger than memory holds, the same "
         "gradient, a second forward's time. One process only."),
+    graded: Path | None = typer.Option(
+        None, "--graded", exists=True, dir_okay=False, help="Graded pairs (JSON lines "
+        "{a, b, score in [0, 1]}: qkv graded-pairs) trained from the start beside the "
+        "pairs, CoSENT weighted by --graded-weight. One process, no --grad-cache."),
+    graded_weight: float = typer.Option(0.0, "--graded-weight", min=0.0),
     vocab_size: int = typer.Option(16384, min=300),
     d_model: int = typer.Option(256, min=8),
     n_layers: int = typer.Option(4, min=1),
@@ -90,6 +95,7 @@ def train_encoder(
         matryoshka=[int(m) for m in matryoshka.split(",") if m.strip()],
         checkpoint_every=checkpoint_every, seed=seed, device=device, stop_after=stop_after,
         arch=arch, budget_s=budget_s, grad_cache=grad_cache,
+        graded=str(graded) if graded else None, graded_weight=graded_weight,
     )
     path = train(cfg)
     if eval_beir or eval_sts:
@@ -349,9 +355,26 @@ def tune_graded(
                f" → {report['cosent_last']:.3f})")
 
 
+def graded_pairs(
+    data: Path = typer.Option(..., "--data", exists=True, file_okay=False,
+                              help="The shared data directory (../shared/data)."),
+    out: Path = typer.Option(..., "--out", help="The JSON-lines file to write."),
+) -> None:
+    """Write STS-B's and SICK's train pairs with their scores in [0, 1] (never their dev,
+    trial or test files), for train-encoder --graded."""
+    from encoder.pairs import sick_graded, stsb_graded
+
+    rows = [*stsb_graded(data), *sick_graded(data)]
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text("".join(json.dumps({"a": a, "b": b, "score": round(s, 4)}) + "\n"
+                           for a, b, s in rows))
+    typer.echo(f"{out}: {len(rows):,} graded pairs")
+
+
 def register(app: typer.Typer) -> None:
     app.command("train-encoder")(train_encoder)
     app.command("build-pairs")(build_pairs)
     app.command("eval-encoder")(eval_encoder)
     app.command("token-bag")(token_bag)
     app.command("tune-graded")(tune_graded)
+    app.command("graded-pairs")(graded_pairs)

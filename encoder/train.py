@@ -84,6 +84,12 @@ class TrainConfig:
     budget_s: float | None = None
     arch: dict[str, Any] = field(default_factory=dict)
     grad_cache: int | None = None  # texts a forward at most (encoder.grad_cache); None: all
+    # graded pairs in the mixture from the start (issue 74's v4): a JSON-lines file of
+    # {"a", "b", "score" in [0, 1]} (STS-B and SICK train, ``qkv graded-pairs``); every step
+    # adds ``graded_weight`` x CoSENT (encoder.graded.cosent) over ``graded_batch`` of them
+    graded: str | None = None
+    graded_weight: float = 0.0
+    graded_batch: int = 64
 
 
 class PairForward(torch.nn.Module):
@@ -101,6 +107,38 @@ class PairForward(torch.nn.Module):
         d, _ = self.model(d_ids)
         h = self.model(h_ids)[0] if h_ids is not None else None
         return q, d, h
+
+
+def load_graded(path: str, tok: Any, max_tokens: int) -> tuple[list[list[int]],
+                                                               list[list[int]], np.ndarray]:
+    """The graded pairs of ``path`` tokenized: first texts' ids, second texts' ids, scores."""
+    import json
+
+    rows = [json.loads(x) for x in Path(path).read_text().splitlines() if x.strip()]
+    if not rows:
+        raise ValueError(f"{path} holds no graded pairs")
+    from encoder.tokenizer import clean_text
+
+    enc = tok.encode_batch([clean_text(r[k]) for r in rows for k in ("a", "b")])
+    ids = [e.ids[:max_tokens] for e in enc]
+    return ids[0::2], ids[1::2], np.array([float(r["score"]) for r in rows], np.float32)
+
+
+def graded_loss(model: TransformerEncoder, graded: tuple[list[list[int]], list[list[int]],
+                np.ndarray], step: int, cfg: TrainConfig, device: torch.device
+                ) -> torch.Tensor:
+    """CoSENT over step ``step``'s draw of graded pairs (a function of the seed and step)."""
+    from encoder.graded import cosent
+    from encoder.text_encoder import _pad
+
+    a, b, gold = graded
+    rng = np.random.default_rng([cfg.seed, step, 74])
+    pick = rng.choice(len(gold), size=min(cfg.graded_batch, len(gold)), replace=False)
+    with autocast(device):
+        va, _ = model(_pad([a[i] for i in pick], model.config.pad_id).to(device))
+        vb, _ = model(_pad([b[i] for i in pick], model.config.pad_id).to(device))
+    cos = (va.float() * vb.float()).sum(-1)
+    return cosent(cos, torch.from_numpy(gold[pick]).to(device), 20.0)
 
 
 def _rank() -> tuple[int, int]:
@@ -250,6 +288,8 @@ def train(cfg: TrainConfig, on_step: Callable[[int, int], None] | None = None) -
     rank, world = _rank()
     if cfg.grad_cache is not None and (world > 1 or cfg.grad_cache < 1):
         raise ValueError("grad_cache needs one process and a chunk of at least 1 text")
+    if cfg.graded and cfg.graded_weight > 0 and (world > 1 or cfg.grad_cache):
+        raise ValueError("graded pairs train in one process without grad_cache")
     device = pick_device(cfg.device)
     if world > 1:
         dist.init_process_group("nccl" if device.type == "cuda" else "gloo")
@@ -287,6 +327,8 @@ def train(cfg: TrainConfig, on_step: Callable[[int, int], None] | None = None) -
     if world > 1:  # one forward call per step, as DDP expects
         pairs = torch.nn.parallel.DistributedDataParallel(pairs)
     loss_fn = Matryoshka(InfoNCE(cfg.temperature), arch.matryoshka)
+    graded = (load_graded(cfg.graded, tok, cfg.max_query_tokens)
+              if cfg.graded and cfg.graded_weight > 0 else None)
     mine_from = int(cfg.mine_at * cfg.steps) if cfg.hard_negatives else cfg.steps + 1
     mined, last_mine = load_mined(out, start)
     end = cfg.steps if cfg.stop_after is None else min(cfg.steps, start + cfg.stop_after)
@@ -345,6 +387,8 @@ def train(cfg: TrainConfig, on_step: Callable[[int, int], None] | None = None) -
             with autocast(device):
                 q, d, h = pairs(q_ids, d_ids, h_ids)
             loss, acc = loss_fn(q, d, h, same)
+            if graded is not None:
+                loss = loss + cfg.graded_weight * graded_loss(model, graded, step, cfg, device)
             loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()

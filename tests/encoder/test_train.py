@@ -162,3 +162,33 @@ def test_dropped_sources_leave_the_bundle_and_unknown_names_are_refused(
         load_bundle(_cfg(built, tmp_path / "c", drop_sources=["nope"]))
     with pytest.raises(ValueError, match="every source dropped"):
         load_bundle(_cfg(built, tmp_path / "d", drop_sources=names))
+
+
+def test_graded_pairs_train_from_the_start(tiny_encoder_dir: Path, tmp_path: Path) -> None:
+    """Issue 74's v4: CoSENT over graded pairs in every step. The term is CoSENT of the
+    network's own cosines of the drawn pairs, it reaches the weights, and the options that
+    cannot carry it are refused."""
+    from encoder.graded import cosent
+    from encoder.train import graded_loss, load_graded
+
+    rows = [{"a": f"a dog {i}", "b": f"a dog runs {i}" if i % 2 else "stock prices fell",
+             "score": 0.9 if i % 2 else 0.1} for i in range(12)]
+    path = tmp_path / "graded.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    enc = encoder.load(tiny_encoder_dir, device="cpu", backend="torch")
+    graded = load_graded(str(path), enc.tokenizer, 24)
+    assert len(graded[0]) == 12 and graded[2].tolist() == pytest.approx([r["score"] for r in rows])
+    cfg = TrainConfig(data_dir="", out_dir=str(tmp_path), graded=str(path), graded_weight=1.0,
+                      graded_batch=12)
+    model = enc.model.train()
+    loss = graded_loss(model, graded, 0, cfg, torch.device("cpu"))
+    with torch.no_grad():  # every pair drawn (12 of 12): the same pairs in any order
+        va, _ = model(_ids(enc.tokenizer, [r["a"] for r in rows], 24))
+        vb, _ = model(_ids(enc.tokenizer, [r["b"] for r in rows], 24))
+        want = cosent((va * vb).sum(-1), torch.tensor([r["score"] for r in rows]), 20.0)
+    assert float(loss.detach()) == pytest.approx(float(want), rel=1e-4) and float(want) > 0
+    loss.backward()
+    assert enc.model.embed.weight.grad is not None and enc.model.embed.weight.grad.abs().sum() > 0
+    with pytest.raises(ValueError, match="graded pairs"):
+        train(TrainConfig(data_dir="", out_dir=str(tmp_path / "x"), graded=str(path),
+                          graded_weight=0.1, grad_cache=8))

@@ -1,0 +1,137 @@
+#!/usr/bin/env bash
+# Issue 74's run kit: encoder v4 and the cross-encoder reranker, trained side by side in one
+# run that fits about ten minutes of one lent GPU, each leaving fp16 checkpoints in $OUT
+# every few minutes, so a lease that ends early still returns the best so far.
+#
+#   1. On the CPU, before the lease (about 20 min on 2 cores; skipped where done):
+#        DATA=../shared/data bash models/gpu-run-v4.sh prepare
+#      writes $WORK (.gpu/v4): the bundle as v3's step 2 builds it (the dev collections held
+#      out, models/train-encoder-v3.sh), STS-B's and SICK's train pairs with their scores
+#      (qkv graded-pairs), the reranker's examples (qkv reranker-pairs, the same collections
+#      held out, xz); then prints what to carry.
+#   2. On the GPU (the wheels of bench/gpu_carry.sh installed first, as it says):
+#        WORK=.gpu/v4 OUT=$OUT bash models/gpu-run-v4.sh run
+#      trains, at once on the one GPU:
+#      - v4: v3's recipe (lexical share 0.30, lr 1e-3, warm-up 300, mining from 30 %) with
+#        batches of 1,024 (the arm the ablation favoured: larger batches lost in the same
+#        time, bench/history/RESULTS-narrative.md "Encoder v3: larger batches"), graded pairs
+#        in the mixture from the start (CoSENT, weight GRADED_WEIGHT) and the 3,600-step
+#        schedule run to its end unless ENC_BUDGET_S cuts it (v3 stopped at step 3,000);
+#      - the reranker, from the shipped encoder, until RR_BUDGET_S.
+#      Every SNAPSHOT_S seconds the newest of each is copied to $OUT at fp16 (v4/, reranker/);
+#      at the end the token bag is trained for v4 as v3's step 4 does, if BAG=1 and time is left.
+#   3. Rehearse on the CPU at a tiny scale, end to end (tests/encoder/test_gpu_kit.py does):
+#        TINY=1 DATA=<a small data dir> WORK=/tmp/kit OUT=/tmp/kit/out \
+#          bash models/gpu-run-v4.sh prepare run
+# Then score on dev only: python bench/encoder_dev.py ... $OUT/v4 and
+# python bench/rerank.py --data ../shared/data --reranker $OUT/reranker.
+set -euo pipefail
+DATA=${DATA:-../shared/data}
+WORK=${WORK:-.gpu/v4}
+OUT=${OUT:-runs/v4-out}
+RUN=${RUN:-/tmp/qkv-v4-run}  # fp32 training state: not returned (too large for $OUT)
+PY=${PY:-python3}
+TINY=${TINY:-0}
+SEED=${SEED:-1}
+STEPS=${STEPS:-3600}
+ENC_BUDGET_S=${ENC_BUDGET_S:-480}
+RR_BUDGET_S=${RR_BUDGET_S:-480}
+SNAPSHOT_S=${SNAPSHOT_S:-120}
+GRADED_WEIGHT=${GRADED_WEIGHT:-0.1}
+PER_SOURCE=${PER_SOURCE:-3000}
+DEVCOLL=${DEVCOLL:-var/devcoll}
+SETS="scitldr wikiqa foldoc manpages tldr-pages bible twitter parasci wikisplit jargon"
+if [ "$TINY" = 1 ]; then  # the rehearsal: a tiny network, a few steps, nothing held out
+  STEPS=${TINY_STEPS:-6}; ENC_BUDGET_S=${TINY_BUDGET_S:-60}; RR_BUDGET_S=${TINY_BUDGET_S:-60}
+  SNAPSHOT_S=2; PER_SOURCE=20
+  ARCH=(--vocab-size 400 --d-model 32 --n-layers 1 --n-heads 2 --d-ff 64 --max-tokens 32
+        --batch-size 16 --warmup-steps 2 --mine-every 3 --mine-pairs 100 --checkpoint-every 3)
+  RR=(--queries 4 --negatives 2 --max-tokens 48 --steps 4)
+else
+  ARCH=(--batch-size 1024 --warmup-steps 300 --mine-every 700 --mine-pairs 50000
+        --checkpoint-every 250)
+  RR=(--queries 32 --negatives 7 --max-tokens 192 --steps 100000)
+fi
+
+prepare() {
+  mkdir -p "$WORK"
+  local hold=()
+  if [ "$TINY" != 1 ]; then
+    $PY bench/devcollections.py --data "$DATA" --out "$DEVCOLL" --only "${SETS// /,}"
+    for s in $SETS; do hold+=(--hold-out "$DEVCOLL/$s"); done
+  fi
+  if [ ! -f "$WORK/bundle/tokenizer.json" ]; then
+    local tech=(); [ "$TINY" != 1 ] && tech=(--technical --dev-sets var/dev)
+    $PY -m cli build-pairs --data "$DATA" --out "$WORK/bundle" "${tech[@]}" "${hold[@]}"
+  fi
+  [ -f "$WORK/graded.jsonl" ] || $PY -m cli graded-pairs --data "$DATA" --out "$WORK/graded.jsonl"
+  if [ ! -f "$WORK/rerank.jsonl.xz" ]; then
+    [ "$TINY" != 1 ] && hold+=(--hold-out var/dev/medquad-dev --hold-out var/dev/scifact-dev)
+    $PY -m cli reranker-pairs --data "$DATA" --out "$WORK/rerank.jsonl" "${hold[@]}" \
+      --per-source "$PER_SOURCE" $([ "$TINY" = 1 ] && echo --no-dense)
+    $PY -c 'import lzma, shutil, sys, os
+with open(sys.argv[1], "rb") as f, lzma.open(sys.argv[1] + ".xz", "wb", preset=6) as g:
+    shutil.copyfileobj(f, g)
+os.remove(sys.argv[1])' "$WORK/rerank.jsonl"
+  fi
+  du -sh "$WORK"/* || true
+  echo "carry: $WORK (and .gpu/whl from bench/gpu_carry.sh)"
+}
+
+snapshot() {  # the newest of each run, at fp16, into $OUT (a run may be cut off any time)
+  mkdir -p "$OUT/v4" "$OUT/reranker"
+  local src="$RUN/v4/last"  # a finished run's own checkpoint beside last/ comes first
+  [ -f "$RUN/v4/model.safetensors" ] && src="$RUN/v4"
+  # each copy is stamped with its source's time (.source): a source newer than that goes out
+  if [ -f "$src/model.safetensors" ] && [ "$src/model.safetensors" -nt "$RUN/v4.source" ]; then
+    rm -rf "$RUN/v4-snap" && mkdir -p "$RUN/v4-snap"
+    touch -r "$src/model.safetensors" "$RUN/v4.next"
+    cp "$src"/{config.json,model.safetensors,tokenizer.json} "$RUN/v4-snap/"
+    $PY models/store_precision.py --precision fp16 "$RUN/v4-snap" >/dev/null 2>&1 &&
+      cp "$RUN/v4-snap"/{config.json,model.safetensors,tokenizer.json} "$OUT/v4/" &&
+      mv "$RUN/v4.next" "$RUN/v4.source" || true
+  fi
+  if [ -f "$RUN/reranker/model.safetensors" ] && \
+     [ "$RUN/reranker/model.safetensors" -nt "$RUN/reranker.source" ]; then
+    touch -r "$RUN/reranker/model.safetensors" "$RUN/reranker.next"
+    cp "$RUN/reranker"/{config.json,model.safetensors,tokenizer.json} "$OUT/reranker/" &&
+      mv "$RUN/reranker.next" "$RUN/reranker.source" || true
+  fi
+}
+
+run() {
+  mkdir -p "$RUN" "$OUT"
+  [ -f "$WORK/rerank.jsonl" ] || $PY -c 'import lzma, shutil, sys
+with lzma.open(sys.argv[1] + ".xz", "rb") as f, open(sys.argv[1], "wb") as g:
+    shutil.copyfileobj(f, g)' "$WORK/rerank.jsonl"
+  local gpu=(); [ "$TINY" = 1 ] && gpu=(--device cpu)
+  PYTHONUNBUFFERED=1 $PY -m cli train-encoder --data "$WORK/bundle" --out "$RUN/v4" \
+    --steps "$STEPS" --lr 1e-3 --max-query-tokens 64 --max-doc-tokens 192 --mine-at 0.3 \
+    --lexical-share 0.30 --matryoshka 32,64,128 --seed "$SEED" "${ARCH[@]}" "${gpu[@]}" \
+    --graded "$WORK/graded.jsonl" --graded-weight "$GRADED_WEIGHT" \
+    --budget-s "$ENC_BUDGET_S" --name qkv-encoder-default > "$OUT/v4.log" 2>&1 &
+  local enc=$!
+  PYTHONUNBUFFERED=1 $PY -m cli train-reranker --examples "$WORK/rerank.jsonl" \
+    --out "$RUN/reranker" --init models/encoder-default --budget-s "$RR_BUDGET_S" \
+    --checkpoint-every-s "$SNAPSHOT_S" --seed "$SEED" "${RR[@]}" "${gpu[@]}" \
+    > "$OUT/reranker.log" 2>&1 &
+  local rr=$!
+  trap 'kill $enc $rr 2>/dev/null; snapshot; exit 124' TERM INT
+  while kill -0 $enc 2>/dev/null || kill -0 $rr 2>/dev/null; do
+    sleep "$SNAPSHOT_S"; snapshot
+  done
+  local status=0
+  wait $enc || status=1
+  wait $rr || status=1
+  snapshot
+  ls -la "$OUT" "$OUT/v4" "$OUT/reranker"
+  return $status
+}
+
+for step in "$@"; do
+  case "$step" in
+    prepare) prepare ;;
+    run) run ;;
+    *) echo "usage: bash models/gpu-run-v4.sh prepare|run ..." >&2; exit 2 ;;
+  esac
+done
