@@ -153,13 +153,18 @@ async def decode(body: s.DecodeRequest, request: Request) -> Response:
 
 @tei.get("/info", response_model=s.Info)
 async def info(request: Request) -> Response:
-    """The served encoder and this server's limits, in TEI's shape."""
+    """The served encoder (and reranker, in ``model_type``) and this server's limits, in
+    TEI's shape."""
     svc = service(request)
     st = svc.settings
     dtype = str(next(svc.encoder.model.parameters()).dtype).removeprefix("torch.")
+    kinds: dict[str, dict[str, str]] = {"embedding": {"pooling": "attention"}}
+    if svc.reranker is not None:  # what /rerank and a search's rerank score with
+        kinds["reranker"] = {"id": svc.reranker.name, "fingerprint": svc.reranker.fingerprint,
+                             "backend": svc.reranker.backend}
     return json_response({
         "model_id": svc.info.name, "model_sha": svc.info.fingerprint, "model_dtype": dtype,
-        "model_type": {"embedding": {"pooling": "attention"}},
+        "model_type": kinds,
         "max_concurrent_requests": st.queue_max, "max_input_length": svc.encoder.max_tokens,
         "max_batch_tokens": st.batch_max_tokens, "max_batch_requests": st.batch_max_size,
         "max_client_batch_size": st.max_inputs, "auto_truncate": False,

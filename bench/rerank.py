@@ -98,8 +98,9 @@ def main() -> None:
              f"{rr.pair_tokens} tokens), on {args.queries or 'all'} judged queries a "
              "collection; the time is the reranker's for one query's pairs.", "",
              "| collection | docs | queries | w | hybrid | reranked | × hybrid | "
-             "queries better / worse |", "|---" * 8 + "|"]
+             "queries better / worse | both orders fused (RRF) × hybrid |", "|---" * 9 + "|"]
     ratios: dict[str, float] = {}
+    blend_ratios: dict[str, float] = {}
     times: list[float] = []
     totals = {"hybrid": [], "reranked": []}  # type: dict[str, list[float]]
     for name, (folder, split) in sets.items():
@@ -111,25 +112,34 @@ def main() -> None:
         asked = {q: queries[q] for q in qids}
         judged = {q: qrels[q] for q in qids}
         first, w = hybrid_top(enc, mapping, name, corpus, asked, args.top, args.cache)
-        second = {}
+        second, blended = {}, {}
         for q in qids:
             t0 = time.perf_counter()
             s = rr.score(asked[q], [corpus[d] for d in first[q]])
             times.append(time.perf_counter() - t0)
-            second[q] = [first[q][int(j)] for j in np.argsort(-s, kind="stable")]
+            order = np.argsort(-s, kind="stable")
+            second[q] = [first[q][int(j)] for j in order]
+            # the two orders fused by reciprocal rank (k = 60), hybrid's winning ties
+            rank = np.empty(len(order), int)
+            rank[order] = np.arange(len(order))
+            fused = [1 / (60 + r) + 1 / (60 + i) for i, r in enumerate(rank)]
+            blended[q] = [first[q][int(j)] for j in np.argsort(-np.array(fused), kind="stable")]
         a = per_query_ndcg(run_of({q: first[q][:10] for q in qids}), judged)
         b = per_query_ndcg(run_of({q: second[q][:10] for q in qids}), judged)
+        c = per_query_ndcg(run_of({q: blended[q][:10] for q in qids}), judged)
         ha, hb = float(np.mean(list(a.values()))), float(np.mean(list(b.values())))
+        hc = float(np.mean(list(c.values())))
         held = (name, split) in HELD_OUT
         if not held:
             ratios[name] = hb / ha if ha else float("nan")
+            blend_ratios[name] = hc / ha if ha else float("nan")
             totals["hybrid"].append(ha)
             totals["reranked"].append(hb)
         better = sum(b[q] > a[q] + 1e-9 for q in qids)
         worse = sum(b[q] < a[q] - 1e-9 for q in qids)
         lines.append(f"| {name}{' (held out)' if held else ''} | {len(corpus)} | {len(qids)} | "
                      f"{w:.3f} | {ha:.4f} | {hb:.4f} | {hb / ha if ha else float('nan'):.3f} | "
-                     f"{better} / {worse} |")
+                     f"{better} / {worse} | {hc / ha if ha else float('nan'):.3f} |")
         print(lines[-1], flush=True)
     ms = np.array(times) * 1e3
     summary = {"mean_x_hybrid": round(float(np.mean(list(ratios.values()))), 3),
@@ -137,6 +147,8 @@ def main() -> None:
                "worst_collection": min(ratios, key=lambda n: ratios[n]),
                "mean_ndcg_hybrid": round(float(np.mean(totals["hybrid"])), 4),
                "mean_ndcg_reranked": round(float(np.mean(totals["reranked"])), 4),
+               "mean_x_hybrid_rrf_blend": round(float(np.mean(list(blend_ratios.values()))), 3),
+               "worst_x_hybrid_rrf_blend": round(float(min(blend_ratios.values())), 3),
                "rerank_p50_ms": round(float(np.percentile(ms, 50)), 1),
                "rerank_p90_ms": round(float(np.percentile(ms, 90)), 1),
                "top": args.top, "queries_per_collection": args.queries,

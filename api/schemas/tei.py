@@ -88,7 +88,9 @@ class Info(BaseModel):
     model_id: str
     model_sha: str | None = Field(description="The encoder's fingerprint.")
     model_dtype: str
-    model_type: dict[str, dict[str, str]]
+    model_type: dict[str, dict[str, str]] = Field(description="`embedding`, and `reranker` "
+                                                  "(id, fingerprint, backend) where one is "
+                                                  "loaded (QKV_RERANKER).")
     max_concurrent_requests: int
     max_input_length: int
     max_batch_tokens: int

@@ -89,6 +89,8 @@ def test_tei_rerank_uses_the_reranker(filled: tuple[TestClient, str]) -> None:
     assert [x["index"] for x in r.json()] == list(np.argsort(-want, kind="stable"))
     np.testing.assert_allclose(sorted((x["score"] for x in r.json()), reverse=True),
                                np.sort(want)[::-1], atol=1e-5)
+    info = client.get("/info").json()["model_type"]
+    assert info["reranker"]["fingerprint"] == rr.fingerprint and "embedding" in info
     prob = client.post("/rerank", json={"query": "a dog", "texts": texts}).json()
     np.testing.assert_allclose(sorted(x["score"] for x in prob),
                                np.sort(1 / (1 + np.exp(-want))), atol=1e-5)
