@@ -191,8 +191,9 @@ class Searching(Base):
 
     async def _reranked(self, query: str, hits: list[Hit], mode: str) -> list[Hit]:
         """``hits`` reordered by the reranker's score of the query with each one's text
-        (a passage's: a document's best), which becomes its ``score``; ``sources`` keeps
-        the first stage's beside it as ``rerank``. Ties keep the first stage's order."""
+        (a passage's: a document's best), which becomes its ``score`` and is added to its
+        ``sources`` (``rerank``) beside the first stage's sides. Ties keep the first
+        stage's order."""
         if not hits:
             return hits
         assert self.rerank is not None
