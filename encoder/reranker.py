@@ -10,12 +10,14 @@ cache, its length-sorted batches), torch with bf16 autocast on CUDA; the head is
 product in numpy.
 
 A pair is the query's token ids (``<s>`` first, cut at :data:`QUERY_TOKENS`) followed by the
-passage's (its own ``<s>`` first: the separator), cut so the pair fits the encoder's
-``max_tokens``: the passage loses its end, the query nothing past its own cut.
+passage's (its own ``<s>`` first: the separator), the whole cut where training cut pairs
+(``pair_tokens``, at most the encoder's ``max_tokens``): the passage loses its end, the
+query nothing past its own cut.
 
 The checkpoint is an encoder checkpoint directory (:func:`encoder.checkpoint.save_checkpoint`)
-whose ``config.json`` also holds ``rerank_head`` (``weight``: d floats, ``bias``); an encoder
-checkpoint without it is not a reranker (:func:`load` says so).
+whose ``config.json`` also holds ``rerank_head`` (``weight``: d floats, ``bias``, the
+pair's ``pair_tokens`` and ``query_tokens``); an encoder checkpoint without it is not a
+reranker (:func:`load` says so).
 """
 
 from __future__ import annotations
@@ -75,7 +77,7 @@ def from_encoder(encoder: TransformerEncoder) -> CrossScorer:
                                       "lexical_table": False, "matryoshka": ()})
     net = TransformerEncoder(config)
     state = {k: v for k, v in encoder.state_dict().items()
-             if not k.startswith(("lexical", "lexical_idf"))}
+             if not k.startswith("lexical")}  # the bag's table and idf
     net.load_state_dict(state)
     return CrossScorer(net)
 
