@@ -59,6 +59,8 @@ def train_reranker(
     checkpoint_every_s: float = typer.Option(180.0, "--checkpoint-every-s", min=1.0),
     device: str | None = typer.Option(None, "--device"),
     seed: int = typer.Option(1, "--seed"),
+    marked: bool = typer.Option(True, "--marked/--unmarked", help="Mark each token the "
+                                "other side of the pair has too (DrQA's exact match, as ids)."),
 ) -> None:
     """Train a cross-encoder reranker from an encoder checkpoint; rerunning resumes."""
     from encoder.rerank_train import RerankTrainConfig, train
@@ -66,7 +68,7 @@ def train_reranker(
     cfg = RerankTrainConfig(str(examples), str(out), str(init), steps=steps, queries=queries,
                             negatives=negatives, lr=lr, max_tokens=max_tokens,
                             budget_s=budget_s, checkpoint_every_s=checkpoint_every_s,
-                            device=device, seed=seed)
+                            device=device, seed=seed, marked=marked)
     path = train(cfg)
     typer.echo(json.dumps({"reranker": str(path)}))
 

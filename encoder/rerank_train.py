@@ -60,6 +60,7 @@ class RerankTrainConfig:
     device: str | None = None
     budget_s: float | None = None  # end where this many seconds run out, schedule cut to fit
     checkpoint_every_s: float = 180.0
+    marked: bool = True  # match-marked ids (encoder.reranker's module doc)
 
 
 @dataclass
@@ -95,10 +96,11 @@ def lr_scale(step: int, steps: int, warmup: int) -> float:
     return max(0.1, 1.0 - 0.9 * (step - warmup) / max(1, steps - warmup))
 
 
-def batch_of(examples: Sequence[Example], step: int, cfg: RerankTrainConfig
-             ) -> list[list[list[int]]]:
+def batch_of(examples: Sequence[Example], step: int, cfg: RerankTrainConfig,
+             vocab: int | None = None) -> list[list[list[int]]]:
     """Step ``step``'s groups: per drawn example, its positive's pair first, then
-    ``cfg.negatives`` negatives' pairs (a pure function of the seed and the step)."""
+    ``cfg.negatives`` negatives' pairs (a pure function of the seed and the step); ids
+    match-marked with ``vocab`` (:func:`encoder.reranker.pair_ids`)."""
     rng = np.random.default_rng([cfg.seed, step])
     picked = rng.choice(len(examples), size=min(cfg.queries, len(examples)), replace=False)
     groups = []
@@ -110,7 +112,7 @@ def batch_of(examples: Sequence[Example], step: int, cfg: RerankTrainConfig
         others = [examples[int(o)].positive for o in picked if o != k]
         while len(negs) < cfg.negatives and others:  # in-batch passages fill the group
             negs.append(others[(j + len(negs)) % len(others)])
-        groups.append([pair_ids(ex.query, p, cfg.max_tokens, cfg.query_tokens)
+        groups.append([pair_ids(ex.query, p, cfg.max_tokens, cfg.query_tokens, vocab)
                        for p in [ex.positive, *negs]])
     return groups
 
@@ -147,7 +149,7 @@ def train(cfg: RerankTrainConfig, on_save: Callable[[Path, int], None] | None = 
     base = TransformerEncoder(EncoderConfig.from_dict(meta["architecture"]))
     base.load_state_dict(state)
     cfg.max_tokens = min(cfg.max_tokens, base.config.max_tokens)
-    scorer = from_encoder(base)
+    scorer = from_encoder(base, cfg.marked)
     last = out / "last"
     start = 0
     if (last / "state.pt").is_file():  # resume
@@ -194,7 +196,7 @@ def train(cfg: RerankTrainConfig, on_save: Callable[[Path, int], None] | None = 
             log.info("time budget %.0f s: %d steps at %.2f s a step", cfg.budget_s, steps, rate)
         for g, scale in zip(opt.param_groups, (1.0, cfg.head_lr_scale), strict=True):
             g["lr"] = cfg.lr * scale * lr_scale(step, steps, cfg.warmup_steps)
-        loss, acc = group_loss(scorer, batch_of(examples, step, cfg), device)
+        loss, acc = group_loss(scorer, batch_of(examples, step, cfg, scorer.vocab), device)
         opt.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(scorer.parameters(), 1.0)

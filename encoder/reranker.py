@@ -14,6 +14,17 @@ passage's (its own ``<s>`` first: the separator), the whole cut where training c
 (``pair_tokens``, at most the encoder's ``max_tokens``): the passage loses its end, the
 query nothing past its own cut.
 
+Match-marked ids (``marked``, the default of :func:`from_encoder`): a token of one side that
+the other side has too is given as its id plus the encoder's vocabulary size ``V``, whose
+embedding starts as the plain token's (the table is doubled, ``V`` rows more), so at the
+start nothing changes and training learns what a shared word adds: DrQA's exact-match
+feature (Chen et al. 2017), as token ids, so the network and its graphs are the encoder's
+unchanged. Without it, a linear head on the pooled vector of the pair starts out adding a
+term of the query to a term of the passage, which ranks one query's passages by a prior of
+the passage alone; every comparison had to come from attention across the two parts, which
+an encoder that read one text at a time never learned (the first CPU-trained reranker,
+unmarked: 0.33 × hybrid's nDCG@10 over its top 50, ``bench/rerank.py``).
+
 The checkpoint is an encoder checkpoint directory (:func:`encoder.checkpoint.save_checkpoint`)
 whose ``config.json`` also holds ``rerank_head`` (``weight``: d floats, ``bias``, the
 pair's ``pair_tokens`` and ``query_tokens``); an encoder checkpoint without it is not a
@@ -48,12 +59,14 @@ class NotARerankerError(ValueError):
 
 class CrossScorer(nn.Module):
     """The trainable reranker: the encoder's network and a linear head on its pooled vector
-    (not normalised). ``forward(ids (B, T))`` → scores (B,)."""
+    (not normalised). ``forward(ids (B, T))`` → scores (B,). ``marked``: its ids are
+    match-marked (see the module doc; the vocabulary is twice the tokenizer's)."""
 
-    def __init__(self, encoder: TransformerEncoder) -> None:
+    def __init__(self, encoder: TransformerEncoder, marked: bool = False) -> None:
         super().__init__()
         self.encoder = encoder
         self.config = encoder.config
+        self.marked = marked
         self.head = nn.Linear(encoder.config.d_model, 1)
         nn.init.zeros_(self.head.weight)
         nn.init.zeros_(self.head.bias)
@@ -67,27 +80,47 @@ class CrossScorer(nn.Module):
         return {"weight": [float(x) for x in self.head.weight.detach().float().cpu()[0]],
                 "bias": float(self.head.bias.detach().float().cpu()[0]),
                 "pair_tokens": pair_tokens or self.config.max_tokens,
-                "query_tokens": query_tokens}
+                "query_tokens": query_tokens, "marked": self.marked}
+
+    @property
+    def vocab(self) -> int | None:
+        """The tokenizer's vocabulary size where ids are match-marked, else None."""
+        return self.config.vocab_size // 2 if self.marked else None
 
 
-def from_encoder(encoder: TransformerEncoder) -> CrossScorer:
+def from_encoder(encoder: TransformerEncoder, marked: bool = True) -> CrossScorer:
     """A reranker to train, its network a copy of ``encoder``'s without the token bag (a
-    bag of the query's and the passage's tokens together says nothing of their match)."""
+    bag of the query's and the passage's tokens together says nothing of their match);
+    ``marked``: with the match-marked half of the vocabulary (see the module doc), its
+    embeddings starting as the plain tokens'."""
+    vocab = encoder.config.vocab_size * (2 if marked else 1)
     config = EncoderConfig.from_dict({**encoder.config.to_dict(), "lexical_weight": 0.0,
-                                      "lexical_table": False, "matryoshka": ()})
+                                      "lexical_table": False, "matryoshka": (),
+                                      "vocab_size": vocab})
     net = TransformerEncoder(config)
     state = {k: v for k, v in encoder.state_dict().items()
              if not k.startswith("lexical")}  # the bag's table and idf
+    if marked:
+        state["embed.weight"] = torch.cat([state["embed.weight"], state["embed.weight"]])
     net.load_state_dict(state)
-    return CrossScorer(net)
+    return CrossScorer(net, marked)
+
+
+FIRST_WORD_ID = 3  # <pad>, <s>, <unk> are never marked
 
 
 def pair_ids(query: Sequence[int], passage: Sequence[int], max_tokens: int,
-             query_tokens: int = QUERY_TOKENS) -> list[int]:
+             query_tokens: int = QUERY_TOKENS, vocab: int | None = None) -> list[int]:
     """One pair's ids: the query's (cut at ``query_tokens``), then the passage's, the whole
-    cut at ``max_tokens`` (see the module doc). Both start with ``<s>``."""
+    cut at ``max_tokens`` (see the module doc). Both start with ``<s>``. With ``vocab``
+    (the tokenizer's size), each token the other side has too is marked: ``id + vocab``."""
     q = list(query[:query_tokens])
-    return (q + list(passage))[:max_tokens]
+    p = list(passage[:max(0, max_tokens - len(q))])
+    if vocab is not None:
+        shared = (set(q) & set(p)) - set(range(FIRST_WORD_ID))
+        q = [t + vocab if t in shared else t for t in q]
+        p = [t + vocab if t in shared else t for t in p]
+    return (q + p)[:max_tokens]
 
 
 class Reranker:
@@ -95,7 +128,7 @@ class Reranker:
 
     def __init__(self, encoder: TextEncoder, weight: np.ndarray, bias: float,
                  path: Path | None = None, pair_tokens: int | None = None,
-                 query_tokens: int = QUERY_TOKENS) -> None:
+                 query_tokens: int = QUERY_TOKENS, marked: bool = False) -> None:
         if weight.shape != (encoder.dim,):
             raise ValueError(f"the head has {weight.shape[0]} weights for a network of "
                              f"{encoder.dim} dimensions")
@@ -103,6 +136,7 @@ class Reranker:
         # a pair is cut where training cut them (its positions past that were never read)
         self.pair_tokens = min(pair_tokens or encoder.max_tokens, encoder.max_tokens)
         self.query_tokens = query_tokens
+        self.vocab = encoder.config.vocab_size // 2 if marked else None  # the tokenizer's
 
     @property
     def name(self) -> str:
@@ -120,7 +154,8 @@ class Reranker:
         """The token ids of each (query, passage) pair (see :func:`pair_ids`)."""
         ids, _ = self.encoder.tokenize([query, *passages])
         # tokenize cut each text at max_tokens: a passage is cut again beside the query
-        return [pair_ids(ids[0], p, self.pair_tokens, self.query_tokens) for p in ids[1:]]
+        return [pair_ids(ids[0], p, self.pair_tokens, self.query_tokens, self.vocab)
+                for p in ids[1:]]
 
     def score_ids(self, pairs: Sequence[Sequence[int]], batch_size: int = 64) -> np.ndarray:
         """Scores (float32, (n,)) of pairs from :meth:`pairs`."""
@@ -172,5 +207,5 @@ def load(path: str | Path, device: torch.device | str | None = None,
     encoder.use_backend(backend)
     return Reranker(encoder, np.asarray(head["weight"], np.float32), float(head["bias"]),
                     Path(path), head.get("pair_tokens"),
-                    int(head.get("query_tokens", QUERY_TOKENS)))
+                    int(head.get("query_tokens", QUERY_TOKENS)), bool(head.get("marked")))
 

@@ -39,6 +39,22 @@ def test_pair_ids_cut_the_query_then_the_whole() -> None:
     ids = reranker.pair_ids(q, p, max_tokens=128, query_tokens=48)
     assert ids[:48] == q[:48] and ids[48] == 100 and len(ids) == 128
     assert reranker.pair_ids([1, 5], [1, 7, 8], 256) == [1, 5, 1, 7, 8]
+    # marked: the tokens both sides have (not <s>) move up by the vocabulary's size
+    assert reranker.pair_ids([1, 5, 9], [1, 9, 8, 5, 5], 256, vocab=100) == [
+        1, 105, 109, 1, 109, 8, 105, 105]
+    # a token cut from the passage marks nothing in the query
+    assert reranker.pair_ids([1, 5], [1, 7, 5], 4, vocab=100) == [1, 5, 1, 7]
+
+
+def test_marked_tokens_start_as_the_plain_ones(tiny_encoder_dir: Path) -> None:
+    base = encoder.load(tiny_encoder_dir, device="cpu", backend="torch")
+    scorer = reranker.from_encoder(base.model)
+    v = base.config.vocab_size
+    assert scorer.vocab == v and scorer.config.vocab_size == 2 * v
+    table = scorer.encoder.embed.weight
+    assert torch.equal(table[:v], table[v:]) and torch.equal(table[:v], base.model.embed.weight)
+    plain = reranker.from_encoder(base.model, marked=False)
+    assert plain.vocab is None and plain.config.vocab_size == v
 
 
 def test_loaded_reranker_scores_as_the_trained_module(tiny_encoder_dir: Path,
