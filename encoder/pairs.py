@@ -19,8 +19,6 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from index.beir import doc_text
-
 log = logging.getLogger(__name__)
 
 Pair = tuple[str, str]
@@ -210,6 +208,8 @@ def beir_corpus(folder: Path) -> dict[str, dict[str, str]]:
 def scifact_train_qrels(data: Path, dev: bool = False) -> list[Pair]:
     """SciFact claim → the abstract it cites (train qrels only); claims whose id is
     :func:`in_dev` are the dev split, the rest train."""
+    from index.beir import doc_text  # here: importing index loads the stores (GPU runs lack them)
+
     folder = data / "beir/scifact"
     corpus = beir_corpus(folder)
     with open(folder / "queries.jsonl", encoding="utf-8") as f:

@@ -9,17 +9,19 @@
 #      out, models/train-encoder-v3.sh), STS-B's and SICK's train pairs with their scores
 #      (qkv graded-pairs), the reranker's examples (qkv reranker-pairs, the same collections
 #      held out, xz); then prints what to carry.
-#   2. On the GPU (the wheels of bench/gpu_carry.sh installed first, as it says):
-#        WORK=.gpu/v4 OUT=$OUT bash models/gpu-run-v4.sh run
-#      trains, at once on the one GPU:
+#   2. On the GPU, with the image's packages alone (models/gpu_train.py, not `qkv`, which
+#      needs the stores' wheels):  WORK=.gpu/v4 OUT=$OUT bash models/gpu-run-v4.sh run
+#      The checkout (38.5 MB) and the bundle (28 MB) fill one call's 64 MiB, so a lease takes
+#      two calls: the first carries .gpu/v4/bundle and .gpu/v4/graded.jsonl with
+#      PARTS=encoder, the second .gpu/v4/rerank.jsonl.xz (18 MB) with PARTS=reranker; where
+#      both are carried (PARTS="encoder reranker", the default) they train side by side:
 #      - v4: v3's recipe (lexical share 0.30, lr 1e-3, warm-up 300, mining from 30 %) with
 #        batches of 1,024 (the arm the ablation favoured: larger batches lost in the same
 #        time, bench/history/RESULTS-narrative.md "Encoder v3: larger batches"), graded pairs
 #        in the mixture from the start (CoSENT, weight GRADED_WEIGHT) and the 3,600-step
 #        schedule run to its end unless ENC_BUDGET_S cuts it (v3 stopped at step 3,000);
-#      - the reranker, from the shipped encoder, until RR_BUDGET_S.
-#      Every SNAPSHOT_S seconds the newest of each is copied to $OUT at fp16 (v4/, reranker/);
-#      at the end the token bag is trained for v4 as v3's step 4 does, if BAG=1 and time is left.
+#      - the reranker (match-marked pairs), from the shipped encoder, until RR_BUDGET_S.
+#      Every SNAPSHOT_S seconds the newest of each is copied to $OUT at fp16 (v4/, reranker/).
 #   3. Rehearse on the CPU at a tiny scale, end to end (tests/encoder/test_gpu_kit.py does):
 #        TINY=1 DATA=<a small data dir> WORK=/tmp/kit OUT=/tmp/kit/out \
 #          bash models/gpu-run-v4.sh prepare run
@@ -41,6 +43,7 @@ GRADED_WEIGHT=${GRADED_WEIGHT:-0.1}
 PER_SOURCE=${PER_SOURCE:-3000}
 DEVCOLL=${DEVCOLL:-var/devcoll}
 SETS="scitldr wikiqa foldoc manpages tldr-pages bible twitter parasci wikisplit jargon"
+PARTS=${PARTS:-encoder reranker}
 if [ "$TINY" = 1 ]; then  # the rehearsal: a tiny network, a few steps, nothing held out
   STEPS=${TINY_STEPS:-6}; ENC_BUDGET_S=${TINY_BUDGET_S:-60}; RR_BUDGET_S=${TINY_BUDGET_S:-60}
   SNAPSHOT_S=2; PER_SOURCE=20
@@ -75,56 +78,60 @@ with open(sys.argv[1], "rb") as f, lzma.open(sys.argv[1] + ".xz", "wb", preset=6
 os.remove(sys.argv[1])' "$WORK/rerank.jsonl"
   fi
   du -sh "$WORK"/* || true
-  echo "carry: $WORK (and .gpu/whl from bench/gpu_carry.sh)"
+  echo "carry: $WORK/bundle and $WORK/graded.jsonl with PARTS=encoder in one call," \
+    "$WORK/rerank.jsonl.xz with PARTS=reranker in another (64 MiB a call, the checkout in it)"
 }
 
 snapshot() {  # the newest of each run, at fp16, into $OUT (a run may be cut off any time)
-  mkdir -p "$OUT/v4" "$OUT/reranker"
+  mkdir -p "$OUT"
   local src="$RUN/v4/last"  # a finished run's own checkpoint beside last/ comes first
   [ -f "$RUN/v4/model.safetensors" ] && src="$RUN/v4"
   # each copy is stamped with its source's time (.source): a source newer than that goes out
   if [ -f "$src/model.safetensors" ] && [ "$src/model.safetensors" -nt "$RUN/v4.source" ]; then
-    rm -rf "$RUN/v4-snap" && mkdir -p "$RUN/v4-snap"
     touch -r "$src/model.safetensors" "$RUN/v4.next"
-    cp "$src"/{config.json,model.safetensors,tokenizer.json} "$RUN/v4-snap/"
-    $PY models/store_precision.py --precision fp16 "$RUN/v4-snap" >/dev/null 2>&1 &&
-      cp "$RUN/v4-snap"/{config.json,model.safetensors,tokenizer.json} "$OUT/v4/" &&
+    $PY models/gpu_train.py fp16 "$src" "$OUT/v4" >/dev/null 2>&1 &&
       mv "$RUN/v4.next" "$RUN/v4.source" || true
   fi
   if [ -f "$RUN/reranker/model.safetensors" ] && \
      [ "$RUN/reranker/model.safetensors" -nt "$RUN/reranker.source" ]; then
     touch -r "$RUN/reranker/model.safetensors" "$RUN/reranker.next"
-    cp "$RUN/reranker"/{config.json,model.safetensors,tokenizer.json} "$OUT/reranker/" &&
+    rm -rf "$OUT/reranker.tmp" && mkdir -p "$OUT/reranker.tmp" &&
+      cp "$RUN/reranker"/{config.json,model.safetensors,tokenizer.json} "$OUT/reranker.tmp/" &&
+      rm -rf "$OUT/reranker" && mv "$OUT/reranker.tmp" "$OUT/reranker" &&
       mv "$RUN/reranker.next" "$RUN/reranker.source" || true
   fi
 }
 
 run() {
   mkdir -p "$RUN" "$OUT"
-  [ -f "$WORK/rerank.jsonl" ] || $PY -c 'import lzma, shutil, sys
+  local gpu=(); [ "$TINY" = 1 ] && gpu=(--device cpu)
+  local pids=()
+  if [[ " $PARTS " == *" encoder "* ]]; then
+    PYTHONUNBUFFERED=1 $PY models/gpu_train.py encoder --bundle "$WORK/bundle" \
+      --out "$RUN/v4" --steps "$STEPS" --seed "$SEED" "${ARCH[@]}" "${gpu[@]}" \
+      --graded "$WORK/graded.jsonl" --graded-weight "$GRADED_WEIGHT" \
+      --budget-s "$ENC_BUDGET_S" > "$OUT/v4.log" 2>&1 &
+    pids+=($!)
+  fi
+  if [[ " $PARTS " == *" reranker "* ]]; then
+    [ -f "$WORK/rerank.jsonl" ] || $PY -c 'import lzma, shutil, sys
 with lzma.open(sys.argv[1] + ".xz", "rb") as f, open(sys.argv[1], "wb") as g:
     shutil.copyfileobj(f, g)' "$WORK/rerank.jsonl"
-  local gpu=(); [ "$TINY" = 1 ] && gpu=(--device cpu)
-  PYTHONUNBUFFERED=1 $PY -m cli train-encoder --data "$WORK/bundle" --out "$RUN/v4" \
-    --steps "$STEPS" --lr 1e-3 --max-query-tokens 64 --max-doc-tokens 192 --mine-at 0.3 \
-    --lexical-share 0.30 --matryoshka 32,64,128 --seed "$SEED" "${ARCH[@]}" "${gpu[@]}" \
-    --graded "$WORK/graded.jsonl" --graded-weight "$GRADED_WEIGHT" \
-    --budget-s "$ENC_BUDGET_S" --name qkv-encoder-default > "$OUT/v4.log" 2>&1 &
-  local enc=$!
-  PYTHONUNBUFFERED=1 $PY -m cli train-reranker --examples "$WORK/rerank.jsonl" \
-    --out "$RUN/reranker" --init models/encoder-default --budget-s "$RR_BUDGET_S" \
-    --checkpoint-every-s "$SNAPSHOT_S" --seed "$SEED" "${RR[@]}" "${gpu[@]}" \
-    > "$OUT/reranker.log" 2>&1 &
-  local rr=$!
-  trap 'kill $enc $rr 2>/dev/null; snapshot; exit 124' TERM INT
-  while kill -0 $enc 2>/dev/null || kill -0 $rr 2>/dev/null; do
+    PYTHONUNBUFFERED=1 $PY models/gpu_train.py reranker --examples "$WORK/rerank.jsonl" \
+      --out "$RUN/reranker" --budget-s "$RR_BUDGET_S" --checkpoint-every-s "$SNAPSHOT_S" \
+      --seed "$SEED" "${RR[@]}" "${gpu[@]}" > "$OUT/reranker.log" 2>&1 &
+    pids+=($!)
+  fi
+  trap 'kill "${pids[@]}" 2>/dev/null; snapshot; exit 124' TERM INT
+  local alive=1
+  while [ "$alive" = 1 ]; do
     sleep "$SNAPSHOT_S"; snapshot
+    alive=0; for p in "${pids[@]}"; do kill -0 "$p" 2>/dev/null && alive=1; done
   done
   local status=0
-  wait $enc || status=1
-  wait $rr || status=1
+  for p in "${pids[@]}"; do wait "$p" || status=1; done
   snapshot
-  ls -la "$OUT" "$OUT/v4" "$OUT/reranker"
+  ls -la "$OUT" "$OUT"/* || true
   return $status
 }
 

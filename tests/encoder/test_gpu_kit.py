@@ -40,3 +40,17 @@ def test_the_kit_runs_end_to_end_at_a_tiny_scale(data_dir: Path, tmp_path: Path)
     rr = reranker.load(out / "reranker", device="cpu")
     assert rr.score("a dog", ["a dog runs", "stocks fell"]).shape == (2,)
     assert json.loads((out / "reranker/config.json").read_text())["kind"] == "reranker"
+
+
+def test_what_trains_on_the_gpu_needs_only_the_image_packages() -> None:
+    """models/gpu_train.py's imports: none of the stores, the settings or the command line,
+    whose wheels do not fit beside the bundle in one call (its header)."""
+    code = ("import sys, runpy; sys.argv = ['x', '--help']\n"
+            "import encoder.train, encoder.rerank_train, encoder.reranker\n"
+            "import encoder.checkpoint\n"
+            "bad = {'index', 'api', 'wiring', 'cli', 'faiss', 'milvus_lite', 'pymilvus',\n"
+            "       'pydantic', 'pydantic_settings', 'typer', 'bm25s', 'Stemmer', 'fastapi'}\n"
+            "print(sorted({m.split('.')[0] for m in sys.modules} & bad))")
+    done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True,
+                          text=True, timeout=120, check=True)
+    assert done.stdout.strip() == "[]", done.stdout
