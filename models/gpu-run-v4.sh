@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
-# Issue 74's run kit: encoder v4 and the cross-encoder reranker, trained side by side in one
-# run that fits about ten minutes of one lent GPU, each leaving fp16 checkpoints in $OUT
-# every few minutes, so a lease that ends early still returns the best so far.
+# Issue 74's run kit: encoder v4 and the cross-encoder reranker, trained in about ten
+# minutes of one lent GPU (two calls, below), each leaving fp16 checkpoints in $OUT every
+# few minutes, so a lease that ends early still returns the best so far.
 #
-#   1. On the CPU, before the lease (about 20 min on 2 cores; skipped where done):
+#   1. On the CPU, before the lease (23 min here on 2 cores; each part skipped where done):
 #        DATA=../shared/data bash models/gpu-run-v4.sh prepare
 #      writes $WORK (.gpu/v4): the bundle as v3's step 2 builds it (the dev collections held
 #      out, models/train-encoder-v3.sh), STS-B's and SICK's train pairs with their scores
