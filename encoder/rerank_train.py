@@ -10,7 +10,8 @@ other queries in the batch when it has too few): a softmax cross-entropy over th
 The network starts from an encoder checkpoint (the shipped one by default) with a zero head;
 the head learns at ten times the network's rate. Seeded (a step's batch is a function of
 the seed and the step); ``out/last`` holds the state every ``checkpoint_every_s`` seconds
-(fp32 with the optimiser: a stopped run resumes from it), and ``out`` the reranker each time
+(fp32 with the optimiser, safetensors as the encoder's training writes it: a stopped run
+resumes from it), and ``out`` the reranker each time
 as well (fp16), so a run cut short (a GPU lease that ends) still leaves the best so far.
 A time budget (``budget_s``) ends the run where the time runs out, the schedule cut to fit.
 """
@@ -30,7 +31,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from encoder.checkpoint import read_checkpoint
+from encoder.checkpoint import load_training_state, read_checkpoint, save_training_state
 from encoder.config import EncoderConfig
 from encoder.device import autocast, pick_device
 from encoder.model import TransformerEncoder
@@ -150,21 +151,13 @@ def train(cfg: RerankTrainConfig, on_save: Callable[[Path, int], None] | None = 
     base.load_state_dict(state)
     cfg.max_tokens = min(cfg.max_tokens, base.config.max_tokens)
     scorer = from_encoder(base, cfg.marked)
-    last = out / "last"
-    start = 0
-    if (last / "state.pt").is_file():  # resume
-        saved = torch.load(last / "state.pt", map_location="cpu", weights_only=True)
-        scorer.load_state_dict(saved["model"])
-        start = int(saved["step"])
     scorer = scorer.to(device).train()
     head = list(scorer.head.parameters())
     body = [p for n, p in scorer.named_parameters() if not n.startswith("head.")]
     opt = torch.optim.AdamW([{"params": body, "lr": cfg.lr},
                              {"params": head, "lr": cfg.lr * cfg.head_lr_scale}],
                             weight_decay=cfg.weight_decay)
-    if start:
-        opt.load_state_dict(saved["optimizer"])
-        log.info("resuming at step %d", start)
+    start = load_training_state(out, scorer, opt)  # out/last, as the encoder's training
     examples = read_examples(cfg.examples, tokenizer, cfg.max_tokens)
     log.info("%d examples; steps %d..%d of %d queries x %d passages", len(examples), start,
              cfg.steps, cfg.queries, cfg.negatives + 1)
@@ -172,10 +165,7 @@ def train(cfg: RerankTrainConfig, on_save: Callable[[Path, int], None] | None = 
     history: list[dict[str, float]] = []
 
     def checkpoint(step: int) -> None:
-        last.mkdir(parents=True, exist_ok=True)
-        torch.save({"model": scorer.state_dict(), "optimizer": opt.state_dict(),
-                    "step": step}, last / "state.pt.tmp")
-        (last / "state.pt.tmp").replace(last / "state.pt")
+        save_training_state(out, scorer, tokenizer, opt, step, asdict(cfg))
         extra = {"training": {**asdict(cfg), "step": step, "steps": steps,
                               "seconds": round(time.time() - t_start, 1),
                               "device": str(device), "history": history[-20:]},
