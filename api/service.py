@@ -100,6 +100,7 @@ class Service:
         self.encode_slots = threading.BoundedSemaphore(self.slot_count)
         self.batcher = self._batcher(self.encoder)
         self.encoder.encode(["warm-up"])  # the session the batcher runs, made now
+        self._rerank_parts = 1  # a reranking's parts, one a core (_load_reranker)
         self.reranker = self._load_reranker() if settings.reranker else None
         default = Served(self.info.name, settings.model, self.encoder, self.info, self.batcher,
                          self.model_created, {"base": None})
@@ -140,13 +141,7 @@ class Service:
         # (six single-threaded batches of three encoders at once on 2 cores served 0.612 x
         # one encoder's requests/s, bench/encoders_load.py)
         st = self.settings
-        threads = st.encoder_threads or os.cpu_count() or 1
-        on_cores = encoder.backend == "onnx" and encoder.device.type == "cpu"
-        workers = st.batch_workers or (threads if on_cores else 1)
-
-        per_core = on_cores and workers > 1
-        if per_core:
-            encoder.set_call_threads(max(1, threads // workers))
+        workers, per_core = self._per_core(encoder)
         return DynamicBatcher(
             lambda ids: encoder.encode_ids(ids, batch_size=len(ids), normalize=False),
             encoder.dim, max_size=st.batch_max_size, max_tokens=st.batch_max_tokens,
@@ -155,32 +150,34 @@ class Service:
             slots=self.encode_slots if per_core else None, tokenize=encoder.tokenize,
             text_tokens=encoder.max_tokens)
 
-    def _rerank_parts(self) -> int:
-        """How many parts a reranking is cut into, each encoded on its own core holding one
-        of the encoder slots (as the batcher's workers do: :meth:`_batcher`); 1 off the
-        CPU's onnx backend."""
+    def _per_core(self, encoder: Any) -> tuple[int, bool]:
+        """How many batches of ``encoder`` run side by side, and whether each runs on its
+        own core holding one of the encoder slots (the CPU's onnx backend with more than
+        one worker: its call threads are set to the cores' share here)."""
         st = self.settings
         threads = st.encoder_threads or os.cpu_count() or 1
-        rr = self.reranker
-        on_cores = rr is not None and rr.backend == "onnx" and rr.encoder.device.type == "cpu"
+        on_cores = encoder.backend == "onnx" and encoder.device.type == "cpu"
         workers = st.batch_workers or (threads if on_cores else 1)
-        return workers if on_cores and workers > 1 else 1
+        per_core = on_cores and workers > 1
+        if per_core:
+            encoder.set_call_threads(max(1, threads // workers))
+        return workers, per_core
 
     def _load_reranker(self) -> Any:
         st = self.settings
         assert st.reranker is not None
-        self.reranker = load_reranker(st.reranker, st.device, self.encoder.backend)
-        self.reranker.encoder.set_spin(st.encoder_spin)
-        parts = self._rerank_parts()
-        if parts > 1:
-            threads = st.encoder_threads or os.cpu_count() or 1
-            self.reranker.encoder.set_call_threads(max(1, threads // parts))
-        self.reranker.score("warm-up", ["warm-up"])  # its ONNX session, made now
-        return self.reranker
+        rr = load_reranker(st.reranker, st.device, self.encoder.backend)
+        rr.encoder.set_spin(st.encoder_spin)
+        workers, per_core = self._per_core(rr.encoder)  # a reranking is cut as batches are
+        self._rerank_parts = workers if per_core else 1
+        rr.score("warm-up", ["warm-up"])  # its ONNX session, made now
+        return rr
 
-    async def rerank(self, query: str, texts: Sequence[str]) -> np.ndarray:
+    async def rerank(self, query: str, texts: Sequence[str], truncate: bool = True
+                     ) -> np.ndarray:
         """Each text's score for ``query`` by the reranker (:mod:`encoder.reranker`; higher:
-        more relevant), a conflict without one. Charged to the caller's key as embeddings
+        more relevant), a conflict without one; without ``truncate``, a text over the
+        token limit (the query is input 0) is a 422. Charged to the caller's key as embeddings
         are (one text a passage), refused (429) while the encoder's queue is full, and run
         holding the encoder's slots, one part a core, so it takes its turn with the
         batches."""
@@ -193,10 +190,13 @@ class Service:
             return np.zeros(0, np.float32)
         await charge_texts(self.limiter, len(texts), self.metrics)
         self.batcher.admit(len(texts))
-        pairs = await run_in_threadpool(rr.pairs, query, texts)
+        ids, cut = await run_in_threadpool(rr.encoder.tokenize, [query, *texts])
+        if not truncate and any(cut):
+            raise self._too_long(cut.index(True), rr.encoder)
+        pairs = rr.pairs_of(ids)
         # longest first, dealt round-robin: parts of like tokens
         order = sorted(range(len(pairs)), key=lambda i: -len(pairs[i]))
-        n = min(self._rerank_parts(), len(pairs))
+        n = min(self._rerank_parts, len(pairs))
         parts = [order[k::n] for k in range(n)]
 
         def score(idx: list[int]) -> np.ndarray:

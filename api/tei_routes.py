@@ -68,8 +68,7 @@ async def rerank(body: s.RerankRequest, request: Request) -> Response:
     svc = service(request)
     texts = texts_of(body.texts, svc.settings.max_inputs)
     if svc.reranker is not None and not body.hybrid:
-        svc.tokenize([body.query, *texts], body.truncate)  # 422 over the limit without truncate
-        logits = (await svc.rerank(body.query, texts)).astype(np.float64)
+        logits = (await svc.rerank(body.query, texts, body.truncate)).astype(np.float64)
         scores = logits if body.raw_scores else 1.0 / (1.0 + np.exp(-logits))
         ranked = sorted(((i, float(x)) for i, x in enumerate(scores)), key=lambda r: -r[1])
         return json_response([{"index": i, "score": score} | (

@@ -152,8 +152,12 @@ class Reranker:
 
     def pairs(self, query: str, passages: Sequence[str]) -> list[list[int]]:
         """The token ids of each (query, passage) pair (see :func:`pair_ids`)."""
-        ids, _ = self.encoder.tokenize([query, *passages])
-        # tokenize cut each text at max_tokens: a passage is cut again beside the query
+        return self.pairs_of(self.encoder.tokenize([query, *passages])[0])
+
+    def pairs_of(self, ids: Sequence[Sequence[int]]) -> list[list[int]]:
+        """:meth:`pairs` of the query's and the passages' token ids, the query's first (as
+        ``encoder.tokenize`` gives them, each cut at ``max_tokens``: a passage is cut again
+        beside the query)."""
         return [pair_ids(ids[0], p, self.pair_tokens, self.query_tokens, self.vocab)
                 for p in ids[1:]]
 

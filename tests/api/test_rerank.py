@@ -89,6 +89,12 @@ def test_tei_rerank_uses_the_reranker(filled: tuple[TestClient, str]) -> None:
     assert [x["index"] for x in r.json()] == list(np.argsort(-want, kind="stable"))
     np.testing.assert_allclose(sorted((x["score"] for x in r.json()), reverse=True),
                                np.sort(want)[::-1], atol=1e-5)
+    long = " ".join(["word"] * 60)  # past the tiny encoder's 24 tokens
+    r = client.post("/rerank", json={"query": "a dog", "texts": ["a dog", long]})
+    assert r.status_code == 422 and "input 2" in error_of(r)["error"]
+    r = client.post("/rerank", json={"query": "a dog", "texts": ["a dog", long],
+                                     "truncate": True})
+    assert r.status_code == 200, r.text
     info = client.get("/info").json()["model_type"]
     assert info["reranker"]["fingerprint"] == rr.fingerprint and "embedding" in info
     prob = client.post("/rerank", json={"query": "a dog", "texts": texts}).json()
