@@ -119,7 +119,12 @@ def build(data: Path, out: Path, hold_out: list[Path], per_source: int = 4000,
     rows: list[dict[str, Any]] = []
     counts: dict[str, int] = {}
     readers = sources(data, seed)
-    readers["nli"] = lambda: [(a, b) for a, b, _ in nli_triples(Path(data))]
+    triples: list[tuple[str, str, str]] = []  # NLI's, read once: pairs and contradictions
+
+    def nli() -> list[Pair]:
+        triples[:] = nli_triples(Path(data))
+        return [(a, b) for a, b, _ in triples]
+    readers["nli"] = nli
     for name, read in readers.items():
         if only and name not in only:
             continue
@@ -136,7 +141,7 @@ def build(data: Path, out: Path, hold_out: list[Path], per_source: int = 4000,
         pairs = [(q, d) for q, d in pairs if q in keep]
         fixed = None
         if name == "nli":  # the contradiction first among the negatives
-            fixed = {(a, b): [c] for a, b, c in nli_triples(Path(data)) if a in keep}
+            fixed = {(a, b): [c] for a, b, c in triples if a in keep}
         made = examples_of(pairs, encode, rng, fixed) if pairs else []
         for r in made:
             r["source"] = name

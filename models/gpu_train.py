@@ -48,22 +48,19 @@ def reranker_run(a: argparse.Namespace) -> None:
 
 
 def fp16(a: argparse.Namespace) -> None:
-    """SRC's checkpoint (config, weights, tokenizer) into DST with fp16 weights (what
-    ``encoder.checkpoint.stored_state`` writes at ``fp16``), written whole, then renamed."""
-    from safetensors.torch import load_file, save_file
+    """SRC's checkpoint into DST with fp16 weights (``encoder.checkpoint.save_checkpoint``
+    at ``fp16``), written beside DST, then swapped in whole."""
+    from encoder.checkpoint import read_checkpoint, save_checkpoint
+    from encoder.config import EncoderConfig
+    from encoder.model import TransformerEncoder
 
-    from encoder.checkpoint import WEIGHTS, loaded_state
-
-    src, dst = Path(a.src), Path(a.dst)
+    meta, state, tokenizer = read_checkpoint(a.src, "an encoder")
+    model = TransformerEncoder(EncoderConfig.from_dict(meta["architecture"]))
+    model.load_state_dict(state)
+    dst = Path(a.dst)
     tmp = dst.with_name(dst.name + ".tmp")
     shutil.rmtree(tmp, ignore_errors=True)
-    tmp.mkdir(parents=True)
-    for name in ("config.json", "tokenizer.json"):
-        shutil.copy(src / name, tmp / name)
-    state = loaded_state(load_file(str(src / WEIGHTS)))
-    half = {k: (v.half() if v.is_floating_point() else v).contiguous()
-            for k, v in state.items()}
-    save_file(half, str(tmp / WEIGHTS), metadata={"format": "pt", "qkv_precision": "fp16"})
+    save_checkpoint(tmp, model, tokenizer, meta, "fp16")
     shutil.rmtree(dst, ignore_errors=True)
     tmp.replace(dst)
 
