@@ -30,6 +30,7 @@ import random
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
+from contextlib import nullcontext
 from typing import Any, TypeVar
 
 import numpy as np
@@ -335,7 +336,7 @@ class MilvusStore:
     def sample(self, collection: str, n: int, seed: int = 0) -> tuple[list[Item], int]:
         collection = self._aliases.resolve(collection)
         info = self._ready(collection)
-        ids = ids_after(self._call, collection, "", self.timeout)
+        ids = self._ids_after(collection, "")
         pick = sorted(random.Random(seed).sample(ids, min(n, len(ids))))
         rows = rows_of(self._call, collection, pick, item_fields(info.multi_tenant), self.timeout,
                        engine=self._engine(collection))
@@ -496,7 +497,13 @@ class MilvusStore:
         collection = self._aliases.resolve(collection)
         info = self._ready(collection)
         check_tenant(info, tenant)
-        expr = f"id > {quote(stored_id(tenant, after or ''))}"
+        start = stored_id(tenant, after or "")
+        if filter is None and self.is_lite:  # a tenant's keys are those that start "tenant:"
+            keys = self._ids_after(collection, start)
+            if tenant is not None:
+                keys = [k for k in keys if k.startswith(stored_id(tenant, ""))]
+            return [local_id(k, info.multi_tenant) for k in keys[:limit]]
+        expr = f"id > {quote(start)}"
         if filter is not None:
             expr = f"({expr}) and ({to_milvus_expr(filter)})"
         expr = tenant_expr(tenant, expr)
@@ -507,6 +514,14 @@ class MilvusStore:
         return [local_id(i, info.multi_tenant)
                 for i in sorted(str(r["id"]) for r in rows)[:limit]]
 
+    def _ids_after(self, collection: str, after: str) -> list[str]:
+        """Every stored key after ``after``, sorted; on Lite under the write lock (counts
+        and lists miss rows while a flush moves them) and from the engine when this process
+        serves the file."""
+        with self._flushing if self.is_lite else nullcontext():
+            return ids_after(self._call, collection, after, self.timeout,
+                             self._engine(collection))
+
     def scan(self, collection: str, after: str | None = None, batch_size: int = 1000,
              every_tenant: bool = False) -> Iterator[list[Item]]:
         # The ids first, then pages of gets: neither a query with a limit nor pymilvus'
@@ -515,7 +530,7 @@ class MilvusStore:
         info = self._ready(collection)
         if not (every_tenant and info.multi_tenant):
             check_tenant(info, None)
-        ids = ids_after(self._call, collection, after or "", self.timeout)
+        ids = self._ids_after(collection, after or "")
         fields = item_fields(info.multi_tenant)
         for start in range(0, len(ids), batch_size):
             page = ids[start : start + batch_size]

