@@ -16,18 +16,20 @@ Call = Callable[[str, Callable[[Any], Any]], Any]  # MilvusStore._call
 ROWS_PER_QUERY = 1000
 
 
-def ids_after(call: Call, collection: str, after: str, timeout: float, engine: Any = None
-              ) -> list[str]:
-    """Every stored id that sorts after ``after`` (all for ""), sorted (from ``engine``, a
-    Lite collection served in this process, when it answers)."""
+def ids_after(call: Call, collection: str, after: str, timeout: float, engine: Any = None,
+              expr: str = "") -> list[str]:
+    """Every stored id that sorts after ``after`` (all for "") and matches the filter
+    ``expr`` (none for ""), sorted (from ``engine``, a Lite collection served in this
+    process, when it answers)."""
     if engine is not None:
         try:
-            return sorted(k for k in lite_direct.keys(engine) if k > after)
+            return sorted(k for k in lite_direct.keys(engine, expr) if k > after)
         except Exception as e:  # the client's query says it the way the store maps
             log.debug("direct Milvus Lite keys failed, going through gRPC: %s", e)
+    where = f"id > {quote(after)}"
     rows = call("query ids", lambda c: c.query(
-        collection, filter=f"id > {quote(after)}", output_fields=["id"],
-        consistency_level="Strong", timeout=timeout))
+        collection, filter=f"({where}) and ({expr})" if expr else where,
+        output_fields=["id"], consistency_level="Strong", timeout=timeout))
     return sorted(str(r["id"]) for r in rows)
 
 

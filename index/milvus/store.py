@@ -484,6 +484,12 @@ class MilvusStore:
         check_tenant(self._ready(collection), tenant)
         expr = tenant_expr(tenant, to_milvus_expr(filter) if filter is not None else "")
         with self._flushing:
+            engine = self._engine(collection) if expr else None  # (fast without a filter)
+            if engine is not None:
+                try:
+                    return lite_direct.count(engine, expr)
+                except Exception as e:  # the client's query says it the way the store maps
+                    log.debug("direct Milvus Lite count failed, going through gRPC: %s", e)
             res = self._call("count", lambda c: c.query(
                 collection, filter=expr, output_fields=["count(*)"],
                 consistency_level="Strong",
@@ -497,30 +503,18 @@ class MilvusStore:
         collection = self._aliases.resolve(collection)
         info = self._ready(collection)
         check_tenant(info, tenant)
-        start = stored_id(tenant, after or "")
-        if filter is None and self.is_lite:  # a tenant's keys are those that start "tenant:"
-            keys = self._ids_after(collection, start)
-            if tenant is not None:
-                keys = [k for k in keys if k.startswith(stored_id(tenant, ""))]
-            return [local_id(k, info.multi_tenant) for k in keys[:limit]]
-        expr = f"id > {quote(start)}"
-        if filter is not None:
-            expr = f"({expr}) and ({to_milvus_expr(filter)})"
-        expr = tenant_expr(tenant, expr)
+        expr = tenant_expr(tenant, to_milvus_expr(filter) if filter is not None else "")
         with self._flushing:
-            rows = self._call("query ids", lambda c: c.query(
-                collection, filter=expr, output_fields=["id"], consistency_level="Strong",
-                timeout=self.timeout))
-        return [local_id(i, info.multi_tenant)
-                for i in sorted(str(r["id"]) for r in rows)[:limit]]
+            keys = self._ids_after(collection, stored_id(tenant, after or ""), expr)
+        return [local_id(k, info.multi_tenant) for k in keys[:limit]]
 
-    def _ids_after(self, collection: str, after: str) -> list[str]:
-        """Every stored key after ``after``, sorted; on Lite under the write lock (counts
-        and lists miss rows while a flush moves them) and from the engine when this process
-        serves the file."""
+    def _ids_after(self, collection: str, after: str, expr: str = "") -> list[str]:
+        """Every stored key after ``after`` that matches ``expr``, sorted; on Lite under the
+        write lock (counts and lists miss rows while a flush moves them) and from the engine
+        when this process serves the file."""
         with self._flushing if self.is_lite else nullcontext():
             return ids_after(self._call, collection, after, self.timeout,
-                             self._engine(collection))
+                             self._engine(collection), expr)
 
     def scan(self, collection: str, after: str | None = None, batch_size: int = 1000,
              every_tenant: bool = False) -> Iterator[list[Item]]:

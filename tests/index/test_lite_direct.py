@@ -2,7 +2,8 @@
 (:mod:`index.milvus.lite.direct`): through random upserts, overwrites, deletes, flushes and
 filters, on plain and multi-tenant collections, every dense, BM25 and hybrid search and every
 read by id answers what the same call through gRPC answers (ids, scores, texts, metadata,
-vectors), and so does every list of the stored keys (``scan``, ``sample``, ``ids``); rows
+vectors), and so does every list of the stored keys (``scan``, ``sample``, ``ids``, with and
+without a filter) and every count with a filter; rows
 upserted directly read back through gRPC as written; a direct call that fails is made
 through gRPC; a collection the engine does not have is gRPC's to refuse (its error kept)."""
 
@@ -107,8 +108,13 @@ def test_direct_answers_equal_grpcs(store: MilvusStore, seed: int,
         def keys() -> tuple[Any, ...]:
             every = [it.id for page in store.scan("c", every_tenant=True) for it in page]
             sample = [(it.id, it.tenant) for it in store.sample("c", 25, seed)[0]]
-            pages = [store.ids("c", after=rnd_after, limit=7, tenant=t) for t in tenants]
-            return every, sample, store.sample("c", 25, seed)[1], pages
+            pages = [store.ids("c", after=rnd_after, limit=7, tenant=t, filter=f)
+                     for t in tenants for f in (None, *filters)]
+            counts = [store.count("c", tenant=t, filter=f) for t in tenants for f in filters]
+            return every, sample, store.sample("c", 25, seed)[1], pages, counts
+
+        filters = [parse_filter({"key": "n", "op": "gte", "value": 4}),
+                   parse_filter({"key": "tags", "op": "exists", "value": False})]
 
         rnd_after = rnd.choice(["", *sorted(written)])
         direct_keys = keys()
@@ -117,7 +123,7 @@ def test_direct_answers_equal_grpcs(store: MilvusStore, seed: int,
             assert keys() == direct_keys
         assert len(direct_keys[0]) == direct_keys[2] == sum(store.count("c", tenant=t)
                                                             for t in tenants)
-        assert len(direct_keys[0]) > 0
+        assert len(direct_keys[0]) > 0 and any(direct_keys[4])
 
     random_writes(store, rnd, write, written, tenants, compare, first=200, steps=10,
                   most=(60, 40, 30), actions=("new", "overwrite", "delete", "flush"))

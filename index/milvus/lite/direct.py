@@ -16,9 +16,9 @@ else, and any call that fails, goes through gRPC as before, so errors keep their
 (:func:`index.milvus.conn.failure`) and a failed write its restart: a direct call that
 raises is made again through gRPC (an upsert twice is the same upsert).
 
-Its list of every key (:func:`keys`, for ``sample``, ``scan`` and ``ids``) takes the engine's
-own query apart: the same candidates and the same mask of live rows, without building a
-record for each.
+Its lists of keys (:func:`keys`: ``sample``, ``scan``, ``ids``) and its counts with a filter
+(:func:`count`) take the engine's own query apart: the same candidates, filter and mask of
+live rows, without building a record for each.
 
 Only while qkv's fast search paths are installed (``QKV_LITE_FAST_SEARCH``, the Lite version
 they were written for: :mod:`index.milvus.lite.speed`); ``tests/index/test_lite_direct.py``
@@ -95,21 +95,41 @@ def get(col: Any, ids: list[str], output_fields: list[str]) -> list[dict[str, An
     return rows
 
 
-def keys(col: Any) -> list[str]:
-    """Every live key of the collection (segments and memtable, overwritten and deleted rows
-    resolved as the engine's query resolves them), unsorted: the query ``id > ""`` that
-    answers the same through gRPC builds a record for every row, 5.1 s on 100,000 rows
-    against 0.24 s here (AMD EPYC, 2 cores; throwaway script)."""
+def _live(col: Any, expr: str) -> tuple[list[Any], np.ndarray]:
+    """The keys of every row the engine holds and the mask of those a query with filter
+    ``expr`` ("" for none) answers: the first steps of its ``Collection.query``, which then
+    builds a record for each row it keeps."""
     from milvus_lite.search.assembler import assemble_candidates
     from milvus_lite.search.bitmap import build_valid_mask
 
+    col._require_loaded()
+    compiled = col._compile_filter(expr) if expr else None
+    plan = col._indexed_filter_plan(compiled)
     segments, delta = col._read_snapshot()
-    pks, seqs, _, _, _ = assemble_candidates(segments=segments, memtable=col._memtable,
-                                             vector_field=col._vector_name)
+    pks, seqs, _, _, matched = assemble_candidates(
+        segments=segments, memtable=col._memtable, vector_field=col._vector_name,
+        filter_compiled=compiled, indexed_filter_plan=plan)
     if not pks:
-        return []
-    live = build_valid_mask(pks, seqs, delta, filter_mask=None, memtable=col._memtable)
+        return [], np.zeros(0, dtype=bool)
+    return pks, build_valid_mask(pks, seqs, delta, filter_mask=matched,
+                                 memtable=col._memtable)
+
+
+def keys(col: Any, expr: str = "") -> list[str]:
+    """The key of every live row that matches ``expr`` (overwritten and deleted rows
+    resolved as the engine's query resolves them), unsorted. The query ``id > ""`` that
+    answers the same through gRPC builds a record for every row: 5.1 s on 100,000 rows
+    against 0.24 s here (AMD EPYC, 2 cores; throwaway script)."""
+    pks, live = _live(col, expr)
     return [str(pks[i]) for i in np.flatnonzero(live)]
+
+
+def count(col: Any, expr: str) -> int:
+    """How many live rows match ``expr``: a query's ``count(*)`` with a filter builds a
+    record for every row it counts (7.9 s for a passage collection's 100,000 documents,
+    2.8 s here, most of it the filter's own evaluation; AMD EPYC, 2 cores, throwaway
+    script). Without a filter, the engine counts fast already."""
+    return int(_live(col, expr)[1].sum())
 
 
 def upsert(col: Any, rows: list[dict[str, Any]]) -> None:
