@@ -65,6 +65,7 @@ TITLES = {
     "query_fusion": "Per-query fusion weight, leave-one-collection-out",
     "relevance": "What a hybrid hit's relevance keeps and drops",
     "rerank": "The cross-encoder reranker over hybrid's top hits",
+    "reads": "Reads of a big Lite collection: the engine directly against gRPC",
     "ray_index": "`qkv index --engine ray` against the local engine",
     "scale": "Scaling: ingest and search by collection size",
     "search": "Search: MilvusStore latency, throughput and recall",
