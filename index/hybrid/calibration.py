@@ -13,7 +13,7 @@ its own weight from its documents, without labels:
 2. *Signals* (:func:`measure`): the pseudo-queries are searched, dense and BM25, over a
    pool of sampled documents (the targets re-embedded without their query sentence), and
    the source's reciprocal-rank gain at 10 is taken for each side alone and for the convex
-   fusion (:func:`index.hybrid.fusion.fuse`, exactly as the stores fuse) at every weight of
+   fusion (:func:`index.hybrid.fusion.fused_ids`: the ids the stores' fuse ranks) at every weight of
    :data:`GRID`.
 3. *The weight* (:class:`Mapping`): pseudo-queries are easier for BM25 than
    real queries are, so the signals are not the answer: a mapping learned on labelled dev
@@ -39,7 +39,7 @@ from typing import Any
 import numpy as np
 
 from index.hybrid.bm25 import BM25Index
-from index.hybrid.fusion import CANDIDATES, RETRIEVAL_FILE, check_fusion, fuse
+from index.hybrid.fusion import CANDIDATES, RETRIEVAL_FILE, check_fusion, fuse, fused_ids
 from index.store import Hit
 
 Embed = Callable[[Sequence[str]], np.ndarray]
@@ -184,9 +184,10 @@ def measure(texts: Sequence[str], vectors: np.ndarray, embed: Embed, seed: int =
         target = ids[q.source]
         gains["dense"].append(_gain(dense, target))
         gains["bm25"].append(_gain(lexical, target))
-        for w in GRID:
-            gains[f"w{w}"].append(_gain(fuse(dense, lexical, 10, "convex", w, depth=depth),
-                                        target))
+        for w, fused in zip(GRID, fused_ids(dense, lexical, 10, GRID, depth=depth),
+                            strict=True):
+            gains[f"w{w}"].append(1.0 / math.log2(fused.index(target) + 2)
+                                  if target in fused else 0.0)
         a, b = {h.id for h in dense[:10]}, {h.id for h in lexical[:10]}
         agree.append(len(a & b) / 10)
     out: dict[str, Any] = {k: round(float(np.mean(v)), 4) for k, v in gains.items()}

@@ -58,6 +58,8 @@ from dataclasses import replace
 from pathlib import Path
 from typing import NamedTuple
 
+import numpy as np
+
 from index.store import Hit
 
 FUSIONS = ("convex", "rrf", "weighted")
@@ -160,6 +162,33 @@ def fuse(dense: Sequence[Hit], bm25: Sequence[Hit], k: int, fusion: str = DEFAUL
     floor = dense[min(len(dense), CANDIDATES) - 1].score if dense else None
     return [replace(first[i], score=score[i], sources=dict(found[i]),
                     vector=vectors.get(i, first[i].vector), floor=floor) for i in order]
+
+
+def fused_ids(dense: Sequence[Hit], bm25: Sequence[Hit], k: int,
+              dense_weights: Sequence[float], depth: int | None = None) -> list[list[str]]:
+    """The ids of the convex :func:`fuse`'s top ``k`` at each of ``dense_weights``: the same
+    ids in the same order, each side normalised once for all the weights and the scores
+    summed as arrays (a calibration fuses each of its 500 pseudo-queries at 14 weights)."""
+    depth = candidates(k) if depth is None else depth
+    nd = _normalised("dense", dense, "convex", RRF_K, depth)
+    nb = _normalised("bm25", bm25, "convex", RRF_K, depth)
+    vd: dict[str, float] = {}
+    vb: dict[str, float] = {}
+    for h, part in zip(dense, nd.parts, strict=True):
+        vd.setdefault(h.id, part)
+    for h, part in zip(bm25, nb.parts, strict=True):
+        vb.setdefault(h.id, part)
+    ids = list(dict.fromkeys([*vd, *vb]))
+    d = np.array([vd.get(i, nd.missed) for i in ids], dtype=np.float64)
+    b = np.array([vb.get(i, nb.missed) for i in ids], dtype=np.float64)
+    by_id = np.empty(len(ids), dtype=np.int64)  # each id's place in id order (ties)
+    by_id[sorted(range(len(ids)), key=ids.__getitem__)] = np.arange(len(ids))
+    out = []
+    for dense_weight in dense_weights:
+        w = _mix(nd.confidence, nb.confidence, dense_weight)
+        score = w * d + (1.0 - w) * b
+        out.append([ids[j] for j in np.lexsort((by_id, -score))[:k]])
+    return out
 
 
 def model_dense_weight(model_dir: str | Path) -> float:

@@ -19,7 +19,7 @@ from index.hybrid.calibration import (
     pseudo_queries,
     sentences,
 )
-from index.hybrid.fusion import fuse
+from index.hybrid.fusion import fuse, fused_ids
 from index.store import Hit
 
 WORDS = [f"w{i}" for i in range(400)]
@@ -126,3 +126,23 @@ def test_a_bm25_weight_of_one_still_ranks_when_bm25_found_nothing() -> None:
     assert [h.id for h in fuse(dense, [], 3, "convex", 0.0)] == ["b", "a", "c"]
     bm25 = hits(["c", "a"], [3.0, 1.0])
     assert [h.id for h in fuse([], bm25, 2, "convex", 1.0)] == ["c", "a"]
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_fused_ids_are_fuses_at_every_weight(seed: int) -> None:
+    """Calibration's grid fusion gives, at each weight, the ids ``fuse`` gives in its order:
+    overlapping lists, ties, repeated ids, a side cut at the depth or empty."""
+    rnd = random.Random(seed)
+    pool = [f"d{i}" for i in range(rnd.randint(1, 40))]
+
+    def side(scale: float) -> list[Hit]:
+        n = rnd.choice([0, 1, 5, 12, 20])
+        scores = sorted((round(rnd.uniform(-0.2, 1.0) * scale, rnd.choice([1, 3]))
+                         for _ in range(n)), reverse=True)
+        return [Hit(rnd.choice(pool), s, "", None, {}) for s in scores]
+
+    dense, bm25 = side(1.0), side(rnd.choice([0.0, 8.0]))
+    weights = [0.0, 0.1, 0.5, 0.85, 0.92, 1.0, rnd.random()]
+    k, depth = rnd.choice([3, 10]), rnd.choice([5, 12, 100])
+    assert fused_ids(dense, bm25, k, weights, depth=depth) == [
+        [h.id for h in fuse(dense, bm25, k, "convex", w, depth=depth)] for w in weights]
