@@ -129,10 +129,15 @@ def pseudo_queries(texts: Sequence[str], n: int, seed: int = 0) -> list[PseudoQu
 
 
 def _gain(hits: Sequence[Hit], target: str, k: int = 10) -> float:
-    """Reciprocal-rank gain of ``target`` in the first ``k`` hits, 1/log2(rank + 1), as
+    """Reciprocal-rank gain of ``target`` in the first ``k`` hits (:func:`_id_gain`)."""
+    return _id_gain([h.id for h in hits[:k]], target, k)
+
+
+def _id_gain(ids: Sequence[str], target: str, k: int = 10) -> float:
+    """Reciprocal-rank gain of ``target`` in the first ``k`` ids, 1/log2(rank + 1), as
     nDCG@k with one relevant document."""
-    for r, h in enumerate(hits[:k]):
-        if h.id == target:
+    for r, i in enumerate(ids[:k]):
+        if i == target:
             return 1.0 / math.log2(r + 2)
     return 0.0
 
@@ -186,8 +191,7 @@ def measure(texts: Sequence[str], vectors: np.ndarray, embed: Embed, seed: int =
         gains["bm25"].append(_gain(lexical, target))
         for w, fused in zip(GRID, fused_ids(dense, lexical, 10, GRID, depth=depth),
                             strict=True):
-            gains[f"w{w}"].append(1.0 / math.log2(fused.index(target) + 2)
-                                  if target in fused else 0.0)
+            gains[f"w{w}"].append(_id_gain(fused, target))
         a, b = {h.id for h in dense[:10]}, {h.id for h in lexical[:10]}
         agree.append(len(a & b) / 10)
     out: dict[str, Any] = {k: round(float(np.mean(v)), 4) for k, v in gains.items()}
