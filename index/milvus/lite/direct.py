@@ -118,17 +118,17 @@ def _live(col: Any, expr: str) -> tuple[list[Any], np.ndarray]:
 def keys(col: Any, expr: str = "") -> list[str]:
     """The key of every live row that matches ``expr`` (overwritten and deleted rows
     resolved as the engine's query resolves them), unsorted. The query ``id > ""`` that
-    answers the same through gRPC builds a record for every row: 5.1 s on 100,000 rows
-    against 0.24 s here (AMD EPYC, 2 cores; throwaway script)."""
+    answers the same through gRPC builds a record for every row: 4.38 s on 100,000 rows
+    against 0.26 s here (``bench/reads.py``, recorded at d1f2c0f, AMD EPYC AVX2)."""
     pks, live = _live(col, expr)
     return [str(pks[i]) for i in np.flatnonzero(live)]
 
 
 def count(col: Any, expr: str) -> int:
     """How many live rows match ``expr``: a query's ``count(*)`` with a filter builds a
-    record for every row it counts (7.9 s for a passage collection's 100,000 documents,
-    2.8 s here, most of it the filter's own evaluation; AMD EPYC, 2 cores, throwaway
-    script). Without a filter, the engine counts fast already."""
+    record for every row it counts (8.34 s for a passage collection's 100,000 documents,
+    2.87 s here, most of it the filter's own evaluation: ``bench/reads.py``, recorded at
+    d1f2c0f, AMD EPYC AVX2). Without a filter, the engine counts fast already."""
     return int(_live(col, expr)[1].sum())
 
 
