@@ -44,6 +44,11 @@ _bearer = HTTPBearer(auto_error=False, description="An API key (qkv keys create)
                      "QKV_API_KEY, when the server has any.")
 
 
+async def bearer(request: Request) -> HTTPAuthorizationCredentials | None:
+    """The request's bearer credentials, as :func:`authorize` gets them from FastAPI."""
+    return await _bearer(request)
+
+
 def required_scope(method: str, route: str) -> str:
     """The scope a call needs, by its method and route template."""
     if route.startswith("/v1/keys"):

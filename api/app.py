@@ -34,6 +34,7 @@ from api import (
     web,
 )
 from api.access import AuditMiddleware
+from api.embedding_routes import LeanEmbeddings
 from api.errors import ApiError, RequestIdMiddleware, error_response, public_text
 from api.keys import KeyRing, default_keys_file
 from api.metrics import Metrics, MetricsMiddleware
@@ -262,6 +263,7 @@ def create_app(settings: Settings | None = None, banner: str | None = None) -> F
     app.include_router(backup_routes.backups_v1)
     app.include_router(tei_routes.tei)
     app.include_router(web.web)
+    app.add_middleware(LeanEmbeddings, enabled=settings.lean_embeddings)  # innermost
     app.add_middleware(AuditMiddleware)
     app.add_middleware(BodyLimitMiddleware, limit=settings.max_body_bytes)
     app.add_middleware(MetricsMiddleware, metrics=metrics)

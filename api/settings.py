@@ -197,13 +197,19 @@ class Settings(Runtime):
     auto_tune_min_docs: int = Field(1000, ge=1, description="Documents a collection holds "
                                     "before it is first calibrated by itself.")
 
+    lean_embeddings: bool = Field(True, description="Answer a valid `POST /v1/embeddings` "
+                                  "past FastAPI's routing and body machinery (same checks, "
+                                  "answer and errors; api.embedding_routes.LeanEmbeddings); "
+                                  "false: through the route alone.")
+
     # dynamic batching
     batch_max_size: int = Field(64, ge=1, description="Texts per encoder batch; 1 turns "
                                 "dynamic batching off.")
     batch_max_tokens: int = Field(8192, ge=1, description="Padded tokens per encoder batch.")
-    batch_max_wait_ms: float = Field(2.0, ge=0, description="How long the first text of a "
+    batch_max_wait_ms: float = Field(0.0, ge=0, description="How long the first text of a "
                                      "batch waits for company, when other requests are "
-                                     "under way (a request alone goes at once).")
+                                     "under way (a request alone goes at once); 0: batches "
+                                     "fill with what queued while the encoder ran.")
     queue_max: int = Field(2048, ge=1, description="Texts waiting for the encoder before "
                            "requests get 429.")
     batch_workers: int = Field(0, ge=0, description="Batches encoded side by side, each on "
