@@ -5,6 +5,7 @@ weights; the web page shades text with them)."""
 from __future__ import annotations
 
 import base64
+import inspect
 from functools import cache
 from typing import Any
 
@@ -150,7 +151,9 @@ class LeanEmbeddings:
             handler = _handler(scope["app"], e)
             if handler is None:  # the server error layer's, as from the route
                 raise
-            response = await handler(request, e)
+            response = handler(request, e)
+            if inspect.isawaitable(response):  # Starlette takes plain functions too
+                response = await response
         await response(scope, replay, send)
 
     def _find(self) -> Any:
