@@ -34,9 +34,9 @@ from api import (
     web,
 )
 from api.access import AuditMiddleware
-from api.embedding_routes import LeanEmbeddings
 from api.errors import ApiError, RequestIdMiddleware, error_response, public_text
 from api.keys import KeyRing, default_keys_file
+from api.lean import LeanRoutes
 from api.metrics import Metrics, MetricsMiddleware
 from api.settings import Settings
 from index import collection_name
@@ -263,7 +263,8 @@ def create_app(settings: Settings | None = None, banner: str | None = None) -> F
     app.include_router(backup_routes.backups_v1)
     app.include_router(tei_routes.tei)
     app.include_router(web.web)
-    app.add_middleware(LeanEmbeddings, enabled=settings.lean_embeddings)  # innermost
+    app.add_middleware(LeanRoutes, routes=[*embedding_routes.HOT, *tei_routes.HOT],
+                       enabled=settings.lean_embeddings)  # innermost
     app.add_middleware(AuditMiddleware)
     app.add_middleware(BodyLimitMiddleware, limit=settings.max_body_bytes)
     app.add_middleware(MetricsMiddleware, metrics=metrics)

@@ -8,7 +8,7 @@ batch. While the encoder runs, new texts queue up, so under load batches fill by
 a request alone (none other queued or being encoded) is never kept waiting for company that
 is not coming: a 2 ms wait was most of a lone query's embedding time. Under load, a wait
 left the cores idle while the texts it waited for were still being answered and sent back:
-once the event loop answered fast (``api.embedding_routes.LeanEmbeddings``), a 2 ms wait
+once the event loop answered fast (``api.lean.LeanRoutes``), a 2 ms wait
 served 0.71 x as many requests a second as none under 32 connections, 0.77 x under 8 and
 0.96 x under 64 (bench/api_load.py's load, throwaway runs, Intel Xeon, 2 cores).
 A request whose texts would push the queue past ``queue_max`` is refused at once

@@ -5,16 +5,14 @@ weights; the web page shades text with them)."""
 from __future__ import annotations
 
 import base64
-import inspect
 from functools import cache
 from typing import Any
 
 from fastapi import APIRouter, Depends, Request, Response
-from pydantic import ValidationError
 
 from api import schemas as s
-from api.access import authorize, bearer
 from api.errors import invalid, not_found, too_large
+from api.lean import Hot
 from api.routes import ERRORS, json_response, require_key, service
 from api.service import Service
 
@@ -68,7 +66,7 @@ async def embeddings(body: s.EmbeddingsRequest, request: Request) -> Response:
 
 async def embeddings_answer(svc: Service, body: s.EmbeddingsRequest) -> Response:
     """``POST /v1/embeddings``'s answer to a request that parsed (and whose key passed), for
-    the route and for :class:`LeanEmbeddings` alike."""
+    the route and for :class:`api.lean.LeanRoutes` alike."""
     # 404 for a model it lacks; a thread only to load one: the hop on every request cost
     # 1.2 x in requests/s (649-672 against 540-560 on 2 cores, alternating runs of wrk's
     # 32 connections on bench/api_load.py's sentences)
@@ -93,98 +91,8 @@ async def embeddings_answer(svc: Service, body: s.EmbeddingsRequest) -> Response
                           "truncated": any(emb.truncated)})
 
 
-class LeanEmbeddings:
-    """Pure ASGI, innermost of the app's middleware (inside the request id, metrics, body
-    limit and audit layers): ``POST /v1/embeddings`` with a JSON body that validates is
-    answered here, past FastAPI's routing, dependency and body machinery. The key is checked
-    by the same :func:`api.access.authorize`, the answer made by the same
-    :func:`embeddings_answer`, and a failure answered by the app's own exception handlers;
-    a body that does not parse (or is not sent as JSON) goes to the route with the bytes
-    read, so its 422 is the route's, word for word. Every other request goes to the app.
-
-    Under wrk's 32 connections, one sentence a request, the route's machinery was most of
-    the event loop's CPU (0.24 of 0.92 ms a request, Intel Xeon, 2 cores), and the loop
-    answering slowly kept the encoder's workers waiting for texts a quarter of the time
-    (bench/api_load.py). ``QKV_LEAN_EMBEDDINGS=false`` serves it through the route alone."""
-
-    def __init__(self, app: Any, enabled: bool = True) -> None:
-        self.app, self.enabled = app, enabled
-        self._route: Any = None
-
-    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
-        if not (self.enabled and scope["type"] == "http" and scope["method"] == "POST"
-                and scope["path"] == EMBEDDINGS):
-            await self.app(scope, receive, send)
-            return
-        chunks: list[bytes] = []
-        last: dict[str, Any] | None = None
-        while True:
-            message = await receive()
-            if message["type"] != "http.request":  # the client went away: the app's to see
-                last = message
-                break
-            chunks.append(message.get("body", b""))
-            if not message.get("more_body", False):
-                break
-        raw = b"".join(chunks)
-        replayed = False
-
-        async def replay() -> Any:
-            nonlocal replayed
-            if not replayed:
-                replayed = True
-                return last or {"type": "http.request", "body": raw, "more_body": False}
-            return await receive()
-
-        body = None if last is not None else _parsed(scope, raw)
-        route = self._route or self._find()
-        if body is None or route is None:
-            await self.app(scope, replay, send)
-            return
-        scope["route"], scope["endpoint"] = route, route.endpoint
-        scope.setdefault("path_params", {})
-        request = Request(scope, replay)
-        try:
-            await authorize(request, await bearer(request))
-            response = await embeddings_answer(service(request), body)
-        except Exception as e:
-            handler = _handler(scope["app"], e)
-            if handler is None:  # the server error layer's, as from the route
-                raise
-            response = handler(request, e)
-            if inspect.isawaitable(response):  # Starlette takes plain functions too
-                response = await response
-        await response(scope, replay, send)
-
-    def _find(self) -> Any:
-        """The route's own object (what FastAPI puts in the scope: the metrics' template,
-        the key's scope)."""
-        self._route = next((r for r in embedding_v1.routes if getattr(r, "path", None)
-                            == EMBEDDINGS and "POST" in getattr(r, "methods", ())), None)
-        return self._route
-
-
-def _parsed(scope: Any, raw: bytes) -> s.EmbeddingsRequest | None:
-    """The request body, when it is JSON (by its content type, as FastAPI reads one) and
-    valid; None sends it to the route."""
-    ctype = next((v for k, v in scope["headers"] if k == b"content-type"), None)
-    if ctype is not None:
-        kind = ctype.split(b";", 1)[0].strip().lower()
-        if not (kind == b"application/json" or (kind.startswith(b"application/")
-                                                and kind.endswith(b"+json"))):
-            return None
-    try:
-        return s.EmbeddingsRequest.model_validate_json(raw)
-    except ValidationError:
-        return None
-
-
-def _handler(app: Any, e: Exception) -> Any:
-    """The app's handler for ``e`` as Starlette's exception layer finds it (by the class's
-    MRO), leaving bare ``Exception`` to the server error layer outside."""
-    handlers = app.exception_handlers
-    return next((handlers[c] for c in type(e).__mro__
-                 if c in handlers and c is not Exception), None)
+# answered past FastAPI's routing when the body parses (api.lean)
+HOT = [Hot(embedding_v1, EMBEDDINGS, s.EmbeddingsRequest, embeddings_answer)]
 
 
 def _card(svc: Service) -> dict[str, Any]:

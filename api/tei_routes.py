@@ -20,7 +20,9 @@ from fastapi import APIRouter, Depends, Request, Response
 from api import schemas as s
 from api.embedding_routes import texts_of
 from api.errors import invalid
+from api.lean import Hot
 from api.routes import TEI_ERRORS, json_response, require_key, service
+from api.service import Service
 from encoder.tokenizer import clean_text
 from index import Hit
 from index.hybrid.bm25 import BM25Index
@@ -29,8 +31,9 @@ from index.hybrid.fusion import fuse
 tei = APIRouter(dependencies=[Depends(require_key)], responses=TEI_ERRORS, tags=["tei"])
 
 
-async def _embed(body: s.TeiEmbedRequest, request: Request) -> Response:
-    svc = service(request)
+async def embed_answer(svc: Service, body: s.TeiEmbedRequest) -> Response:
+    """``POST /embed``'s (and ``/``'s) answer to a body that parsed, for the routes and for
+    :class:`api.lean.LeanRoutes` alike."""
     emb = await svc.embed(texts_of(body.inputs, svc.settings.max_inputs), body.truncate,
                           normalize=body.normalize)
     resp = json_response(emb.vectors)
@@ -42,14 +45,19 @@ async def _embed(body: s.TeiEmbedRequest, request: Request) -> Response:
 async def tei_embed(body: s.TeiEmbedRequest, request: Request) -> Response:
     """An array of vectors, one per input. Whether any input was cut is in the
     ``X-Truncated`` header (TEI's body has no room for it)."""
-    return await _embed(body, request)
+    return await embed_answer(service(request), body)
 
 
 @tei.post("/", response_model=list[list[float]])
 async def tei_root(body: s.TeiEmbedRequest, request: Request) -> Response:
     """TEI's root route for an embedding model (huggingface_hub's ``feature_extraction``):
     the same as ``/embed``."""
-    return await _embed(body, request)
+    return await embed_answer(service(request), body)
+
+
+# answered past FastAPI's routing when the body parses (api.lean)
+HOT = [Hot(tei, "/embed", s.TeiEmbedRequest, embed_answer),
+       Hot(tei, "/", s.TeiEmbedRequest, embed_answer)]
 
 
 @tei.post("/embed_all", response_model=list[list[list[float]]])

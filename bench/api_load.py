@@ -428,7 +428,7 @@ def report(args: argparse.Namespace, argv: str, offline: dict, loads: dict[str, 
                   f"against spin-waiting (`QKV_ENCODER_SPIN=true`, ONNX Runtime's own default, "
                   f"which the offline figure uses): **{on.rps / spin.rps:.2f} ×**."]
     for name, what in ((ROUTE, "The lean path (a valid body answered past FastAPI's "
-                              "routing, `api.embedding_routes.LeanEmbeddings`, the default) "
+                              "routing, `api.lean.LeanRoutes`, the default) "
                               "against FastAPI's route alone"),
                        (WAIT, "No wait for company (the default) against the first text of "
                               "a batch waiting up to 2 ms")):

@@ -1,9 +1,9 @@
-"""``POST /v1/embeddings`` answered past FastAPI's routing (``LeanEmbeddings``) answers as
-the route does: the same vectors, the same errors, the same key checks and metrics."""
+"""``POST /v1/embeddings`` and TEI's ``/embed`` answered past FastAPI's routing
+(``api.lean.LeanRoutes``) answer as the routes do: the same vectors, the same errors, the same
+key checks and metrics."""
 
 from __future__ import annotations
 
-import inspect
 import json
 from pathlib import Path
 from typing import Any
@@ -14,22 +14,29 @@ from conftest import MakeClient
 from fastapi.testclient import TestClient
 
 import api.embedding_routes as er
+import api.tei_routes as tr
 from api.keys import new_key, write_keys
 
 
-def _answers(c: TestClient, requests: list[tuple[Any, dict[str, str]]]
-             ) -> list[tuple[int, Any]]:
+def _answers(c: TestClient, requests: list[tuple[Any, dict[str, str]]],
+             path: str = "/v1/embeddings") -> list[tuple[int, Any, Any]]:
     out = []
     for body, headers in requests:
         if isinstance(body, bytes):
-            r = c.post("/v1/embeddings", content=body, headers=headers)
+            r = c.post(path, content=body, headers=headers)
         else:
-            r = c.post("/v1/embeddings", json=body, headers=headers)
+            r = c.post(path, json=body, headers=headers)
         try:
-            out.append((r.status_code, r.json()))
+            out.append((r.status_code, r.json(), r.headers.get("x-truncated")))
         except json.JSONDecodeError:
-            out.append((r.status_code, r.text))
+            out.append((r.status_code, r.text, r.headers.get("x-truncated")))
     return out
+
+
+def _all_same(got: list[tuple[int, Any, Any]], want: list[tuple[int, Any, Any]]) -> None:
+    for (s1, b1, t1), (s2, b2, t2) in zip(got, want, strict=True):
+        assert (s1, t1) == (s2, t2)
+        _same(b1, b2)
 
 
 def _same(a: Any, b: Any) -> None:
@@ -49,22 +56,24 @@ def _same(a: Any, b: Any) -> None:
 
 
 @pytest.fixture
-def who_answered(monkeypatch: pytest.MonkeyPatch) -> list[str]:
-    """The function that called :func:`embeddings_answer`, each time: ``__call__`` (the
-    lean path) or ``embeddings`` (the route)."""
-    callers: list[str] = []
-    real = er.embeddings_answer
+def by_route(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """A name each time a route's own function reached its answer: the lean path calls the
+    answer it was given at startup, not through the route, so it never adds one."""
+    calls: list[str] = []
 
-    async def spy(*args: Any) -> Any:
-        callers.append(inspect.stack()[1].function)
-        return await real(*args)
+    def spy(name: str, real: Any) -> Any:
+        def call(*args: Any) -> Any:
+            calls.append(name)
+            return real(*args)
+        return call
 
-    monkeypatch.setattr(er, "embeddings_answer", spy)
-    return callers
+    for module, name in ((er, "embeddings_answer"), (tr, "embed_answer")):
+        monkeypatch.setattr(module, name, spy(name, getattr(module, name)))
+    return calls
 
 
 def test_the_lean_path_answers_as_the_route(make_client: MakeClient,
-                                            who_answered: list[str]) -> None:
+                                            by_route: list[str]) -> None:
     lean, route = make_client(), make_client(lean_embeddings=False)
     dims = lean.get("/v1/models").json()["data"][0]["dims"]
     json_ct = {"Content-Type": "application/json"}
@@ -81,24 +90,20 @@ def test_the_lean_path_answers_as_the_route(make_client: MakeClient,
         (b'{"input": "x"}', {"Content-Type": "text/plain"}),  # not sent as JSON
         ({"input": 3}, {}),
     ]
-    who_answered.clear()
+    by_route.clear()
     got = _answers(lean, requests)
-    by_lean = who_answered.count("__call__")
-    assert by_lean == 6 and who_answered.count("embeddings") == 0, who_answered
-    who_answered.clear()
+    assert by_route == []  # answered, and never by the route
     want = _answers(route, requests)
-    assert who_answered == ["embeddings"] * 6  # the same six reach the answer, by the route
-    assert [s for s, _ in got] == [200, 200, 200, 422, 404, 422, 422, 422, 422, 422, 422]
-    for (s1, b1), (s2, b2) in zip(got, want, strict=True):
-        assert s1 == s2
-        _same(b1, b2)
+    assert by_route == ["embeddings_answer"] * 6  # the same six reach the answer there
+    assert [s for s, _, _ in got] == [200, 200, 200, 422, 404, 422, 422, 422, 422, 422, 422]
+    _all_same(got, want)
     metrics = lean.get("/metrics").text
     assert 'method="POST",route="/v1/embeddings",status="200"' in metrics
     assert 'method="POST",route="/v1/embeddings",status="404"' in metrics
 
 
 def test_the_lean_path_checks_keys_as_the_route(make_client: MakeClient, tmp_path: Path,
-                                                who_answered: list[str]) -> None:
+                                                by_route: list[str]) -> None:
     path = tmp_path / "keys.jsonl"
     keys, secrets = {}, {}
     for label, scope, rps in (("read", "read", None), ("slow", "read", 1)):
@@ -120,14 +125,38 @@ def test_the_lean_path_checks_keys_as_the_route(make_client: MakeClient, tmp_pat
         ({"input": 3}, auth(secrets["read"])),  # 422
     ]
     got, want = _answers(lean, requests), _answers(route, requests)
-    assert [s for s, _ in got] == [401, 401, 401, 200, 401, 422]
-    for (s1, b1), (s2, b2) in zip(got, want, strict=True):
-        assert s1 == s2
-        _same(b1, b2)
-    assert who_answered == ["__call__", "embeddings"]
+    assert [s for s, _, _ in got] == [401, 401, 401, 200, 401, 422]
+    _all_same(got, want)
+    assert by_route == ["embeddings_answer"]  # the route-only app's one 200
+    tei = [({"inputs": "x"}, {}), ({"inputs": "x"}, auth(secrets["read"]))]
+    got, want = _answers(lean, tei, "/embed"), _answers(route, tei, "/embed")
+    assert [s for s, _, _ in got] == [401, 200]
+    _all_same(got, want)
     # the key's rate: a burst of 1 a second, then 429 with Retry-After
     statuses = [lean.post("/v1/embeddings", json={"input": "x"}, headers=auth(secrets["slow"]))
                 for _ in range(3)]
     assert statuses[0].status_code == 200
     limited = [r for r in statuses if r.status_code == 429]
     assert limited and int(limited[0].headers["Retry-After"]) >= 1
+
+
+def test_teis_embed_answers_as_its_route(make_client: MakeClient, by_route: list[str]) -> None:
+    lean, route = make_client(), make_client(lean_embeddings=False)
+    requests: list[tuple[Any, dict[str, str]]] = [
+        ({"inputs": "a quiet harbour at dawn"}, {}),
+        ({"inputs": ["two texts", "in one request"], "normalize": False}, {}),
+        ({"inputs": "word " * 3000, "truncate": True}, {}),  # cut: X-Truncated true
+        ({"inputs": "word " * 3000}, {}),  # over the limit, TEI's default: an error
+        ({"inputs": []}, {}),  # the route's 422 (the model wants one input at least)
+        ({"inputs": 3}, {}),  # the route's 422, in TEI's shape
+        (b"{", {"Content-Type": "application/json"}),
+    ]
+    for path in ("/embed", "/"):
+        by_route.clear()
+        got = _answers(lean, requests, path)
+        assert by_route == []
+        want = _answers(route, requests, path)
+        assert by_route == ["embed_answer"] * 4
+        assert [s for s, _, _ in got][:3] == [200, 200, 200] and got[2][2] == "true"
+        assert all(s >= 400 for s, _, _ in got[3:])
+        _all_same(got, want)
