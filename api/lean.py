@@ -10,10 +10,11 @@ answered by the app's own exception handlers. A body that does not parse, or is 
 JSON, goes to the route with the bytes already read, so its 422 is the route's, word for
 word; every other request goes to the app unchanged.
 
-Under wrk's 32 connections, one sentence a request, FastAPI's machinery was most of the event
-loop's CPU on ``POST /v1/embeddings`` (0.40 against 0.25 of a core at 1,614 and 2,014
-requests/s, the route alone and this; ``bench/api_load.py`` at ``b6aa032``, Intel Xeon, 2
-cores), and an event loop slow to answer kept the encoder's workers waiting for texts.
+Under wrk's 32 connections, one sentence a request, FastAPI's machinery was half of the
+event loop's CPU a request on ``POST /v1/embeddings`` (0.25 against 0.12 ms: 0.40 and 0.25 of
+a core at 1,614 and 2,014 requests/s, the route alone and this; ``bench/api_load.py`` at
+``b6aa032``, Intel Xeon, 2 cores), and an event loop slow to answer kept the encoder's
+workers waiting for texts.
 ``QKV_LEAN_EMBEDDINGS=false`` serves every request through the routes alone.
 """
 
