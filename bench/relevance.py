@@ -30,6 +30,26 @@ more relevant hits, but it let 0.85–0.99 of the judged queries' other hits thr
 collection, where the line lets 0.09–0.95: every hit of a query whose words all meet in
 its best hit passed. Among planes that let no more of those through, it gained nothing.
 
+Tried and not kept (2026-12-02, on these cached lists, throwaway scripts): a gate on the
+query beside the line on the hit (a hit passes only if its query passes too, so the judged
+queries' other hits can only lose), from what the two 100-deep lists already hold. Each
+separates the nonsense queries on most collections and fails on WikiQA, whose one-sentence
+answers often share a single word with the question ("what do pigs eat" → "pigs are
+omnivores ..."):
+
+* the most query terms one candidate holds, at least 2 (or a one-term query): nonsense
+  dropped 0.754 → 0.966 on the mean, but WikiQA keeps 0.770 of its relevant hits;
+* the overlap of the two lists (ids both found; AUC against the nonsense queries 0.96 on
+  WikiQA, 0.75–0.79 on FOLDOC and the Jargon File): at least 3, or the above, keeps 0.897
+  on WikiQA and drops 0.838;
+* with the line's offset lowered to keep 0.92 everywhere (0.19) and a third way through
+  (the best cosine 0.3 above the 100th): keeps 0.926, drops 0.805 (min 0.70); gates fitted
+  with the other collections keep 0.72–0.83 of WikiQA's relevant hits (leave-one-out).
+
+The issue's own query on the demo ``docs`` would pass all of them: its lists share 7 ids
+(the docs' real queries tried: 27–73, nonsense ones 0–1), each text holds one of its words,
+and its best cosine stands 0.198 above its 100th, among WikiQA's judged queries.
+
 ``--write`` stores the relevance in the encoder's ``retrieval.json``. Prints a markdown
 section and records it (``bench/machine.py``).
 """
