@@ -127,7 +127,7 @@ class Service:
                 max_documents=settings.max_documents, max_searches=settings.max_searches,
                 max_generate_tokens=settings.max_generate_tokens,
                 default_temperature=settings.default_temperature),
-            rerank=self.rerank if self.reranker is not None else None)
+            rerank=self.rerank if self.reranker is not None else None, aside=self.encoder_turn)
 
     def _batcher(self, encoder: Any) -> DynamicBatcher:
         # One batcher per encoder, their forwards free to overlap: a lock serialising them
@@ -292,6 +292,12 @@ class Service:
         while the encoder's queue is full, and it runs holding one of the encoder's slots,
         so it takes its turn with the batches instead of crowding them."""
         await charge_texts(self.limiter, len(texts), self.metrics)  # the caller's key
+        return await self.encoder_turn(texts, fn, *args, **kwargs)
+
+    async def encoder_turn(self, texts: Sequence[str], fn: Callable[..., T], *args: Any,
+                           **kwargs: Any) -> T:
+        """:meth:`encode_aside` without charging the caller's key: encoder work a request
+        has already paid for (a hybrid query's pooling, :mod:`index.hybrid.relevance`)."""
         self.batcher.admit(len(texts))
 
         def held() -> T:

@@ -42,8 +42,10 @@ from index.hybrid.analysis import analyze  # noqa: E402
 from index.hybrid.bm25 import BM25Index  # noqa: E402
 from index.hybrid.calibration import measure, model_mapping  # noqa: E402
 from index.hybrid.fusion import CANDIDATES  # noqa: E402
+from index.hybrid.relevance import MEET_DEPTH, scattered, spread  # noqa: E402
 
 NONSENSE = 40  # nonsense queries per collection
+VERSION = 2  # of the cached fields: 2 added each query's "scattered" and "spread"
 
 
 def nouns(data: Path) -> tuple[list[str], list[str]]:
@@ -76,9 +78,12 @@ def searched(enc: Any, texts: list[str], xb: np.ndarray, bm25: BM25Index, ids: l
              queries: dict[str, str], terms: list[set[str]]) -> dict[str, Any]:
     """Each query's dense and BM25 top lists, best first: [position, cosine, coverage] and
     [position, BM25 score, cosine, coverage], where a hit's coverage is the share of the
-    query's distinct analysed terms its text has (``terms``: each document's)."""
+    query's distinct analysed terms its text has (``terms``: each document's); whether two
+    of its terms are scattered over BM25's best texts, and how its pooling spreads
+    (:mod:`index.hybrid.relevance`)."""
     q_ids = list(queries)
     xq = enc.encode([queries[q] for q in q_ids], batch_size=64)
+    weights = enc.pooling_weights([queries[q] for q in q_ids])
     k = min(CANDIDATES, len(texts))
     out = {}
     for start in range(0, len(q_ids), 256):
@@ -91,11 +96,20 @@ def searched(enc: Any, texts: list[str], xb: np.ndarray, bm25: BM25Index, ids: l
             def cover(j: int, asked: set[str] = asked) -> float:
                 return round(len(asked & terms[j]) / len(asked), 4) if asked else 0.0
 
+            lexical = bm25.top(queries[q], k, ids)
             out[q] = {"text": queries[q], "terms": len(analyze(queries[q])),
                       "dense": [[int(j), round(float(S[r, j]), 6), cover(int(j))] for j in top],
                       "bm25": [[j, round(s, 5), round(float(S[r, j]), 6), cover(j)]
-                               for j, s in bm25.top(queries[q], k, ids)]}
+                               for j, s in lexical],
+                      "scattered": scattered(frozenset(asked),
+                                             (texts[j] for j, _ in lexical[:MEET_DEPTH])),
+                      "spread": round(spread(weights[start + r]), 5)}
     return out
+
+
+def _read(path: Path) -> dict[str, Any]:
+    with gzip.open(path, "rt") as f:
+        return json.load(f)  # type: ignore[no-any-return]
 
 
 def main() -> None:
@@ -119,8 +133,8 @@ def main() -> None:
     words = nouns(args.data)
     for name, (folder, split) in sets.items():
         path = args.out / f"{name}.{enc.fingerprint}.json.gz"
-        if path.is_file():
-            continue
+        if path.is_file() and _read(path).get("version") == VERSION:
+            continue  # cached, with every field the studies read
         t0 = time.time()
         corpus, queries, qrels = load_beir(folder, split)
         corpus = {i: t for i, t in corpus.items() if t.strip()}
@@ -129,8 +143,9 @@ def main() -> None:
         bm25 = BM25Index.from_texts(texts)
         terms = [set(analyze(t)) for t in texts]
         signals = measure(texts, xb, lambda t: enc.encode(list(t), batch_size=64), seed=0)
-        row = {"name": name, "split": split, "held_out": (name, split) in HELD_OUT,
-               "ids": ids, "weight": mapping.weight(signals), "signals": signals,
+        row = {"version": VERSION, "name": name, "split": split,
+               "held_out": (name, split) in HELD_OUT, "ids": ids,
+               "weight": mapping.weight(signals), "signals": signals,
                "qrels": qrels, "queries": searched(enc, texts, xb, bm25, ids, queries, terms),
                "nonsense": searched(enc, texts, xb, bm25, ids, nonsense(words, name),
                                      terms)}

@@ -9,7 +9,9 @@ checkout, one from ``REF`` (a git worktree under var/bench/request-path/). Both 
 through the API with the same ``--docs`` chunks of the demo corpus (upserts of 64; that
 time is the first figure), then, ``--rounds`` times, each server in turn (the order
 alternating) answers ``--requests`` requests of each kind, one at a time: a dense search, a
-hybrid search, a batch of 4 searches, a get and an upsert of 8 documents. Only one server
+hybrid search, a hybrid search of 4 words from 4 random texts (a query whose words the
+collection mostly has only apart: its relevance asks the encoder how it pools, one more
+pass), a batch of 4 searches, a get and an upsert of 8 documents. Only one server
 has work at a time (the machine is shared and noisy: the arms take turns). Prints each
 kind's p50 and p99 per arm and the ratio this/REF, and records them
 (bench/results/request_path.jsonl).
@@ -34,7 +36,7 @@ from workload import ROOT
 
 CORPUS = ROOT / "data/demo/python-docs.jsonl.gz"
 MODEL = "models/encoder-default"
-KINDS = ("dense", "hybrid", "batch", "get", "upsert")
+KINDS = ("dense", "hybrid", "unrelated", "batch", "get", "upsert")
 
 
 def corpus(n: int) -> list[dict[str, str]]:
@@ -74,6 +76,9 @@ def requests(kind: str, docs: list[dict[str, str]], rng: random.Random
         return "POST", "/v1/collections/paths/search", {"query": words, "mode": "dense"}
     if kind == "hybrid":
         return "POST", "/v1/collections/paths/search", {"query": words, "mode": "hybrid"}
+    if kind == "unrelated":  # a word of each of 4 texts: mostly found apart (scattered)
+        unrelated = " ".join(rng.choice(rng.choice(docs)["text"].split()) for _ in range(4))
+        return "POST", "/v1/collections/paths/search", {"query": unrelated, "mode": "hybrid"}
     if kind == "batch":
         return "POST", "/v1/collections/paths/search/batch", {"searches": [
             {"query": " ".join(rng.choice(docs)["text"].split()[:6])} for _ in range(4)]}

@@ -233,6 +233,13 @@ class TextEncoder(LoadedModel):
         ]
         return out, explained
 
+    def pooling_weights(self, texts: Sequence[str], batch_size: int = 64) -> list[np.ndarray]:
+        """Each text's attention-pooling weights over its tokens as :meth:`encode` pools
+        them (``<s>`` first, cut at ``max_tokens``; float32, summing to 1), without the
+        tokens' strings and offsets ``return_weights`` adds."""
+        ids, _ = self.tokenize(texts)
+        return self._forward(ids, batch_size, True, normalize=False, bag=False)[1]
+
     def token_vectors(self, texts: Sequence[str], batch_size: int = 64) -> list[np.ndarray]:
         """Each text's token states after the last block (what the pooling weighs), one
         (tokens, dim) float32 array per text, ``<s>`` first; texts cut at ``max_tokens``."""

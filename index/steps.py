@@ -10,11 +10,13 @@ import contextvars
 import os
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor, wait
+from dataclasses import replace
 
 import numpy as np
 
 from index.aliases import check_create
 from index.hybrid.fusion import candidates, check_fusion, fuse
+from index.hybrid.relevance import MEET_DEPTH, distinct_terms, scattered
 from index.store import (
     CollectionInfo,
     EncoderInfo,
@@ -111,5 +113,13 @@ def search(info: CollectionInfo, xq: Vectors, k: int, *, encoder: EncoderInfo | 
     except BaseException:
         wait([sparse])  # no search left running behind the dense side's error
         raise
-    return [fuse(d, b, k, fusion, dense_weight)
-            for d, b in zip(near, sparse.result(), strict=True)]
+    return [_scattered(fuse(d, b, k, fusion, dense_weight), text, b)
+            for d, b, text in zip(near, sparse.result(), query_text, strict=True)]
+
+
+def _scattered(hits: list[Hit], query: str, bm25: Sequence[Hit]) -> list[Hit]:
+    """Fused ``hits`` with whether the BM25 side's best texts hold the query's terms only
+    apart, never two in one (:func:`index.hybrid.relevance.scattered`): what its hits'
+    relevance asks of the query."""
+    apart = scattered(distinct_terms(query), (h.text for h in bm25[:MEET_DEPTH]))
+    return [replace(h, scattered=apart) for h in hits]

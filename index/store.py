@@ -147,9 +147,11 @@ class Hit:
     sources: dict[str, float] | None = None
     # a document of a collection with passages: its passages that matched (index.passages)
     passages: list[dict[str, Any]] | None = None
-    # hybrid: the query's CANDIDATES-th best cosine, recorded by the fusion, and the hit's
-    # calibrated match quality in (0, 1) computed from it (index.hybrid.relevance)
+    # hybrid: the query's CANDIDATES-th best cosine, recorded by the fusion, whether the
+    # BM25 side's best texts hold the query's terms only apart, never two in one
+    # (index.hybrid.relevance.scattered), and the hit's calibrated match quality in (0, 1)
     floor: float | None = None
+    scattered: bool | None = None
     relevance: float | None = None
 
 

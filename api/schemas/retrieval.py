@@ -172,10 +172,13 @@ class HitOut(BaseModel):
                                       "and/or 'bm25', with its score on that side; "
                                       "'rerank': the reranker's score.")
     relevance: float | None = Field(None, description="Hybrid mode: how good a match the "
-                                    "hit is, 0 to 1, from its cosine and its BM25 score per "
-                                    "query term on scales fixed by the encoder (unlike "
-                                    "`score`, which puts every query's best hit near 1); "
-                                    "`score_threshold` applies to it.")
+                                    "hit is, 0 to 1 (unlike `score`, which puts every "
+                                    "query's best hit near 1): how far its cosine stands "
+                                    "above the query's 100th best and how many of the "
+                                    "query's words it has, held below 0.5 for a query whose "
+                                    "words the collection has only apart and that the "
+                                    "encoder pools evenly (unrelated words), on scales "
+                                    "fitted per encoder; `score_threshold` applies to it.")
     text: str | None = None
     value: str | None = None
     metadata: dict[str, Any] | None = None

@@ -24,17 +24,21 @@ class Base:
     def __init__(self, store: VectorStore, encoders: Encoders, embed: Async, call: Async,
                  run: Async, calibrator: Calibrator, adapter: Adapter, decoders: dict[str, Any],
                  token_memories: dict[str, Any], writable: Callable[[], None],
-                 default_weight: float, limits: Limits, rerank: Async | None = None) -> None:
+                 default_weight: float, limits: Limits, rerank: Async | None = None,
+                 aside: Async | None = None) -> None:
         """``embed(texts, truncate, dim=, model=)`` returns the vectors, token counts and
         cut flags of ``texts`` by the encoder ``model`` (:class:`Served`); ``call`` runs a
         store call off the event loop (and counts its failures), ``run`` CPU work;
         ``writable()`` raises while writes must be refused; ``rerank(query, texts)`` scores
-        texts for a query with the server's reranker (a conflict without one)."""
+        texts for a query with the server's reranker (a conflict without one);
+        ``aside(texts, fn, *args)`` runs other encoder work on ``texts`` (a query's pooling)
+        in its turn with the batches (default: ``run``, uncharged)."""
         self.store, self.encoders, self.embed = store, encoders, embed
         self.call, self.run, self.calibrator, self.adapter = call, run, calibrator, adapter
         self.decoders, self.token_memories = decoders, token_memories
         self.writable, self.default_weight, self.limits = writable, default_weight, limits
         self.rerank = rerank
+        self.aside: Async = aside or (lambda texts, fn, *args: run(fn, *args))
         self._relevance: dict[Path, Relevance] = {}  # each encoder's, by its directory
 
     # what a collection is made of

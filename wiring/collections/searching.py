@@ -27,7 +27,13 @@ from index import (
 )
 from index import attend as attend_values
 from index import passages as long_docs
-from index.hybrid.relevance import coverage, distinct_terms, model_relevance
+from index.hybrid.relevance import (
+    Relevance,
+    coverage,
+    distinct_terms,
+    model_relevance,
+    spread,
+)
 from index.store import as_matrix  # the store's own checks: 409 wrong dim, 422 not finite
 from index.tenancy import check_tenant
 from wiring.collections.base import Base
@@ -151,13 +157,14 @@ class Searching(Base):
                     found[i] = shaped
                 todo, depth = deeper, min(cap, depth * 4)
         xq, cut = await encoding
+        spreads = await self._spreads(model, plans, found)
         out = []
         for i, p in enumerate(plans):
             s = p.search
             # reranked: every hit of the plan's depth is a candidate, paged once reordered
             hits = found[i][s.offset:p.depth] if s.rerank is None else found[i][:p.depth]
             if p.mode == "hybrid":
-                hits = self._with_relevance(model, hits, xq[i], s.query or "")
+                hits = self._with_relevance(model, hits, xq[i], s.query or "", spreads[i])
             threshold = s.score_threshold
             if threshold is not None:  # on the relevance in hybrid, the score otherwise
                 hits = [h for h in hits
@@ -205,15 +212,38 @@ class Searching(Base):
                                                     "rerank": x}))
         return out
 
-    def _with_relevance(self, model: Served, hits: list[Hit], xq: np.ndarray, query: str
-                        ) -> list[Hit]:
-        """Hybrid hits with their relevance (:mod:`index.hybrid.relevance`): from how far
-        each hit's cosine (its dense score, else q·key: hybrid searches fetch the keys)
-        stands above the query's floor, and how many of the query's terms its text has, on
-        the scale of the collection's encoder."""
+    def _relevance_of(self, model: Served) -> Relevance:
         rel = self._relevance.get(model.path)
         if rel is None:
             rel = self._relevance[model.path] = model_relevance(model.path)
+        return rel
+
+    async def _spreads(self, model: Served, plans: Sequence[Plan], found: list[list[Hit]]
+                       ) -> list[float]:
+        """Each search's query spread (:func:`index.hybrid.relevance.spread`: how evenly
+        the encoder pools it) where its relevance asks for it: a hybrid search whose terms
+        were scattered over the BM25 side's best texts (all its hits say so), under an
+        encoder whose fit holds such queries back; 0 for the others. The texts asking are encoded
+        together, once, outside the batcher."""
+        asking = [i for i, p in enumerate(plans)
+                  if p.mode == "hybrid" and found[i] and found[i][0].scattered]
+        out = [0.0] * len(plans)
+        if not asking or self._relevance_of(model).spread_max >= 1.0:
+            return out
+        texts = [plans[i].search.query or "" for i in asking]  # cut as they were encoded
+        weights = await self.aside(texts, model.encoder.pooling_weights, texts)
+        for i, w in zip(asking, weights, strict=True):
+            out[i] = spread(w)
+        return out
+
+    def _with_relevance(self, model: Served, hits: list[Hit], xq: np.ndarray, query: str,
+                        query_spread: float = 0.0) -> list[Hit]:
+        """Hybrid hits with their relevance (:mod:`index.hybrid.relevance`): from how far
+        each hit's cosine (its dense score, else q·key: hybrid searches fetch the keys)
+        stands above the query's floor, how many of the query's terms its text has, and the
+        query's spread where its terms were scattered, on the scale of the collection's
+        encoder."""
+        rel = self._relevance_of(model)
         distinct = distinct_terms(query)
         out = []
         for h in hits:
@@ -221,7 +251,8 @@ class Searching(Base):
             if cos is None:
                 cos = float(h.vector @ xq) if h.vector is not None else -1.0
             floor = h.floor if h.floor is not None else cos
-            out.append(replace(h, relevance=rel.hit(cos, floor, coverage(distinct, h.text))))
+            out.append(replace(h, relevance=rel.hit(cos, floor, coverage(distinct, h.text),
+                                                    query_spread)))
         return out
 
     def _store_search(self, info: CollectionInfo, name: str, searches: Sequence[Search],
