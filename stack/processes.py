@@ -4,6 +4,7 @@ process tree by pid (only processes whose start time matches what was recorded).
 from __future__ import annotations
 
 import contextlib
+import random
 import socket
 import subprocess
 import time
@@ -23,9 +24,33 @@ class StackError(RuntimeError):
 
 
 def free_port() -> int:
+    """A port free to listen on now, drawn below the range the kernel gives outgoing
+    connections their own ports from (Linux: ``ip_local_port_range``). A port the kernel
+    handed out as free (bind to 0) comes from that range, and a connection another process
+    opens before the server binds it (Milvus' to its etcd and its own components) can take
+    it: the API then failed to start with "address already in use" (CI, 2026-12-02). Any
+    free port where there is no such range below."""
+    low = _ephemeral_low()
+    rng = random.SystemRandom()
+    for _ in range(64 if low > 10_001 else 0):
+        port = rng.randrange(10_000, low)
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
+
+
+def _ephemeral_low() -> int:
+    """The lowest port of the kernel's range for outgoing connections (32768 unread)."""
+    try:
+        return int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 32768
 
 
 def port_in_use(port: int) -> bool:

@@ -28,15 +28,11 @@ import numpy as np
 import pytest
 
 from index import FaissStore, MilvusStore, VectorStore
-from stack import MilvusStandalone
+from stack import MilvusStandalone, free_port
 
 log = logging.getLogger(__name__)
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def wait_for_port(port: int, timeout: float, proc: subprocess.Popen[bytes] | None = None) -> None:

@@ -223,8 +223,8 @@ class Searching(Base):
         """Each search's query spread (:func:`index.hybrid.relevance.spread`: how evenly
         the encoder pools it) where its relevance asks for it: a hybrid search whose terms
         were scattered over the BM25 side's best texts (all its hits say so), under an
-        encoder whose fit holds such queries back; 0 for the others. The texts asking are encoded
-        together, once, outside the batcher."""
+        encoder whose fit holds such queries back; 0 for the others. The texts asking are
+        encoded together, once, outside the batcher."""
         asking = [i for i, p in enumerate(plans)
                   if p.mode == "hybrid" and found[i] and found[i][0].scattered]
         out = [0.0] * len(plans)
