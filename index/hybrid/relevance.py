@@ -70,8 +70,8 @@ MEET_DEPTH = 20  # the BM25 side's best texts looked through for the query's ter
 @dataclass(frozen=True)
 class Relevance:
     """The line and slope of a hit's relevance, and the most a scattered query's pooling
-    may spread (see the module docstring). The defaults are the shipped
-    encoder's fit; an encoder's ``retrieval.json`` may bring its own."""
+    may spread (see the module docstring). The defaults are the shipped encoder's fit; an
+    encoder's ``retrieval.json`` may bring its own."""
 
     standing: float = 0.8039
     cover: float = 0.5948
@@ -134,7 +134,8 @@ def scattered(distinct: frozenset[str], texts: Iterable[str]) -> bool:
 
 def spread(weights: np.ndarray) -> float:
     """How evenly attention-pooling ``weights`` (one text's, summing to 1) spread over its
-    tokens: their entropy over log(tokens), 1 even, 0 on one token (and 0 for one token)."""
+    tokens: their entropy over log(tokens), 1 when even, 0 when all on one token (and for a
+    text of one token)."""
     w = np.asarray(weights, dtype=np.float64)
     if len(w) < 2:
         return 0.0
