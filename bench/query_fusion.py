@@ -26,8 +26,8 @@ Prints a markdown section and records it (``bench/machine.py``).
 Tried and not kept (2026-12-02, a throwaway copy with three more features): whether the
 query's terms are scattered over BM25's best texts and how the encoder pools it
 (:mod:`index.hybrid.relevance`), alone, with the overlap, and with all the others: the
-worst dev collection 0.985–0.986 × BM25 left out, against 0.987 × for the collection's
-weight; the means 1.089–1.092 × against 1.094 ×.
+worst dev collection 0.970–0.986 × BM25 left out, against 0.987 × for the collection's
+weight; the means 1.076–1.094 × against 1.094 ×.
 """
 
 from __future__ import annotations
