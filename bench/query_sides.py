@@ -78,9 +78,9 @@ def searched(enc: Any, texts: list[str], xb: np.ndarray, bm25: BM25Index, ids: l
              queries: dict[str, str], terms: list[set[str]]) -> dict[str, Any]:
     """Each query's dense and BM25 top lists, best first: [position, cosine, coverage] and
     [position, BM25 score, cosine, coverage], where a hit's coverage is the share of the
-    query's distinct analysed terms its text has (``terms``: each document's); whether two
-    of its terms are scattered over BM25's best texts, and how its pooling spreads
-    (:mod:`index.hybrid.relevance`)."""
+    query's distinct analysed terms its text has (``terms``: each document's); whether
+    BM25's best texts hold its terms only apart (scattered), and how the encoder's pooling
+    spreads over it (:mod:`index.hybrid.relevance`)."""
     q_ids = list(queries)
     xq = enc.encode([queries[q] for q in q_ids], batch_size=64)
     weights = enc.pooling_weights([queries[q] for q in q_ids])
