@@ -79,10 +79,16 @@ INDEX_TYPES = ("HNSW", "FLAT", "AUTOINDEX")
 # HNSW's M (links a node): on a Milvus 2.3.5 server, M 16 found 0.9685 of the exact top 10
 # at the default ef 128 on 100,000 of the shipped encoder's vectors and M 32 0.9925, p50 3.7
 # against 4.6 ms; M 32 at ef 64 found more (0.979) than M 16 at 128 (bench/server_hnsw.py,
-# recorded at ee7a028); the graph costs 128 bytes more a vector (1 KiB). Lite builds HNSW
-# only on segments of 50,000 rows and more (index.milvus.lite.speed), in this process, on
-# the writes' cores: left at 16 there.
-SERVER_HNSW_M, LITE_HNSW_M = 32, 16
+# recorded at ee7a028); the graph costs 128 bytes more a vector (1 KiB). Lite builds its
+# graphs in this process, on the writes' cores (index.milvus.lite.speed), where they bounded
+# a bulk job's speed: there M 24 with efConstruction 80 finds as much at the search's ef of
+# 64 as M 16 with 200 did, for half the build. On 100,000 of bench/workload.py's texts (one
+# graph, 2 threads, 1,000 held-out texts as queries): recall@10 0.926 against 0.918, build
+# 13.0 against 25.4 s; on 80,000 Multi30k captions 0.981 against 0.982, 6.8 against 13.8 s;
+# a single query's search 1.0-1.1 x (throwaway scripts, Intel Xeon, 2026-12-02). M 16 with
+# efConstruction 100 lost 0.9-2.2 points; M 24 with 64 lost 0.7 on the captions.
+SERVER_HNSW_M, LITE_HNSW_M = 32, 24
+SERVER_EF_CONSTRUCTION, LITE_EF_CONSTRUCTION = 200, 80
 # How wide an HNSW graph is searched by default (at least the hits asked for): in Lite at
 # 522,000 documents (M 16), recall@10 0.973 at 64 and 0.986 at 128, the store's dense search
 # p50 4.5 against 8.6 ms (throwaway scripts on bench/scale.py's store, Intel Xeon,
@@ -110,7 +116,7 @@ class MilvusStore:
         timeout: float = 10.0,
         index_type: str = "HNSW",
         hnsw_m: int | None = None,
-        ef_construction: int = 200,
+        ef_construction: int | None = None,
         ef: int | None = None, seal_rows: int = SEAL_ROWS,
         seal_quiet_s: float | None = SEAL_QUIET_S, bulk: bool = False,
     ) -> None:
@@ -122,6 +128,8 @@ class MilvusStore:
             hnsw_m = LITE_HNSW_M if self.is_lite else SERVER_HNSW_M
         if ef is None:
             ef = LITE_EF if self.is_lite else EF
+        if ef_construction is None:
+            ef_construction = LITE_EF_CONSTRUCTION if self.is_lite else SERVER_EF_CONSTRUCTION
         self.index_type, self.hnsw_m, self.ef_construction, self.ef = (
             index_type, hnsw_m, ef_construction, ef)
         self.backend = "milvus-lite" if self.is_lite else "milvus"  # index.scale
