@@ -128,6 +128,49 @@ def test_a_missing_graph_is_built_after_the_load_not_during_it(
     again.close(seal=False)
 
 
+@pytest.mark.parametrize("mended", [True, False])
+def test_a_graph_is_built_with_the_parameters_the_collection_asked_for(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, mended: bool) -> None:
+    """pymilvus sends an index's build parameters flattened; Lite read only a ``params``
+    key and built every graph at its defaults (M 16, efConstruction 200)."""
+    import faiss
+    from milvus_lite.server_manager import server_manager_instance
+
+    from index.milvus.lite import speed as lite_speed
+    from index.milvus.store import LITE_EF_CONSTRUCTION, LITE_HNSW_M
+
+    assert (LITE_HNSW_M, LITE_EF_CONSTRUCTION) != (16, 200)  # else this shows nothing
+    monkeypatch.setattr(lite_speed, "HNSW_MIN_ROWS", 500)
+    path = tmp_path / "m.db"
+    assert lite_fixes.install()
+    if not mended:  # Lite's own decoding (the store's connection installs the mends)
+        from milvus_lite.adapter.grpc import servicer
+
+        monkeypatch.setattr(servicer, "kv_pairs_to_index_params_dict",
+                            lite_fixes._state["decode"])
+    store = MilvusStore(str(path))
+    store.create("c", 8, hybrid=True)
+    vectors = _unit_vectors(1000, seed=2)
+    store.upsert("c", [Item(id=str(i), vector=v, text=f"text {i}")
+                       for i, v in enumerate(vectors)])
+    store.flush("c")
+    store.search("c", vectors[:1], 1)
+    deadline = time.monotonic() + 60
+    while not _graphs(path) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    store.close(seal=False)
+    server_manager_instance.release_server(str(path))
+    graphs = [g for g in _graphs(path) if ".vector." in g.name]
+    assert graphs, "no graph was saved"
+    graph = faiss.read_index(str(graphs[0]))  # held: its hnsw is a view into it
+    hnsw = graph.hnsw
+    built = (hnsw.nb_neighbors(0) // 2, hnsw.efConstruction)  # level 0 has 2 M links
+    if mended:
+        assert built == (LITE_HNSW_M, LITE_EF_CONSTRUCTION)
+    else:
+        assert built == (16, 200), "Lite reads flattened build parameters now: drop the mend"
+
+
 
 def test_a_mid_sized_segment_gets_its_graph_after_a_load_only(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

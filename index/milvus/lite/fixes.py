@@ -19,11 +19,18 @@ correctness, not speed).
   this hit a read-back right after a restart about once in 10,000 (issue 44's crasher). A
   flush now waits for the reads in flight and holds new ones back until its segment is
   readable (:class:`FlushGate`, one per collection).
+- **An index's build parameters dropped.** pymilvus sends them flattened, one key each
+  (``M``, ``efConstruction``, ``bm25_k1``), as a Milvus server reads them; Lite's
+  ``CreateIndex`` reads only a ``params`` key holding them as JSON, and built every HNSW
+  graph with its defaults (M 16, efConstruction 200) whatever the collection asked for.
+  The flattened keys are now its build parameters when there is no ``params`` key
+  (:func:`index_params`).
 """
 
 from __future__ import annotations
 
 import functools
+import json
 import logging
 import threading
 from collections.abc import Iterator
@@ -90,16 +97,40 @@ def _gated(method: Any, flush: bool) -> Any:
     return call
 
 
+# The keys of Lite's CreateIndex that are not build parameters
+INDEX_KEYS = frozenset({"index_type", "metric_type", "params", "search_params", "index_name"})
+
+
+def index_params(original: Any, extra_params: Any) -> dict[str, Any]:
+    """Lite's decoding of ``CreateIndex``'s key-value pairs, with the build parameters
+    pymilvus sent flattened (each a key, its value as text or JSON) taken too."""
+    out: dict[str, Any] = original(extra_params)
+    if not out.get("params"):
+        flat = {}
+        for pair in extra_params:
+            if pair.key not in INDEX_KEYS:
+                try:
+                    flat[pair.key] = json.loads(pair.value)
+                except ValueError:
+                    flat[pair.key] = pair.value
+        out["params"] = flat
+    return out
+
+
 def install() -> bool:
-    """Wrap Lite's collection opening in a lock (once per process); whether it is."""
+    """Wrap Lite's collection opening in a lock and mend its decoding of an index's build
+    parameters (once per process); whether it is."""
     with _lock:
         if _state["installed"]:
             return True
         try:
+            from milvus_lite.adapter.grpc import servicer
             from milvus_lite.db import MilvusLite
             from milvus_lite.engine.collection import Collection
         except ImportError:  # no Milvus Lite: nothing to mend
             return False
+        decode = servicer.kv_pairs_to_index_params_dict
+        servicer.kv_pairs_to_index_params_dict = functools.partial(index_params, decode)
         original = MilvusLite.get_collection
         opening = threading.RLock()  # re-entrant: Lite's own methods call it from inside
 
@@ -112,17 +143,19 @@ def install() -> bool:
         gated = {name: getattr(Collection, name) for name in (*GATED_READS, "_trigger_flush")}
         for name, method in gated.items():
             setattr(Collection, name, _gated(method, flush=name == "_trigger_flush"))
-        _state.update(installed=True, original=original, gated=gated)
+        _state.update(installed=True, original=original, gated=gated, decode=decode)
         return True
 
 
 def uninstall() -> None:
-    """Put Lite's own methods back (the tests show each race without its mend)."""
+    """Put Lite's own methods back (the tests show each fault without its mend)."""
     with _lock:
         if _state["installed"]:
+            from milvus_lite.adapter.grpc import servicer
             from milvus_lite.db import MilvusLite
             from milvus_lite.engine.collection import Collection
 
+            servicer.kv_pairs_to_index_params_dict = _state["decode"]
             MilvusLite.get_collection = _state["original"]
             for name, method in _state["gated"].items():
                 setattr(Collection, name, method)
