@@ -86,7 +86,9 @@ INDEX_TYPES = ("HNSW", "FLAT", "AUTOINDEX")
 # graph, 2 threads, 1,000 held-out texts as queries): recall@10 0.926 against 0.918, build
 # 13.0 against 25.4 s; on 80,000 Multi30k captions 0.981 against 0.982, 6.8 against 13.8 s;
 # a single query's search 1.0-1.1 x (throwaway scripts, Intel Xeon, 2026-12-02). M 16 with
-# efConstruction 100 lost 0.9-2.2 points; M 24 with 64 lost 0.7 on the captions.
+# efConstruction 100 lost 0.9-2.2 points; M 24 with 64 lost 0.7 on the captions. (Lite
+# built every graph at M 16, efConstruction 200 until index.milvus.lite.fixes passed it the
+# parameters: a Lite file's collections made before keep those.)
 SERVER_HNSW_M, LITE_HNSW_M = 32, 24
 SERVER_EF_CONSTRUCTION, LITE_EF_CONSTRUCTION = 200, 80
 # How wide an HNSW graph is searched by default (at least the hits asked for): in Lite at
