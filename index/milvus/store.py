@@ -81,16 +81,17 @@ INDEX_TYPES = ("HNSW", "FLAT", "AUTOINDEX")
 # against 4.6 ms; M 32 at ef 64 found more (0.979) than M 16 at 128 (bench/server_hnsw.py,
 # recorded at ee7a028); the graph costs 128 bytes more a vector (1 KiB). Lite builds its
 # graphs in this process, on the writes' cores (index.milvus.lite.speed), where they bounded
-# a bulk job's speed: there M 24 with efConstruction 80 finds as much at the search's ef of
-# 64 as M 16 with 200 did, for half the build. On 100,000 of bench/workload.py's texts (one
-# graph, 2 threads, 1,000 held-out texts as queries): recall@10 0.926 against 0.918, build
-# 13.0 against 25.4 s; on 80,000 Multi30k captions 0.981 against 0.982, 6.8 against 13.8 s;
-# a single query's search 1.0-1.1 x (throwaway scripts, Intel Xeon, 2026-12-02). M 16 with
-# efConstruction 100 lost 0.9-2.2 points; M 24 with 64 lost 0.7 on the captions. (Lite
+# a bulk job's speed: there M 20 with efConstruction 100 finds as much at the search's ef of
+# 64 as M 16 with 200 did, for about half the build. Throwaway scripts (2 threads to build,
+# one query at a time, ef 64; Intel Xeon, 2026-12-02): on 60,000 of bench/workload.py's
+# texts (1,000 held-out ones as queries) recall@10 0.926 against 0.916, build 7.7 against
+# 11.9 s, a search 178 against 162 us; on 80,000 Multi30k captions 0.982 against 0.982,
+# 7.2 against 13.8 s. M 24 with 80 found more on the texts (0.931) and built faster (6.4 s)
+# but searched 17-20 % slower; M 16 with efConstruction 100 lost 0.9-2.2 points. (Lite
 # built every graph at M 16, efConstruction 200 until index.milvus.lite.fixes passed it the
 # parameters: a Lite file's collections made before keep those.)
-SERVER_HNSW_M, LITE_HNSW_M = 32, 24
-SERVER_EF_CONSTRUCTION, LITE_EF_CONSTRUCTION = 200, 80
+SERVER_HNSW_M, LITE_HNSW_M = 32, 20
+SERVER_EF_CONSTRUCTION, LITE_EF_CONSTRUCTION = 200, 100
 # How wide an HNSW graph is searched by default (at least the hits asked for): in Lite at
 # 522,000 documents (M 16), recall@10 0.973 at 64 and 0.986 at 128, the store's dense search
 # p50 4.5 against 8.6 ms (throwaway scripts on bench/scale.py's store, Intel Xeon,
