@@ -1,6 +1,6 @@
-"""Mends for races inside Milvus Lite 3.x itself, installed in this process before the
-first connection to a Lite file (whatever ``QKV_LITE_FAST_SEARCH`` says: these are about
-correctness, not speed).
+"""Mends for faults inside Milvus Lite 3.x itself (two races, lost build parameters),
+installed in this process before the first connection to a Lite file (whatever
+``QKV_LITE_FAST_SEARCH`` says: these are about correctness, not speed).
 
 - **Two objects for one collection.** ``MilvusLite.get_collection`` opens a collection on
   its first use after a start (replaying its write-ahead log) with no lock between the
