@@ -155,14 +155,16 @@ def test_a_graph_is_built_with_the_parameters_the_collection_asked_for(
                        for i, v in enumerate(vectors)])
     store.flush("c")
     store.search("c", vectors[:1], 1)
+    def graphs() -> list[Path]:
+        return [g for g in _graphs(path) if ".vector." in g.name]
+
     deadline = time.monotonic() + 60
-    while not _graphs(path) and time.monotonic() < deadline:
+    while not graphs() and time.monotonic() < deadline:
         time.sleep(0.1)
     store.close(seal=False)
     server_manager_instance.release_server(str(path))
-    graphs = [g for g in _graphs(path) if ".vector." in g.name]
-    assert graphs, "no graph was saved"
-    graph = faiss.read_index(str(graphs[0]))  # held: its hnsw is a view into it
+    assert graphs(), "no graph was saved"
+    graph = faiss.read_index(str(graphs()[0]))  # held: its hnsw is a view into it
     hnsw = graph.hnsw
     built = (hnsw.nb_neighbors(0) // 2, hnsw.efConstruction)  # level 0 has 2 M links
     if mended:
