@@ -17,6 +17,7 @@ import numpy as np
 import pyarrow as pa
 from milvus_lite.index.brute_force import BruteForceIndex
 
+from index.milvus.lite import graphs as lite_graphs
 from index.milvus.lite.visibility import ViewCache
 
 VIEWS = ViewCache()
@@ -72,6 +73,8 @@ def execute_search_with_index(
                 index = BruteForceIndex.build(vectors, metric_type)
             ids, dists = index.search(query_vectors, top_k, valid_mask=valid,
                                       params=search_params)
+            if lite_graphs.approximate(index):  # a bf16 graph: the exact distances
+                ids, dists = lite_graphs.rescored(vectors, query_vectors, ids, dists)
         for q in range(nq):
             for j in range(top_k):
                 lid = int(ids[q, j])

@@ -44,6 +44,7 @@ KNOWN_SOURCES = {
     "_find_float_vector": "a9a8f0900a0344e7a7888f2af1a6ff08334d0e6958fb7df1a9903a76d2b2c431",
     "MemTable._build_data_table":
         "6a7d20cc7bdddb80d4cfb22873c77ead82e6b94c1ef6cbf04a3a2db477c70b76",
+    "FaissHnswIndex.build": "f9f8f677eb7a79f8c72220166bc7ce630af70e3d21ae8ae90ad3b9caaa153372",
 }
 # A segment smaller than this gets no HNSW graph and is searched exactly by brute force
 # (about 3 ms at 50,000 rows, 256 dims, 2 cores): Lite merges small segments into larger
@@ -73,6 +74,7 @@ def wanted() -> bool:
 
 def _targets() -> dict[str, Any]:
     from milvus_lite.engine import collection
+    from milvus_lite.index.faiss_hnsw import FaissHnswIndex
     from milvus_lite.schema import validation
     from milvus_lite.search import executor_indexed
     from milvus_lite.storage import memtable
@@ -83,7 +85,8 @@ def _targets() -> dict[str, Any]:
                 collection.Collection._build_or_load_segment_index,
             "validate_record": validation.validate_record,
             "_find_float_vector": validation._find_float_vector,
-            "MemTable._build_data_table": memtable.MemTable._build_data_table}
+            "MemTable._build_data_table": memtable.MemTable._build_data_table,
+            "FaissHnswIndex.build": FaissHnswIndex.build}
 
 
 def source_hashes() -> dict[str, str]:
@@ -146,6 +149,7 @@ def install() -> bool:
 
         collection.Collection._build_or_load_segment_index = build_or_load_segment_index
         _install_writes(targets)
+        _install_graphs()
         _state["installed"] = True
         log.info("Milvus Lite: fast search paths installed")
         return True
@@ -165,6 +169,17 @@ def _install_writes(targets: dict[str, Any]) -> None:
     collection.validate_record = lite_writes.validate_record
     validation._find_float_vector = lite_writes.find_float_vector
     memtable.MemTable._build_data_table = lite_writes.build_data_table
+
+
+def _install_graphs() -> None:
+    """Lite's HNSW graphs over bf16 vectors, their hits scored exactly
+    (:mod:`index.milvus.lite.graphs`)."""
+    from milvus_lite.index.faiss_hnsw import FaissHnswIndex
+
+    from index.milvus.lite import graphs as lite_graphs
+
+    lite_graphs.ORIGINAL["build"] = FaissHnswIndex.__dict__["build"]
+    FaissHnswIndex.build = classmethod(lite_graphs.build)  # type: ignore[method-assign,assignment]
 
 
 def build_later(col: Any, reason: str = "after the load") -> None:
@@ -228,6 +243,12 @@ def uninstall() -> None:
             collection.validate_record = originals["validate_record"]
             validation._find_float_vector = originals["_find_float_vector"]
             memtable.MemTable._build_data_table = originals["MemTable._build_data_table"]
+            from milvus_lite.index.faiss_hnsw import FaissHnswIndex
+
+            from index.milvus.lite import graphs as lite_graphs
+
+            if "build" in lite_graphs.ORIGINAL:
+                FaissHnswIndex.build = lite_graphs.ORIGINAL.pop("build")
         _state["installed"] = None
 
 
