@@ -110,12 +110,14 @@ def connect(uri: str, token: str, timeout: float) -> Any:
 
     if "://" not in uri:
         from index.milvus.lite import fixes as lite_fixes
+        from index.milvus.lite import memory as lite_memory
         from index.milvus.lite import private as lite_private
         from index.milvus.lite import speed as lite_speed
 
         lite_fixes.install()  # Lite runs in this process: its races mended,
         lite_speed.install()  # its search paths without the rescans,
         lite_private.install()  # and its port refusing callers without this process's token
+        lite_memory.install()  # its Arrow tables allocated by malloc, not mimalloc
         token = lite_private.TOKEN
         for name in ("grpc._server", "milvus_lite.server_manager"):
             noisy = logging.getLogger(name)
