@@ -127,8 +127,8 @@ class Settings(Runtime):
         "64, 0.9925 at 128 and 0.999 at 256, p50 4.1, 4.6 and 5.5 ms (`bench/server_hnsw.py`,"
         " Intel Xeon); in Lite at 522,000 documents (graphs of M 16), 0.973 at 64 and 0.986 "
         "at 128, the store's search p50 4.5 and 8.6 ms (throwaway scripts, Intel Xeon); "
-        "with Lite's graphs of M 20, efConstruction 100 (since 7eb8dcf), 0.966 at 64 "
-        "(`bench/scale.py`, Intel Xeon)."))
+        "with Lite's graphs of M 20, efConstruction 100 (since 7eb8dcf), 0.966 at 64, "
+        "and over bf16 vectors (since 5b00a4e), 0.962 (`bench/scale.py`, Intel Xeon)."))
     model: Path = Field(Path("models/encoder-default"), description="Encoder checkpoint.")
     reranker: Path | None = Field(
         None, description="A cross-encoder reranker checkpoint (`qkv train-reranker`): a "
