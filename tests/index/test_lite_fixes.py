@@ -11,6 +11,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+from lite_graph_files import graph_files, unit_vectors, wait_for_graphs
 
 from index import MilvusStore
 from index.milvus.lite import fixes as lite_fixes
@@ -34,17 +35,6 @@ def _filled_lite_dir(tmp_path: Path) -> Path:
 
     server_manager_instance.release_server(str(path))
     return path
-
-
-def _unit_vectors(n: int, seed: int) -> np.ndarray:
-    """``n`` random unit vectors of 8 dimensions."""
-    x = np.random.default_rng(seed).standard_normal((n, 8)).astype(np.float32)
-    return x / np.linalg.norm(x, axis=1, keepdims=True)
-
-
-def _graphs(path: Path) -> list[Path]:
-    """The HNSW graph files saved for collection ``c`` of the Lite file ``path``."""
-    return sorted(path.glob("collections/c/partitions/*/indexes/*"))
 
 
 def _concurrent_opens(path: Path, threads: int = 8) -> set[int]:
@@ -96,17 +86,15 @@ def test_a_missing_graph_is_built_after_the_load_not_during_it(
     path = tmp_path / "m.db"
     store = MilvusStore(str(path))
     store.create("c", 8)
-    vectors = _unit_vectors(2000, seed=1)
+    vectors = unit_vectors(2000, seed=1)
     store.upsert("c", [Item(id=str(i), vector=v) for i, v in enumerate(vectors)])
     store.flush("c")
     store.search("c", vectors[:1], 1)  # loaded: the worker builds the graph
-    deadline = time.monotonic() + 60
-    while not _graphs(path) and time.monotonic() < deadline:
-        time.sleep(0.1)
-    assert _graphs(path), "no graph was saved for the large segment"
+    wait_for_graphs(path)
+    assert graph_files(path), "no graph was saved for the large segment"
     store.close(seal=False)
     server_manager_instance.release_server(str(path))
-    for g in _graphs(path):
+    for g in graph_files(path):
         g.unlink()  # as if killed before the save
 
     built_in: list[str] = []
@@ -120,10 +108,8 @@ def test_a_missing_graph_is_built_after_the_load_not_during_it(
     again = MilvusStore(str(path))
     hits = again.search("c", vectors[:20], 1)
     assert [h[0].id for h in hits] == [str(i) for i in range(20)]  # exact meanwhile
-    deadline = time.monotonic() + 60
-    while not _graphs(path) and time.monotonic() < deadline:
-        time.sleep(0.1)
-    assert _graphs(path) and built_in, "the graph was not built after the load"
+    wait_for_graphs(path)
+    assert graph_files(path) and built_in, "the graph was not built after the load"
     assert all(name.startswith("milvus_lite-") for name in built_in), built_in
     again.close(seal=False)
 
@@ -150,21 +136,16 @@ def test_a_graph_is_built_with_the_parameters_the_collection_asked_for(
                             lite_fixes._state["decode"])
     store = MilvusStore(str(path))
     store.create("c", 8, hybrid=True)
-    vectors = _unit_vectors(1000, seed=2)
+    vectors = unit_vectors(1000, seed=2)
     store.upsert("c", [Item(id=str(i), vector=v, text=f"text {i}")
                        for i, v in enumerate(vectors)])
     store.flush("c")
     store.search("c", vectors[:1], 1)
-    def graphs() -> list[Path]:
-        return [g for g in _graphs(path) if ".vector." in g.name]
-
-    deadline = time.monotonic() + 60
-    while not graphs() and time.monotonic() < deadline:
-        time.sleep(0.1)
+    graphs = wait_for_graphs(path, vector_only=True)
     store.close(seal=False)
     server_manager_instance.release_server(str(path))
-    assert graphs(), "no graph was saved"
-    graph = faiss.read_index(str(graphs()[0]))  # held: its hnsw is a view into it
+    assert graphs, "no graph was saved"
+    graph = faiss.read_index(str(graphs[0]))  # held: its hnsw is a view into it
     hnsw = graph.hnsw
     built = (hnsw.nb_neighbors(0) // 2, hnsw.efConstruction)  # level 0 has 2 M links
     if mended:
@@ -189,7 +170,7 @@ def test_a_mid_sized_segment_gets_its_graph_after_a_load_only(
     path = tmp_path / "m.db"
     store = MilvusStore(str(path))
     store.create("c", 8)
-    vectors = _unit_vectors(1500, seed=2)
+    vectors = unit_vectors(1500, seed=2)
     assert store.search("c", vectors[:1], 1) == [[]]  # loaded while empty
     store.upsert("c", [Item(id=str(i), vector=v) for i, v in enumerate(vectors)])
     store.flush("c")
@@ -197,7 +178,7 @@ def test_a_mid_sized_segment_gets_its_graph_after_a_load_only(
     assert segments, "no segment was flushed"
     assert [h[0].id for h in store.search("c", vectors[:5], 1)] == [str(i) for i in range(5)]
     time.sleep(1.5)  # a post-flush build would run on the worker by now
-    assert not _graphs(path), "a segment made while serving got a graph under HNSW_MIN_ROWS"
+    assert not graph_files(path), "a segment made while serving got a graph under HNSW_MIN_ROWS"
     store.close(seal=False)
     server_manager_instance.release_server(str(path))
 
@@ -206,11 +187,9 @@ def test_a_mid_sized_segment_gets_its_graph_after_a_load_only(
     assert [h[0].id for h in hits] == [str(i) for i in range(20)]  # exact meanwhile
     # sealed every 1,024 rows: a segment of 1,024 (a graph) and one of 476 (none)
     assert [p.stem for p in segments] == ["data_000001_001024", "data_001025_001500"]
-    deadline = time.monotonic() + 60
-    while not _graphs(path) and time.monotonic() < deadline:
-        time.sleep(0.1)
+    wait_for_graphs(path)
     time.sleep(0.5)  # the worker's other builds, were there any
-    assert [p.name.split(".")[0] for p in _graphs(path)] == ["data_000001_001024"]
+    assert [p.name.split(".")[0] for p in graph_files(path)] == ["data_000001_001024"]
     hits = again.search("c", vectors[:20], 1)  # through the graph now
     assert [h[0].id for h in hits] == [str(i) for i in range(20)]
     again.close(seal=False)
@@ -281,12 +260,12 @@ def test_a_bulk_store_leaves_its_segments_graphs_built_when_it_closes(
     path = tmp_path / "m.db"
     store = MilvusStore(str(path), seal_rows=1024, seal_quiet_s=None, bulk=bulk)
     store.create("c", 8)
-    vectors = _unit_vectors(1500, seed=3)
+    vectors = unit_vectors(1500, seed=3)
     store.upsert("c", [Item(id=str(i), vector=v) for i, v in enumerate(vectors)])
     store.close()
     segments = sorted(p.stem for p in path.glob("collections/c/partitions/*/data/*.parquet"))
     assert segments == ["data_000001_001024", "data_001025_001500"]  # by size, then on close
-    graphs = [p.name.split(".")[0] for p in _graphs(path)]
+    graphs = [p.name.split(".")[0] for p in graph_files(path)]
     assert graphs == (["data_000001_001024"] if bulk else [])
     server_manager_instance.release_server(str(path))
 

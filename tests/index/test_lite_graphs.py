@@ -4,21 +4,16 @@ float32 vectors, as brute force gives it; a float32 graph of an older file is se
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
 
 import numpy as np
 import pytest
+from lite_graph_files import unit_vectors, wait_for_graphs
 
 from index import MilvusStore
 from index.milvus.lite import graphs as lite_graphs
 from index.milvus.lite import speed as lite_speed
 from index.store import Item
-
-
-def _vector_graphs(path: Path) -> list[Path]:
-    return sorted(g for g in path.glob("collections/c/partitions/*/indexes/*")
-                  if ".vector." in g.name)
 
 
 def _filled(path: Path, vectors: np.ndarray) -> MilvusStore:
@@ -28,16 +23,8 @@ def _filled(path: Path, vectors: np.ndarray) -> MilvusStore:
     store.upsert("c", [Item(id=str(i), vector=v) for i, v in enumerate(vectors)])
     store.flush("c")
     store.search("c", vectors[:1], 1)  # loaded: the worker builds the graph
-    deadline = time.monotonic() + 60
-    while not _vector_graphs(path) and time.monotonic() < deadline:
-        time.sleep(0.1)
-    assert _vector_graphs(path), "no graph was saved for the segment"
+    assert wait_for_graphs(path, vector_only=True), "no graph was saved for the segment"
     return store
-
-
-def _unit(n: int, dim: int, seed: int) -> np.ndarray:
-    x = np.random.default_rng(seed).standard_normal((n, dim)).astype(np.float32)
-    return x / np.linalg.norm(x, axis=1, keepdims=True)
 
 
 @pytest.mark.parametrize("bf16", [True, False])
@@ -53,14 +40,14 @@ def test_hits_of_a_graph_score_exactly(tmp_path: Path, monkeypatch: pytest.Monke
 
         monkeypatch.setattr(FaissHnswIndex, "build", lite_graphs.ORIGINAL["build"])
     path = tmp_path / "m.db"
-    vectors = _unit(3000, 64, seed=3)
+    vectors = unit_vectors(3000, seed=3, dim=64)
     store = _filled(path, vectors)
-    queries = _unit(50, 64, seed=4)
+    queries = unit_vectors(50, seed=4, dim=64)
     hits = store.search("c", queries, 10)
     store.close(seal=False)
     server_manager_instance.release_server(str(path))
 
-    graph = faiss.read_index(str(_vector_graphs(path)[0]))
+    graph = faiss.read_index(str(wait_for_graphs(path, vector_only=True)[0]))
     if bf16:
         assert isinstance(graph, faiss.IndexHNSWSQ)
         storage = faiss.downcast_index(graph.storage)
@@ -85,8 +72,8 @@ def test_hits_of_a_graph_score_exactly(tmp_path: Path, monkeypatch: pytest.Monke
 
 
 def test_rescored_orders_exact_distances_and_keeps_padding() -> None:
-    vectors = _unit(6, 4, seed=5)
-    queries = _unit(2, 4, seed=6)
+    vectors = unit_vectors(6, seed=5, dim=4)
+    queries = unit_vectors(2, seed=6, dim=4)
     ids = np.array([[3, 1, 4, -1], [0, 5, -1, -1]], dtype=np.int64)
     dists = np.array([[-0.9, -0.8, -0.1, np.inf], [-0.5, -0.4, np.inf, np.inf]],
                      dtype=np.float32)
