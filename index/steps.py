@@ -75,13 +75,22 @@ def check_search(k: int, consistency: str, fusion: str, dense_weight: float) -> 
 
 def search(info: CollectionInfo, xq: Vectors, k: int, *, encoder: EncoderInfo | None,
            tenant: str | None, mode: str | None, query_text: Sequence[str] | None,
-           fusion: str, dense_weight: float, dense: Dense, bm25: Sparse) -> list[list[Hit]]:
+           fusion: str, dense_weight: float, dense: Dense, bm25: Sparse,
+           together: bool = True) -> list[list[Hit]]:
     """A search's shared steps (after :func:`check_search`): the collection's encoder and
     tenant, the query matrix, the mode (:func:`index.store.resolve_mode`), then the
     backend's ``dense`` and ``bm25`` searches, ``k`` deep for one side alone and
     ``candidates(k)`` deep each for hybrid, fused per query (:func:`index.hybrid.fusion.
     fuse`). ``xq`` given as a function that waits for the vectors (with ``query_text``,
-    one per query): the BM25 side starts before them, while the queries are encoded."""
+    one per query): the BM25 side starts before them, while the queries are encoded.
+
+    ``together``: hybrid's two sides at once, BM25 on a thread of its own (a server's
+    answers leave the GIL); else one after the other in this thread, BM25 first (still while
+    the queries are encoded), for an in-process store whose sides are mostly Python and
+    short calls that leave the GIL (faiss, numpy): there, two threads taking the GIL from
+    each other were slower than one after the other. At 522,000 documents in Lite, through
+    ``qkv serve`` (the search alone then in turns, bench/scale.py's queries, Intel Xeon,
+    throwaway runs): hybrid p50 12.2, 12.7 ms one after the other against 14.4, 14.0 at once."""
     check_encoder(info, encoder)
     check_tenant(info, tenant)
     if callable(xq) and query_text is None:
@@ -105,16 +114,19 @@ def search(info: CollectionInfo, xq: Vectors, k: int, *, encoder: EncoderInfo | 
     if mode == "bm25":
         return bm25(query_text, k)
     depth = candidates(k)
-    # The two sides at once, BM25 on a thread of its own (with the caller's context): the
-    # scoring (numpy), the graph search (faiss) and a server's answers leave the GIL
-    sparse = _SIDES.submit(contextvars.copy_context().run, bm25, query_text, depth)
-    try:
+    if together:  # BM25 on a thread of its own, with the caller's context
+        sparse = _SIDES.submit(contextvars.copy_context().run, bm25, query_text, depth)
+        try:
+            near = dense(vectors(), depth)
+        except BaseException:
+            wait([sparse])  # no search left running behind the dense side's error
+            raise
+        far = sparse.result()
+    else:
+        far = bm25(query_text, depth)
         near = dense(vectors(), depth)
-    except BaseException:
-        wait([sparse])  # no search left running behind the dense side's error
-        raise
     return [_scattered(fuse(d, b, k, fusion, dense_weight), text, b)
-            for d, b, text in zip(near, sparse.result(), query_text, strict=True)]
+            for d, b, text in zip(near, far, query_text, strict=True)]
 
 
 def _scattered(hits: list[Hit], query: str, bm25: Sequence[Hit]) -> list[Hit]:

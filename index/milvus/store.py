@@ -570,4 +570,4 @@ class MilvusStore:
 
         return steps.search(info, xq, k, encoder=encoder, tenant=tenant, mode=mode,
                             query_text=query_text, fusion=fusion, dense_weight=dense_weight,
-                            dense=dense, bm25=bm25)
+                            dense=dense, bm25=bm25, together=not self.is_lite)

@@ -416,3 +416,35 @@ def test_hybrid_starts_its_bm25_side_before_the_query_vectors_are_ready() -> Non
         steps.search(info, lambda: np.ones((1, 3), np.float32), 3, encoder=None, tenant=None,
                      mode="hybrid", query_text=["q"], fusion="rrf", dense_weight=0.5,
                      dense=dense, bm25=lambda t, d: [[]])
+
+
+def test_hybrid_one_side_after_the_other_runs_bm25_first_in_the_callers_thread() -> None:
+    """``together=False`` (an in-process store, Lite): both sides in the caller's thread, the
+    BM25 side first, before the query vectors are waited for (they are being encoded
+    meanwhile), fused as at once."""
+    import threading
+
+    from index import steps
+    from index.store import CollectionInfo
+
+    info = CollectionInfo("c", 2, None, hybrid=True)
+    order: list[tuple[str, str]] = []
+    me = threading.current_thread().name
+
+    def vectors() -> np.ndarray:
+        order.append(("vectors", threading.current_thread().name))
+        return np.array([[1.0, 0.0]], np.float32)
+
+    def dense(x: np.ndarray, depth: int) -> list[list[Hit]]:
+        order.append(("dense", threading.current_thread().name))
+        return [[Hit("a", 0.9, "a", None, {})]]
+
+    def bm25(texts: object, depth: int) -> list[list[Hit]]:
+        order.append(("bm25", threading.current_thread().name))
+        return [[Hit("b", 3.0, "b", None, {})]]
+
+    (hits,) = steps.search(info, vectors, 2, encoder=None, tenant=None, mode="hybrid",
+                           query_text=["q"], fusion="rrf", dense_weight=0.5, dense=dense,
+                           bm25=bm25, together=False)
+    assert {h.id for h in hits} == {"a", "b"}
+    assert order == [("bm25", me), ("vectors", me), ("dense", me)]

@@ -84,3 +84,30 @@ def test_rescored_orders_exact_distances_and_keeps_padding() -> None:
         assert [int(i) for i in got_ids[q, :n]] == [i for _, i in want]
         assert np.allclose(got[q, :n], [d for d, _ in want], atol=1e-6)
         assert (got_ids[q, n:] == -1).all() and np.isinf(got[q, n:]).all()
+
+
+def test_a_graph_search_in_a_bitmap_of_rows_finds_what_lites_does() -> None:
+    """:func:`lite_graphs.search` (the rows in scope as a bitmap, faiss searched directly)
+    finds the hits Lite's own ``FaissHnswIndex.search`` (a set of their ids) finds on the
+    same graph, only rows in scope, scored exactly; none in scope, none found."""
+    from milvus_lite.index.faiss_hnsw import FaissHnswIndex
+
+    vectors = unit_vectors(3000, seed=7, dim=32)
+    index = lite_graphs.build(FaissHnswIndex, vectors, "IP", {"M": 12, "efConstruction": 40})
+    assert lite_graphs.approximate(index)
+    queries = unit_vectors(20, seed=8, dim=32)
+    valid = np.random.default_rng(9).random(len(vectors)) < 0.3
+    for mask in (valid, None):
+        ids, dists = lite_graphs.search(index, vectors, queries, 10, mask, {"ef": 48})
+        want, _ = index.search(queries, 10, valid_mask=mask, params={"ef": 48})
+        assert np.array_equal(np.sort(ids, axis=1), np.sort(want, axis=1))
+        assert (ids >= 0).all()
+        if mask is not None:
+            assert mask[ids].all()
+        exact = -np.einsum("qd,qkd->qk", queries, vectors[ids])
+        np.testing.assert_allclose(dists, exact, atol=1e-6)
+        assert (np.diff(dists, axis=1) >= 0).all()
+    ids, dists = lite_graphs.search(index, vectors, queries, 10, np.zeros(3000, bool), None)
+    assert (ids == -1).all() and np.isinf(dists).all()
+    with pytest.raises(ValueError, match="valid_mask length"):
+        lite_graphs.search(index, vectors, queries, 10, np.ones(5, bool), None)

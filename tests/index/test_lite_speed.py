@@ -146,7 +146,13 @@ def store(tmp_path: Path) -> Iterator[MilvusStore]:
 
 
 @pytest.mark.parametrize("seed", range(3))
-def test_searches_equal_lites_own_through_writes(store: MilvusStore, seed: int) -> None:
+def test_searches_equal_lites_own_through_writes(store: MilvusStore, seed: int,
+                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    from index.milvus.lite import dense
+
+    if seed % 2:  # the sources searched side by side (index.milvus.lite.dense.each)
+        monkeypatch.setattr(dense, "SIDE_BY_SIDE_ROWS", 0)
+        monkeypatch.setattr(dense.os, "cpu_count", lambda: 3)
     rnd, rng = random.Random(seed), np.random.default_rng(seed)
     multi = seed == 2
     store.create("c", 8, hybrid=True, multi_tenant=multi)

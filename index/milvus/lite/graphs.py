@@ -55,6 +55,36 @@ def approximate(index: Any) -> bool:
     return isinstance(inner, faiss.IndexHNSWSQ) and getattr(index, "metric", None) == "IP"
 
 
+def search(index: Any, vectors: np.ndarray, queries: np.ndarray, k: int,
+           valid: np.ndarray | None, params: dict | None) -> tuple[np.ndarray, np.ndarray]:
+    """A bf16 graph's ``k`` nearest rows to each query (only ``valid`` ones where given),
+    :func:`rescored`: Lite's ``FaissHnswIndex.search`` without its loop over every hit in
+    Python (whose distances the exact ones replace anyway), and with the rows in scope
+    given to faiss as a bitmap rather than a set of their ids (built anew at every search)."""
+    import faiss
+
+    nq = len(queries)
+    ids = np.full((nq, k), -1, dtype=np.int64)
+    dists = np.full((nq, k), np.inf, dtype=np.float32)
+    if index.num_vectors == 0 or k <= 0:
+        return ids, dists
+    queries = np.ascontiguousarray(queries, dtype=np.float32)
+    sp = faiss.SearchParametersHNSW()  # type: ignore[attr-defined]  # not in the stubs
+    sp.efSearch = int((params or {}).get("ef", 64))  # Lite's default
+    bits = None
+    if valid is not None:
+        if valid.shape[0] != index.num_vectors:
+            raise ValueError(f"valid_mask length {valid.shape[0]} != num_vectors "
+                             f"{index.num_vectors}")
+        if not valid.any():
+            return ids, dists
+        bits = np.packbits(valid, bitorder="little")  # kept alive through the search
+        sel = faiss.IDSelectorBitmap(len(valid), faiss.swig_ptr(bits))
+        sp.sel = sel
+    _, found = index._index.search(queries, k, params=sp)
+    return rescored(vectors, queries, found, dists)
+
+
 def rescored(vectors: np.ndarray, queries: np.ndarray, ids: np.ndarray, dists: np.ndarray
              ) -> tuple[np.ndarray, np.ndarray]:
     """The hits ``ids`` (−1 padding) of each query with their exact distances (−⟨q, x⟩,

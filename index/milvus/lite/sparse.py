@@ -28,7 +28,8 @@ def search_sparse(self: Any, query_vectors: list, vector_field: str, top_k: int,
                   output_fields: list[str] | None, timezone: str | None = None
                   ) -> list[list[dict]]:
     """``Collection._search_sparse`` (BM25): per-segment top-k, the memtable rebuilt each
-    time (small), one merge keeping each key's newest version."""
+    time (small), one merge keeping each key's newest version (whose versions are read only
+    when a key came from two sources)."""
     if metric_type != "BM25":
         return ORIGINAL["search_sparse"](self, query_vectors, vector_field, top_k,
                                          metric_type, partition_names, expr, output_fields,
@@ -136,17 +137,20 @@ def _merge(candidates: list[tuple[float, Any, Any]], top_k: int,
            pk_field: str = "") -> list[dict]:
     """Each key's newest version, best first, materialised (a sealed row: only the columns
     shown, :func:`index.milvus.lite.dense.needed_columns`)."""
-    seqs = [int(source[1]) if _is_memtable(source) else 0 for _, _, source in candidates]
-    for table, where, rows in _by_segment(candidates):  # their _seq in one take a segment
-        got = table.column("_seq").take(pa.array(rows, pa.int64())).to_pylist()
-        for n, seq in zip(where, got, strict=True):
-            seqs[n] = int(seq)
-    best: dict[Any, tuple[int, tuple[float, Any, Any]]] = {}
-    for cand, seq in zip(candidates, seqs, strict=True):
-        pk = cand[1]
-        if pk not in best or seq > best[pk][0]:
-            best[pk] = (seq, cand)
-    top = sorted((v[1] for v in best.values()), key=lambda c: c[0])[:top_k]
+    if len({c[1] for c in candidates}) == len(candidates):  # each key once: no versions
+        top = sorted(candidates, key=lambda c: c[0])[:top_k]
+    else:
+        seqs = [int(source[1]) if _is_memtable(source) else 0 for _, _, source in candidates]
+        for table, where, rows in _by_segment(candidates):  # their _seq: one take a segment
+            got = table.column("_seq").take(pa.array(rows, pa.int64())).to_pylist()
+            for n, seq in zip(where, got, strict=True):
+                seqs[n] = int(seq)
+        best: dict[Any, tuple[int, tuple[float, Any, Any]]] = {}
+        for cand, seq in zip(candidates, seqs, strict=True):
+            pk = cand[1]
+            if pk not in best or seq > best[pk][0]:
+                best[pk] = (seq, cand)
+        top = sorted((v[1] for v in best.values()), key=lambda c: c[0])[:top_k]
     records: list[dict] = [source[0] if _is_memtable(source) else {} for _, _, source in top]
     for table, where, rows in _by_segment(top):  # a segment's hits read at once
         cols = needed_columns(table.column_names, output_fields, pk_field)
