@@ -263,7 +263,8 @@ def create_app(settings: Settings | None = None, banner: str | None = None) -> F
     app.include_router(backup_routes.backups_v1)
     app.include_router(tei_routes.tei)
     app.include_router(web.web)
-    app.add_middleware(LeanRoutes, routes=[*embedding_routes.HOT, *tei_routes.HOT],
+    app.add_middleware(LeanRoutes, routes=[*embedding_routes.HOT, *tei_routes.HOT,
+                                           *retrieval_routes.HOT],
                        enabled=settings.lean_embeddings)  # innermost
     app.add_middleware(AuditMiddleware)
     app.add_middleware(BodyLimitMiddleware, limit=settings.max_body_bytes)

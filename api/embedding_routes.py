@@ -12,7 +12,7 @@ from fastapi import APIRouter, Depends, Request, Response
 
 from api import schemas as s
 from api.errors import invalid, not_found, too_large
-from api.lean import Hot
+from api.lean import Hot, body_only
 from api.routes import ERRORS, json_response, require_key, service
 from api.service import Service
 
@@ -92,7 +92,7 @@ async def embeddings_answer(svc: Service, body: s.EmbeddingsRequest) -> Response
 
 
 # answered past FastAPI's routing when the body parses (api.lean)
-HOT = [Hot(embedding_v1, EMBEDDINGS, s.EmbeddingsRequest, embeddings_answer)]
+HOT = [Hot(embedding_v1, EMBEDDINGS, s.EmbeddingsRequest, body_only(embeddings_answer))]
 
 
 def _card(svc: Service) -> dict[str, Any]:

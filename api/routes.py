@@ -44,6 +44,16 @@ CollectionName = Annotated[str, Path(min_length=1, max_length=255,
                            AfterValidator(collection_name)]
 
 
+def collection_params(params: dict[str, Any]) -> dict[str, Any] | None:
+    """A collection route's path parameters as :data:`CollectionName` makes them (``name``
+    checked and mapped by :func:`collection_name`), None where it would refuse them: for
+    :class:`api.lean.LeanRoutes`, which leaves those to the route."""
+    try:
+        return {**params, "name": collection_name(str(params["name"]))}
+    except (KeyError, ValueError):
+        return None
+
+
 def service(request: Request) -> Service:
     return request.app.state.service  # type: ignore[no-any-return]
 

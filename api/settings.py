@@ -200,9 +200,10 @@ class Settings(Runtime):
                                     "before it is first calibrated by itself.")
 
     lean_embeddings: bool = Field(True, description="Answer a valid `POST /v1/embeddings` "
-                                  "(and TEI's `/embed` and `/`) past FastAPI's routing and "
-                                  "body machinery (same checks, answer and errors; "
-                                  "api.lean); false: through the routes alone.")
+                                  "(and TEI's `/embed` and `/`, and a collection's `/search`) "
+                                  "past FastAPI's routing and body machinery (same checks, "
+                                  "answer and errors; api.lean); false: through the routes "
+                                  "alone.")
 
     # dynamic batching
     batch_max_size: int = Field(64, ge=1, description="Texts per encoder batch; 1 turns "

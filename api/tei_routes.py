@@ -20,7 +20,7 @@ from fastapi import APIRouter, Depends, Request, Response
 from api import schemas as s
 from api.embedding_routes import texts_of
 from api.errors import invalid
-from api.lean import Hot
+from api.lean import Hot, body_only
 from api.routes import TEI_ERRORS, json_response, require_key, service
 from api.service import Service
 from encoder.tokenizer import clean_text
@@ -56,8 +56,7 @@ async def tei_root(body: s.TeiEmbedRequest, request: Request) -> Response:
 
 
 # answered past FastAPI's routing when the body parses (api.lean)
-HOT = [Hot(tei, "/embed", s.TeiEmbedRequest, embed_answer),
-       Hot(tei, "/", s.TeiEmbedRequest, embed_answer)]
+HOT = [Hot(tei, path, s.TeiEmbedRequest, body_only(embed_answer)) for path in ("/embed", "/")]
 
 
 @tei.post("/embed_all", response_model=list[list[list[float]]])
