@@ -445,8 +445,12 @@ class MilvusStore:
         items, xb = writable(info, items, encoder)
         if not items:
             return 0
-        rows = [{"id": stored_id(it.tenant, it.id), "vector": xb[i].tolist(), "text": it.text,
-                 "value": it.value or "", "metadata": it.metadata} for i, it in enumerate(items)]
+        # Lite's engine, called directly, takes each vector as a float32 numpy row (Arrow
+        # copies it in one go); Python floats for gRPC (see _upserted_directly)
+        direct = self._engine(collection) is not None
+        rows = [{"id": stored_id(it.tenant, it.id), "vector": xb[i] if direct else xb[i].tolist(),
+                 "text": it.text, "value": it.value or "", "metadata": it.metadata}
+                for i, it in enumerate(items)]
         if info.multi_tenant:
             for row, it in zip(rows, items, strict=True):
                 row[TENANT_FIELD] = it.tenant
@@ -458,6 +462,8 @@ class MilvusStore:
             with self._flushing:
                 self._check_writable()
                 if not self._upserted_directly(collection, chunk):
+                    if direct:  # it failed: through gRPC after all
+                        chunk = [{**r, "vector": r["vector"].tolist()} for r in chunk]
                     self._call("upsert", lambda c, ch=chunk: c.upsert(  # type: ignore[misc]
                         collection, ch, timeout=self.timeout))
             self._wrote(collection, len(chunk))

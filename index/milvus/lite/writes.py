@@ -35,12 +35,17 @@ _VECTOR_CHECKED: contextvars.ContextVar[bool] = contextvars.ContextVar(
 
 def validate_record(record: dict, schema: Any, default_properties: dict | None = None) -> None:
     """Lite's ``validate_record``, its float vector checked here when it is a list of plain
-    ints and floats of the schema's dimension (what Lite's per-element loop accepts); the
-    rest of the record, and any other vector, checked by Lite's own."""
+    ints and floats of the schema's dimension (what Lite's per-element loop accepts) or a
+    float32 numpy vector of that dimension (what the store's direct upserts pass, see
+    ``MilvusStore.upsert``; only an in-process caller can pass one: the gRPC server's
+    records hold lists); the rest of the record, and any other vector, checked by Lite's
+    own."""
     field = ORIGINAL["find_float_vector"](schema) if isinstance(record, dict) else None
     value = record.get(field.name) if field is not None else None
     if (type(value) is list and len(value) == field.dim
-            and _PLAIN.issuperset(map(type, value))):
+            and _PLAIN.issuperset(map(type, value))) or (
+            type(value) is np.ndarray and value.dtype == np.float32 and value.ndim == 1
+            and len(value) == field.dim):
         token = _VECTOR_CHECKED.set(True)
         try:
             ORIGINAL["validate_record"](record, schema, default_properties=default_properties)
