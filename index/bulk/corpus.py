@@ -255,11 +255,12 @@ def to_fields(
     if isinstance(metadata.get("metadata"), dict):  # {"id", "text", "metadata": {...}}
         nested = metadata.pop("metadata")
         metadata = {**metadata, **nested}
-    try:
-        # Milvus stores strict JSON: dates and the like become strings, NaN is refused.
-        metadata = json.loads(json.dumps(metadata, default=str, allow_nan=False))
-    except ValueError as e:
-        return f"metadata is not valid JSON: {e}"
+    if metadata:  # (none: nothing to make strict)
+        try:
+            # Milvus stores strict JSON: dates and the like become strings, NaN is refused.
+            metadata = json.loads(json.dumps(metadata, default=str, allow_nan=False))
+        except ValueError as e:
+            return f"metadata is not valid JSON: {e}"
     return rid, text, value, metadata
 
 

@@ -291,3 +291,33 @@ def test_a_short_ascii_paragraph_is_one_passage_without_the_tokenizer() -> None:
     worst = ["".join(rng.choices(string.printable, k=rng.randint(1, 300)))
              for _ in range(3000)]
     assert all(n <= len(t) + 2 for t, n in zip(worst, count(worst), strict=True))
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_a_documents_version_is_the_hash_of_its_json_as_before(seed: int) -> None:
+    """:func:`P.version` writes the settings' and encoder's JSON once, not once a
+    document: the bytes hashed, and so every stored version, are what they were."""
+    import hashlib
+    import json
+
+    from index.store import EncoderInfo
+
+    rnd = random.Random(seed)
+
+    def old(text: str, value: str | None, meta: dict, st: P.Settings,
+            enc: EncoderInfo | None) -> str:
+        h = hashlib.blake2b(digest_size=6)
+        h.update(json.dumps([text, value, meta, st.to_dict(), enc.to_dict() if enc else None],
+                            sort_keys=True, ensure_ascii=False).encode())
+        return h.hexdigest()
+
+    words = ["état", "naïve", "日本", 'a"b', "x\ny", "plain", "\u2028", "😀"]
+    for _ in range(50):
+        text = " ".join(rnd.choices(words, k=rnd.randint(1, 6)))
+        value = rnd.choice([None, "", "a value", "ünï"])
+        meta = {rnd.choice(words): rnd.choice([1, 2.5, None, True, "s", [1, "a"],
+                                               {"z": 1, "a": 2}])
+                for _ in range(rnd.randint(0, 4))}
+        st = P.Settings.sized(rnd.choice([64, 128, 256]))
+        enc = rnd.choice([None, EncoderInfo("e", "f" * 16, 256), EncoderInfo("é", "0", 64)])
+        assert P.version(text, value, meta, st, enc) == old(text, value, meta, st, enc)
