@@ -53,6 +53,13 @@ class AliasCache:
         ``name`` itself."""
         return self.get().get(name, name)
 
+    def cached(self, name: str) -> str | None:
+        """:meth:`resolve` from the map in memory while it is fresh, else None (nothing
+        read)."""
+        if time.monotonic() - self._at > self.ttl_s:
+            return None
+        return self._map.get(name, name)
+
     def invalidate(self) -> None:
         self._at = float("-inf")
 

@@ -35,7 +35,13 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any, cast
 
-from index.store import StoreDamagedError, StoreError, StoreUnavailableError, VectorStore
+from index.store import (
+    CollectionInfo,
+    StoreDamagedError,
+    StoreError,
+    StoreUnavailableError,
+    VectorStore,
+)
 
 log = logging.getLogger(__name__)
 EXCLUSIVE = frozenset({"create", "drop", "set_alias", "drop_alias", "set_calibration",
@@ -53,6 +59,10 @@ class ReadWriteLock:
         self._readers = 0
         self._writer = False
         self._writers_waiting = 0
+
+    def changing(self) -> bool:
+        """Whether a writer holds the lock or waits for it (read without waiting)."""
+        return self._writer or self._writers_waiting > 0
 
     @contextmanager
     def read(self) -> Iterator[None]:
@@ -108,6 +118,15 @@ class GuardedStore:
 
     def _failure_count(self) -> int:
         return self._failures + getattr(self.inner, "io_failures", 0)
+
+    def described(self, collection: str) -> CollectionInfo | None:
+        """The store's ``described`` without the lock (it reads only memory), None while a
+        collection-level change holds or waits for it or the store is damaged: then
+        ``describe`` waits its turn. A change that starts just after is seen by the call
+        that follows (a search takes the lock and finds the collection gone: 404)."""
+        if self._damaged is not None or self._lock.changing():
+            return None
+        return self.inner.described(collection)
 
     def __getattr__(self, name: str) -> Any:
         attr = getattr(self.inner, name)

@@ -187,6 +187,12 @@ class VectorStore(Protocol):
         (``name`` is the collection's). Every method below takes an alias too."""
         ...
 
+    def described(self, collection: str) -> CollectionInfo | None:
+        """``describe``'s answer when the store holds it fresh in memory, given without
+        waiting or reading anything (an event loop calls it in place of a thread's
+        ``describe``); None: ask ``describe``."""
+        ...
+
     def list_aliases(self) -> dict[str, str]:
         """Every alias and the collection it points at (see :mod:`index.aliases`)."""
         ...

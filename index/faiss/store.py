@@ -200,6 +200,9 @@ class FaissStore:
     def describe(self, collection: str) -> CollectionInfo:
         return self._load(collection).info
 
+    def described(self, collection: str) -> CollectionInfo | None:
+        return None  # describe reads collection.json (cached by its mtime): a thread's job
+
     def set_calibration(self, collection: str, calibration: dict[str, Any] | None) -> None:
         self._set_meta(collection, "calibration", calibration)
 

@@ -314,6 +314,12 @@ class MilvusStore:
         self._call("drop_alias", lambda c: c.drop_alias(alias))
         self._aliases.invalidate()
 
+    def described(self, collection: str) -> CollectionInfo | None:
+        name = self._aliases.cached(collection)
+        if name is None or time.monotonic() - self._info_at.get(name, -INFO_TTL_S) >= INFO_TTL_S:
+            return None
+        return self._info.get(name)
+
     def describe(self, collection: str) -> CollectionInfo:
         collection = self._aliases.resolve(collection)
         if (collection in self._info

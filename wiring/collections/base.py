@@ -43,8 +43,12 @@ class Base:
 
     # what a collection is made of
     async def describe(self, name: str) -> CollectionInfo:
-        """The collection ``name`` is (an alias's target); ``CollectionNotFoundError``."""
-        info: CollectionInfo = await self.call(self.store.describe, name)
+        """The collection ``name`` is (an alias's target); ``CollectionNotFoundError``. From
+        the store's memory where it holds it fresh (``described``), else on a thread: the
+        hop was a tenth of a millisecond on every search."""
+        info = self.store.described(name)
+        if info is None:
+            info = await self.call(self.store.describe, name)
         return info
 
     def encoder_of(self, info: CollectionInfo) -> Served:
