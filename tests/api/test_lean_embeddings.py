@@ -18,19 +18,23 @@ import api.tei_routes as tr
 from api.keys import new_key, write_keys
 
 
+def _answer(c: TestClient, path: str, body: Any, headers: dict[str, str]
+            ) -> tuple[int, Any, Any]:
+    """A POST's status, body (JSON, else text) and X-Truncated header; ``body`` bytes are
+    sent as they are."""
+    if isinstance(body, bytes):
+        r = c.post(path, content=body, headers=headers)
+    else:
+        r = c.post(path, json=body, headers=headers)
+    try:
+        return r.status_code, r.json(), r.headers.get("x-truncated")
+    except json.JSONDecodeError:
+        return r.status_code, r.text, r.headers.get("x-truncated")
+
+
 def _answers(c: TestClient, requests: list[tuple[Any, dict[str, str]]],
              path: str = "/v1/embeddings") -> list[tuple[int, Any, Any]]:
-    out = []
-    for body, headers in requests:
-        if isinstance(body, bytes):
-            r = c.post(path, content=body, headers=headers)
-        else:
-            r = c.post(path, json=body, headers=headers)
-        try:
-            out.append((r.status_code, r.json(), r.headers.get("x-truncated")))
-        except json.JSONDecodeError:
-            out.append((r.status_code, r.text, r.headers.get("x-truncated")))
-    return out
+    return [_answer(c, path, body, headers) for body, headers in requests]
 
 
 def _all_same(got: list[tuple[int, Any, Any]], want: list[tuple[int, Any, Any]]) -> None:
@@ -60,16 +64,20 @@ def by_route(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     """A name each time a route's own function reached its answer: the lean path calls the
     answer it was given at startup, not through the route, so it never adds one."""
     calls: list[str] = []
-
-    def spy(name: str, real: Any) -> Any:
-        def call(*args: Any) -> Any:
-            calls.append(name)
-            return real(*args)
-        return call
-
     for module, name in ((er, "embeddings_answer"), (tr, "embed_answer")):
-        monkeypatch.setattr(module, name, spy(name, getattr(module, name)))
+        spy(monkeypatch, module, name, calls)
     return calls
+
+
+def spy(monkeypatch: pytest.MonkeyPatch, module: Any, name: str, calls: list[str]) -> None:
+    """``module.name`` replaced by a function that adds ``name`` to ``calls``, then calls it."""
+    real = getattr(module, name)
+
+    def call(*args: Any) -> Any:
+        calls.append(name)
+        return real(*args)
+
+    monkeypatch.setattr(module, name, call)
 
 
 def test_the_lean_path_answers_as_the_route(make_client: MakeClient,

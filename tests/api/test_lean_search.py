@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 from conftest import MakeClient
 from fastapi.testclient import TestClient
-from test_lean_embeddings import _all_same
+from test_lean_embeddings import _all_same, _answer, spy
 
 import api.retrieval_routes as rr
 from api.keys import new_key, write_keys
@@ -25,13 +25,7 @@ def by_route(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     """A name each time the route reached its answer (the lean path calls the answer it was
     given at startup, not through the route, so it never adds one)."""
     calls: list[str] = []
-    real = rr.search_answer
-
-    def spy(*args: Any) -> Any:
-        calls.append("search_answer")
-        return real(*args)
-
-    monkeypatch.setattr(rr, "search_answer", spy)
+    spy(monkeypatch, rr, "search_answer", calls)
     return calls
 
 
@@ -50,14 +44,7 @@ def _filled(client: TestClient, multi: bool = False) -> str:
 
 def _answers(c: TestClient, requests: list[tuple[str, Any, dict[str, str]]]
              ) -> list[tuple[int, Any, Any]]:
-    out = []
-    for path, body, headers in requests:
-        if isinstance(body, bytes):
-            r = c.post(path, content=body, headers=headers)
-        else:
-            r = c.post(path, json=body, headers=headers)
-        out.append((r.status_code, r.json(), None))
-    return out
+    return [_answer(c, path, body, headers) for path, body, headers in requests]
 
 
 def test_the_lean_search_answers_as_the_route(make_client: MakeClient,
