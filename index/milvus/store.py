@@ -144,7 +144,8 @@ class MilvusStore:
         self._bm25: bool | None = None  # (close() flushes under the write lock, below)
         self._sealer = Sealer(self.flush, rows=seal_rows, quiet_s=seal_quiet_s)  # Lite only
         # A bulk job's Lite file: the collections it wrote get, before close() returns, the
-        # HNSW graphs the next process to load them would otherwise build while it serves
+        # HNSW graphs the next process to load them would otherwise build while it serves;
+        # none is built before (lite_speed.defer_graphs)
         self.bulk, self._written = bulk, set[str]()
         # One write at a time (upserts, deletes, flushes, and counts, which miss rows while a
         # flush moves them): Lite lost acknowledged rows of concurrent writers on kill -9
@@ -438,9 +439,12 @@ class MilvusStore:
 
     def _wrote(self, collection: str, rows: int) -> None:
         if self.is_lite:
-            self._sealer.wrote(collection, rows)
             if self.bulk and rows > 0:
-                self._written.add(collection)
+                self._written.add(collection)  # its graphs: at close(), set before a seal
+                engine = self._engine(collection)
+                if engine is not None:
+                    lite_speed.defer_graphs(engine)
+            self._sealer.wrote(collection, rows)
 
     # -- items ------------------------------------------------------------------------
     def upsert(

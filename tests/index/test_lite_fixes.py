@@ -273,3 +273,43 @@ def test_a_bulk_store_leaves_its_segments_graphs_built_when_it_closes(
     hits = again.search("c", vectors[:20], 1)
     assert [h[0].id for h in hits] == [str(i) for i in range(20)]
     again.close(seal=False)
+
+
+@pytest.mark.parametrize("bulk", [True, False])
+def test_a_bulk_store_builds_its_graphs_as_it_closes_not_after_each_flush(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, bulk: bool) -> None:
+    """A segment of HNSW_MIN_ROWS or more gets its graph on Lite's worker right after its
+    flush (or merge). In a bulk job's store it waits for the close (``defer_graphs``): built
+    beside the job's encoders, the graphs took their cores and took longer themselves."""
+    from milvus_lite.server_manager import server_manager_instance
+
+    from index.milvus.lite import direct as lite_direct
+    from index.milvus.lite import speed as lite_speed
+
+    monkeypatch.setattr(lite_speed, "HNSW_MIN_ROWS", 500)
+    path = tmp_path / "m.db"
+    store = MilvusStore(str(path), seal_rows=1024, seal_quiet_s=None, bulk=bulk)
+    store.create("c", 8)
+    vectors = unit_vectors(2100, seed=4)
+    assert store.search("c", vectors[:1], 1) == [[]]  # loaded: Lite's worker builds graphs
+    store.upsert("c", [Item(id=str(i), vector=v) for i, v in enumerate(vectors[:1500])])
+    engine = lite_direct.collection(str(path), "c")
+    assert engine is not None
+    engine._wait_for_bg()  # the flush's builds, were there any
+    first = ["data_000001_001024"]  # sealed once 1,024 rows waited
+    assert [p.name.split(".")[0] for p in graph_files(path, vector_only=True)] == (
+        [] if bulk else first)
+    hits = store.search("c", vectors[:20], 1)  # exact meanwhile
+    assert [h[0].id for h in hits] == [str(i) for i in range(20)]
+    store.upsert("c", [Item(id=str(1500 + i), vector=v) for i, v in enumerate(vectors[1500:])])
+    store.close()  # seals the last 1,076 rows
+    if bulk:  # both graphs now, before close() returned
+        assert [p.name.split(".")[0] for p in graph_files(path, vector_only=True)] == [
+            *first, "data_001025_002100"]
+        assert not getattr(engine, "_qkv_graphs_wait", True)  # later writes: as before
+    server_manager_instance.release_server(str(path))
+
+    again = MilvusStore(str(path))
+    hits = again.search("c", vectors[1490:1510], 1)
+    assert [h[0].id for h in hits] == [str(i) for i in range(1490, 1510)]
+    again.close(seal=False)
