@@ -224,12 +224,13 @@ def defer_graphs(col: Any) -> None:
     """A bulk job writes ``col``: its segments' graphs wait for the job's close
     (:func:`build_now`) instead of being built on the background worker after Lite's merges,
     beside the encoders. Built there, they took the cores from the encoders and took
-    longer themselves: at 522,000 documents (`qkv index` of bench/scale.py's documents,
-    one run each, Intel Xeon, 2 cores) the job spent 577 core-seconds and 315.3 s with
-    them, 534 and 306.8 s with the six graphs built at its close (65 s of it), its peak RSS
-    2.81 → 2.50 GB. A job's own segments are never searched before it ends (its process
-    holds the file); one killed before its close leaves them to the next load
-    (:func:`build_later`)."""
+    longer themselves (a 32,768-row graph 7.2 s, against 2.75 s alone): ``qkv index`` of
+    bench/scale.py's 522,000 documents took 289.8, 283.9 s and 533, 521 core-seconds with
+    them, 268.9, 280.4 s and 483, 502 core-seconds with the six graphs built at its close
+    (about 65 s of it), peak RSS 2.79, 2.75 → 2.58, 2.66 GB (runs taken in turns, Intel
+    Xeon, 2 cores; a throwaway script). A job's own segments are never searched before it
+    ends (its process holds the file); one killed before its close leaves them to the next
+    load (:func:`build_later`)."""
     col._qkv_graphs_wait = True
 
 
