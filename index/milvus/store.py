@@ -440,7 +440,8 @@ class MilvusStore:
     def _wrote(self, collection: str, rows: int) -> None:
         if self.is_lite:
             if self.bulk and rows > 0:
-                self._written.add(collection)  # its graphs: at close(), set before a seal
+                self._written.add(collection)  # its graphs wait for close(): said before
+                # the sealer's flush below could make a segment
                 engine = self._engine(collection)
                 if engine is not None:
                     lite_speed.defer_graphs(engine)

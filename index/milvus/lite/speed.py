@@ -236,8 +236,8 @@ def defer_graphs(col: Any) -> None:
 
 def build_now(col: Any, reason: str) -> None:
     """:func:`build_later`, and wait until the collection's background worker has done it
-    (and what it had queued before: merges, their graphs); graphs a bulk job deferred
-    (:func:`defer_graphs`) are built again as they come after."""
+    (and what it had queued before: merges, their graphs), then lift :func:`defer_graphs`:
+    segments made later get their graphs on the worker as before."""
     build_later(col, reason)
     col._wait_for_bg()  # returns at once once the worker is shut down
     col._qkv_graphs_wait = False
