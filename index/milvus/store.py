@@ -389,8 +389,9 @@ class MilvusStore:
         writes, the server searches the new segments without it: recall@10 0.93 right after
         a restore of 100,000 documents, and 0.87-0.90 at every ``ef`` right after its index
         was built but before a load (a first run of ``bench/server_hnsw.py``). Whether it
-        settled within ``timeout`` s. Nothing to do on Lite (its sealing:
-        :mod:`index.milvus.sealing`)."""
+        settled within ``timeout`` s. A compaction 15-60 s later (of the upserts' deletes)
+        writes a new segment; readers stay on the old, indexed one until its index is built.
+        Nothing to do on Lite (its sealing: :mod:`index.milvus.sealing`)."""
         if self.is_lite or self.index_type == "FLAT":
             return True
         collection = self._aliases.resolve(collection)

@@ -337,8 +337,10 @@ def test_a_restore_into_a_server_is_searched_on_its_index_when_readers_come(
         for r in done.values():
             index = client.list_indexes(r.collection, field_name="vector")[0]
             d = client.describe_index(r.collection, index)
-            assert int(d["pending_index_rows"]) == 0, d
-            assert int(d["indexed_rows"]) >= int(d["total_rows"]), d
+            # not pending_index_rows == 0: 15-60 s after the flush the server compacts away the
+            # deletes of its upserts into a new segment, whose index is pending for about a
+            # second while readers stay on the old, indexed one (seen here with a probe)
+            assert int(d["indexed_rows"]) >= int(d["total_rows"]) > 0, d
             segments = client.list_loaded_segments(r.collection)  # none sealed: growing
             assert sum(x.num_rows for x in segments) == r.rows, segments
             assert all(x.state.name == "Sealed" for x in segments), segments
