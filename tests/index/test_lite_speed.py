@@ -195,3 +195,42 @@ def test_searches_equal_lites_own_through_writes(store: MilvusStore, seed: int,
     home = f"{Path(store.uri).resolve()}/collections/c"
     mine = [v for v in VIEWS._views.values() if home in v.home]
     assert 1 <= len(mine) <= 2, [v.home for v in VIEWS._views.values()]
+
+
+@pytest.mark.parametrize("numpy_vectors", [False, True])
+def test_a_few_rows_read_by_cells_equal_them_taken(numpy_vectors: bool) -> None:
+    """A segment's few hits are read cell by cell, many in one take (lite.dense.rows_of):
+    the two give the same records, nulls, vectors and tables of several chunks included."""
+    from index.milvus.lite import dense as lite_dense
+
+    rng = np.random.default_rng(3)
+    n, dim = 40, 4
+    vectors = pa.FixedSizeListArray.from_arrays(
+        pa.array(rng.standard_normal(n * dim).astype(np.float32)), dim)
+    vectors = pa.array([None if i % 7 == 3 else v for i, v in enumerate(vectors.to_pylist())],
+                       pa.list_(pa.float32(), dim))
+    part = pa.table({"id": [f"d{i}" for i in range(n)], "_seq": pa.array(range(n), pa.uint64()),
+                     "text": [None if i % 5 == 0 else f"text {i}" for i in range(n)],
+                     "metadata": [f'{{"k": {i}}}' for i in range(n)], "vector": vectors})
+    table = pa.concat_tables([part.slice(0, 13), part.slice(13, 20), part.slice(33)])
+    assert table.column("text").num_chunks == 3
+    cols = ["id", "text", "metadata", "vector"]
+    token = lite_dense.NUMPY_VECTORS.set(numpy_vectors)
+    try:
+        for rows in ([0], [3, 12, 13, 39], [39, 0, 20, 7, 33, 32], list(range(n))[::-3]):
+            cells = lite_dense._cells(table, cols, rows)
+            taken = lite_dense.rows_of(table, cols, [*rows, *range(lite_dense.CELL_ROWS)])
+            taken = taken[:len(rows)]
+            assert [r["id"] for r in cells] == [f"d{i}" for i in rows]
+            for a, b in zip(cells, taken, strict=True):
+                assert a.keys() == b.keys() and a["text"] == b["text"]
+                assert a["metadata"] == b["metadata"]
+                if b["vector"] is None:
+                    assert a["vector"] is None
+                else:
+                    assert type(a["vector"]) is type(b["vector"])
+                    assert np.array_equal(np.asarray(a["vector"]), np.asarray(b["vector"]))
+            if not numpy_vectors:  # lists of floats compare as they are
+                assert lite_dense.rows_of(table, cols, rows) == cells
+    finally:
+        lite_dense.NUMPY_VECTORS.reset(token)

@@ -236,11 +236,14 @@ NUMPY_VECTORS: contextvars.ContextVar[bool] = contextvars.ContextVar("qkv_numpy_
 def rows_of(table: Any, cols: Sequence[str], rows: Sequence[int]) -> list[dict]:
     """Rows of a sealed segment's table, only ``cols``, each value as Lite reads it
     (``as_py``), a float vector as numpy while :data:`NUMPY_VECTORS` is set: one ``take``
-    of them all. Read cell by cell, a dense search of 40 hits (what a collection with
-    passages asks for top_k 10) took 2.1–2.3 ms more than one of 10 at 140,000 rows; read
-    so, 1.0–1.1 ms more (Intel Xeon, side by side)."""
+    of them all, or up to :data:`CELL_ROWS` cell by cell. Read cell by cell as Lite reads a
+    row (every column), a dense search of 40 hits (what a collection with passages asks for
+    top_k 10) took 2.1–2.3 ms more than one of 10 at 140,000 rows; taken, 1.0–1.1 ms more
+    (Intel Xeon, side by side)."""
     if not rows:
         return []
+    if len(rows) <= CELL_ROWS:
+        return _cells(table, cols, rows)
     taken = table.select(list(cols)).take(pa.array(rows, type=pa.int64()))
     columns = []
     for name in cols:
@@ -250,6 +253,33 @@ def rows_of(table: Any, cols: Sequence[str], rows: Sequence[int]) -> list[dict]:
         else:
             columns.append(col.to_pylist())
     return [dict(zip(cols, values, strict=True)) for values in zip(*columns, strict=True)]
+
+
+# A segment with at most this many of a search's hits reads them cell by cell: a ``take``
+# costs 30 us or more however few it takes. On a 100,000-row segment of bench/scale.py's
+# store (id, text, value and metadata; a throwaway script, Intel Xeon): 1 row 38 us taken
+# against 4 us by cells, 2 rows 33 against 6, 5 rows 42 against 17, 20 rows 57 against 61.
+# A dense search of 10 hits over ten segments reads one or two rows from most of them: at
+# 1,000,000 documents its p50 went from 3.52, 3.50, 3.79 to 3.30, 3.20, 3.43 ms (the store
+# called directly, 300 queries, runs taken in turns; /tmp script, Intel Xeon, 2 cores).
+CELL_ROWS = 12
+
+
+def _cells(table: Any, cols: Sequence[str], rows: Sequence[int]) -> list[dict]:
+    """:func:`rows_of`, one cell at a time (a column of one chunk read from that chunk)."""
+    numpy = NUMPY_VECTORS.get()
+    columns = []
+    for name in cols:
+        col = table.column(name)
+        columns.append((name, col.chunk(0) if col.num_chunks == 1 else col,
+                        numpy and pa.types.is_fixed_size_list(col.type)))
+    return [{name: (_vector(col[r]) if vector else col[r].as_py())
+             for name, col, vector in columns} for r in rows]
+
+
+def _vector(cell: Any) -> Any:
+    """A fixed-size-list cell as :func:`_vectors` gives it: a numpy row (a copy), or None."""
+    return cell.values.to_numpy(zero_copy_only=False).copy() if cell.is_valid else None
 
 
 def _vectors(arr: Any) -> list[Any]:
