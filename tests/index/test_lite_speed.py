@@ -234,3 +234,49 @@ def test_a_few_rows_read_by_cells_equal_them_taken(numpy_vectors: bool) -> None:
                 assert lite_dense.rows_of(table, cols, rows) == cells
     finally:
         lite_dense.NUMPY_VECTORS.reset(token)
+
+
+def test_a_hits_projection_equals_lites_own() -> None:
+    """lite.projection.project_record gives Lite's result for records with and without
+    dynamic fields, for each kind of read and of output fields."""
+    from milvus_lite.engine import projection
+    from milvus_lite.schema.types import CollectionSchema, DataType, FieldSchema
+
+    from index.milvus.lite import projection as lite_projection
+
+    own = projection.project_record  # Lite's (speed.install rebinds collection's name only)
+    assert own is not lite_projection.project_record
+    saved, passed_on = lite_projection.ORIGINAL.get("project_record"), []
+
+    def counted(record: dict, schema: Any, plan: Any) -> dict:
+        passed_on.append(record)
+        return own(record, schema, plan)
+
+    fields = [FieldSchema("id", DataType.VARCHAR, is_primary=True, max_length=64),
+              FieldSchema("vector", DataType.FLOAT_VECTOR, dim=2),
+              FieldSchema("text", DataType.VARCHAR, max_length=64),
+              FieldSchema("value", DataType.VARCHAR, max_length=64)]
+    records: list[dict[str, Any]] = [
+        {"id": "a", "text": "t", "value": "v", "_seq": 3},
+        {"id": "b", "text": "t", "vector": [0.5, 0.5], "_partition": "_default"},
+        {"text": "no key"}, {},
+        {"id": "c", "text": "t", "$meta": '{"colour": "red", "text": "x"}'},
+        {"id": "d", "text": "t", "colour": "blue"},
+        {"id": "e", "$meta": "not json", "extra": 1}]
+    for dynamic in (False, True):
+        schema = CollectionSchema(fields=fields, enable_dynamic_field=dynamic)
+        for kind in ("search", "query", "get"):
+            for output in (None, ["text"], ["id", "text", "value"], ["*"], ["$meta"],
+                           ["text", "colour"], ["vector", "nothing"]):
+                plan = projection.build_projection_plan(output, schema, api_kind=kind)
+                for record in records:
+                    want = own(dict(record), schema, plan)
+                    lite_projection.ORIGINAL["project_record"] = counted
+                    try:
+                        got = lite_projection.project_record(dict(record), schema, plan)
+                    finally:
+                        lite_projection.ORIGINAL["project_record"] = saved
+                    assert got == want, (dynamic, kind, output, record)
+    # only the records with a dynamic field or $meta were passed on to Lite's own
+    assert len(passed_on) == 2 * 3 * 7 * 3
+    assert all({"$meta", "colour", "extra"} & set(r) for r in passed_on)

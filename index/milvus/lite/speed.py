@@ -11,7 +11,8 @@ same two search paths with visibility cached per generation of segments
 their results are Lite's own (a test holds them so on random workloads: the same hits
 in the same order, BM25 scores to the last bit, inner products to float32 rounding). They are
 written to go upstream as they are. Lite's write path loses two per-value Python loops
-too (:mod:`index.milvus.lite.writes`), with the same results.
+too (:mod:`index.milvus.lite.writes`), and a hit's projection its scans of the schema
+(:mod:`index.milvus.lite.projection`), with the same results.
 
 They replace Lite's functions only when the installed Lite is the one they were copied
 from (the replaced functions' source hashes to what is recorded here): any other version
@@ -45,6 +46,7 @@ KNOWN_SOURCES = {
     "MemTable._build_data_table":
         "6a7d20cc7bdddb80d4cfb22873c77ead82e6b94c1ef6cbf04a3a2db477c70b76",
     "FaissHnswIndex.build": "f9f8f677eb7a79f8c72220166bc7ce630af70e3d21ae8ae90ad3b9caaa153372",
+    "project_record": "1a05f13dfb2f8d56af9bd49eaa301091ee2b5a2c6334b65c91bf3c127a1bb337",
 }
 # A segment smaller than this gets no HNSW graph and is searched exactly by brute force
 # (about 3 ms at 50,000 rows, 256 dims, 2 cores): Lite merges small segments into larger
@@ -73,7 +75,7 @@ def wanted() -> bool:
 
 
 def _targets() -> dict[str, Any]:
-    from milvus_lite.engine import collection
+    from milvus_lite.engine import collection, projection
     from milvus_lite.index.faiss_hnsw import FaissHnswIndex
     from milvus_lite.schema import validation
     from milvus_lite.search import executor_indexed
@@ -86,7 +88,8 @@ def _targets() -> dict[str, Any]:
             "validate_record": validation.validate_record,
             "_find_float_vector": validation._find_float_vector,
             "MemTable._build_data_table": memtable.MemTable._build_data_table,
-            "FaissHnswIndex.build": FaissHnswIndex.build}
+            "FaissHnswIndex.build": FaissHnswIndex.build,
+            "project_record": projection.project_record}
 
 
 def source_hashes() -> dict[str, str]:
@@ -151,6 +154,10 @@ def install() -> bool:
             build(self, seg, spec)  # loads a saved graph, else builds it
 
         collection.Collection._build_or_load_segment_index = build_or_load_segment_index
+        from index.milvus.lite import projection as lite_projection
+
+        lite_projection.ORIGINAL["project_record"] = targets["project_record"]
+        collection.project_record = lite_projection.project_record  # its search's, by name
         _install_writes(targets)
         _install_graphs()
         _state["installed"] = True
@@ -256,6 +263,7 @@ def uninstall() -> None:
             collection.Collection._search_sparse = originals["Collection._search_sparse"]
             collection.Collection._build_or_load_segment_index = originals[
                 "Collection._build_or_load_segment_index"]
+            collection.project_record = originals["project_record"]
             from milvus_lite.schema import validation
             from milvus_lite.storage import memtable
 
