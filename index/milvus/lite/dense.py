@@ -278,7 +278,7 @@ def _cells(table: Any, cols: Sequence[str], rows: Sequence[int]) -> list[dict]:
 
 
 def _vector(cell: Any) -> Any:
-    """A fixed-size-list cell as :func:`_vectors` gives it: a numpy row (a copy), or None."""
+    """A fixed-size-list cell with :data:`NUMPY_VECTORS`: a numpy row (a copy), None if null."""
     return cell.values.to_numpy(zero_copy_only=False).copy() if cell.is_valid else None
 
 
@@ -286,8 +286,7 @@ def _vectors(arr: Any) -> list[Any]:
     """A fixed-size-list column's values with :data:`NUMPY_VECTORS`: a numpy row each (a
     copy), None where null."""
     if arr.null_count:
-        return [v.values.to_numpy(zero_copy_only=False).copy() if v.is_valid else None
-                for v in arr]
+        return [_vector(v) for v in arr]
     flat = arr.flatten().to_numpy(zero_copy_only=False)
     return list(flat.reshape(len(arr), arr.type.list_size).copy())
 
