@@ -218,11 +218,13 @@ def build_later(col: Any, reason: str = "after the load") -> None:
         col._qkv_build_later = False
         if col._load_state == "loaded":
             col._qkv_after_load = True  # segments of LOADED_HNSW_MIN_ROWS get theirs too
+            began = time.monotonic()
             try:
                 built = col._ensure_loaded_segments_indexed()
             finally:
                 col._qkv_after_load = False
-            log.info("Milvus Lite: built %d segment graphs %s", built, reason)
+            log.info("Milvus Lite: built %d segment graphs %s in %.1f s", built, reason,
+                     time.monotonic() - began)
 
     col._bg_executor.submit(when_loaded)
 
