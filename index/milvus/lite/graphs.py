@@ -14,7 +14,7 @@ so a hit's distance is what it was, and what relevance and calibration read. Onl
 ranking inside one segment's candidates comes from the approximate products, as the graph
 already chose them approximately.
 
-The links are chosen in fewer dimensions (:func:`link_dims`): where a segment's vectors
+The links are chosen in fewer dimensions (:func:`link_basis`): where a segment's vectors
 keep most of their energy in their top principal directions, as the shipped encoder's do
 (89 % in 128 of its 256), the graph is built over their projection onto those directions
 (uncentred, so inner products are kept, not distances to a mean), and its links are then
@@ -81,18 +81,12 @@ def build(cls: Any, vectors: np.ndarray, metric: str, params: dict | None = None
     return cls(index, metric, n, dim)
 
 
-def link_dims(vectors: np.ndarray) -> int:
-    """How many dimensions a graph of ``vectors`` chooses its links in (see the module
-    docstring): fewer than theirs only where :data:`LINK_ENERGY` of their energy lies in
-    at most :data:`LINK_MAX_SHARE` of them."""
-    basis = link_basis(vectors)
-    return int(vectors.shape[1]) if basis is None else int(basis.shape[1])
-
-
 def link_basis(vectors: np.ndarray) -> np.ndarray | None:
     """The (dim, d) orthonormal basis a graph's links are chosen in: the top ``d`` principal
     directions of ``vectors`` (uncentred: of their second moments, so the projections'
-    inner products approximate theirs), from every fourth row; None: the full dimensions."""
+    inner products approximate theirs), from every fourth row; None: the full dimensions,
+    where :data:`LINK_ENERGY` of their energy needs more than :data:`LINK_MAX_SHARE` of
+    them, or the segment is smaller than :data:`LINK_MIN_ROWS`."""
     n, dim = int(vectors.shape[0]), int(vectors.shape[1])
     if n < LINK_MIN_ROWS:
         return None
