@@ -175,15 +175,27 @@ def train(cfg: RerankTrainConfig, on_save: Callable[[Path, int], None] | None = 
         if on_save is not None:
             on_save(out, step)
 
-    t_loop = time.time()
+    t_loop = t_probe = time.time()
     for step in range(start, cfg.steps):
         if step >= steps:
             break
-        if cfg.budget_s is not None and step == start + PROBE:  # cut the schedule to fit
-            rate = (time.time() - t_loop) / PROBE
+        if cfg.budget_s is not None and step >= start + PROBE and (step - start) % PROBE == 0:
+            # cut the schedule to fit, re-read every PROBE steps: the first steps (a GPU's
+            # warm-up) run far slower than the rest, and one early reading ended a run at a
+            # fraction of its budget
+            if step == start + PROBE:
+                t_probe = time.time()
+                rate = (t_probe - t_loop) / PROBE
+            else:
+                rate = (time.time() - t_probe) / (step - start - PROBE)
             left = cfg.budget_s - (time.time() - t_start)
-            steps = min(cfg.steps, step + max(0, int(left / rate)))
-            log.info("time budget %.0f s: %d steps at %.2f s a step", cfg.budget_s, steps, rate)
+            fit = min(cfg.steps, step + max(0, int(left / rate)))
+            if step == start + PROBE or (step - start) % (PROBE * 40) == 0:
+                log.info("time budget %.0f s: %d steps at %.3f s a step", cfg.budget_s, fit,
+                         rate)
+            steps = max(fit, step)
+            if step >= steps:
+                break
         for g, scale in zip(opt.param_groups, (1.0, cfg.head_lr_scale), strict=True):
             g["lr"] = cfg.lr * scale * lr_scale(step, steps, cfg.warmup_steps)
         loss, acc = group_loss(scorer, batch_of(examples, step, cfg, scorer.vocab), device)

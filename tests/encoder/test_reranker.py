@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import random
+import time
 from pathlib import Path
 
 import numpy as np
@@ -120,6 +121,36 @@ def test_a_time_budget_ends_the_run_with_a_checkpoint(tiny_encoder_dir: Path,
     train(cfg)
     step = json.loads((tmp_path / "run/config.json").read_text())["training"]["step"]
     assert 5 <= step < 100_000
+
+
+def test_a_time_budget_is_spent_when_the_first_steps_ran_slow(
+        tiny_encoder_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A GPU's first steps (its warm-up) run far slower than the rest: the budget is re-read
+    as the run goes, so the run still lasts about its budget (one reading after the first
+    steps ended it at a fraction)."""
+    import encoder.rerank_train as rt
+
+    calls = {"n": 0}
+    real = rt.group_loss
+
+    def slow_start(*args, **kwargs):  # type: ignore[no-untyped-def]
+        calls["n"] += 1
+        if calls["n"] <= rt.PROBE:
+            time.sleep(0.5)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(rt, "group_loss", slow_start)
+    train_file = _examples(tmp_path / "train.jsonl", 50, seed=3)
+    budget = 6.0
+    cfg = RerankTrainConfig(str(train_file), str(tmp_path / "run"), str(tiny_encoder_dir),
+                            steps=100_000, queries=4, negatives=2, device="cpu",
+                            budget_s=budget, checkpoint_every_s=1e9)
+    t0 = time.time()
+    train(cfg)
+    took = time.time() - t0
+    step = json.loads((tmp_path / "run/config.json").read_text())["training"]["step"]
+    assert took >= 0.75 * budget, (took, step)
+    assert step > 10 * rt.PROBE, step
 
 
 def test_examples_leave_held_out_texts_out(data_dir: Path, tmp_path: Path) -> None:
