@@ -11,8 +11,8 @@ The network starts from an encoder checkpoint (the shipped one by default) with 
 the head learns at ten times the network's rate. Seeded (a step's batch is a function of
 the seed and the step); ``out/last`` holds the state every ``checkpoint_every_s`` seconds
 (fp32 with the optimiser, safetensors as the encoder's training writes it: a stopped run
-resumes from it), and ``out`` the reranker each time
-as well (fp16), so a run cut short (a GPU lease that ends) still leaves the best so far.
+resumes from it), and ``out`` the reranker each time as well (fp16, 8-bit embedding
+tables), so a run cut short (a GPU lease that ends) still leaves the best so far.
 A time budget (``budget_s``) ends the run where the time runs out, the schedule cut to fit.
 """
 
@@ -170,7 +170,10 @@ def train(cfg: RerankTrainConfig, on_save: Callable[[Path, int], None] | None = 
                               "seconds": round(time.time() - t_start, 1),
                               "device": str(device), "history": history[-20:]},
                  "kind": "reranker"}
-        save(scorer, tokenizer, out, extra, precision="fp16", pair_tokens=cfg.max_tokens,
+        # fp16 with 8-bit embedding tables, as shipped: the match-marked table is twice the
+        # encoder's, and at fp16 the weights (23 MB) would not come back from a lent GPU
+        # (16 MiB a file)
+        save(scorer, tokenizer, out, extra, precision="fp16+q8", pair_tokens=cfg.max_tokens,
              query_tokens=cfg.query_tokens)
         if on_save is not None:
             on_save(out, step)

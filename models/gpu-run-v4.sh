@@ -21,7 +21,14 @@
 #        in the mixture from the start (CoSENT, weight GRADED_WEIGHT) and the 3,600-step
 #        schedule run to its end unless ENC_BUDGET_S cuts it (v3 stopped at step 3,000);
 #      - the reranker (match-marked pairs), from the shipped encoder, until RR_BUDGET_S.
-#      Every SNAPSHOT_S seconds the newest of each is copied to $OUT at fp16 (v4/, reranker/).
+#      Every SNAPSHOT_S seconds the newest of each is copied to $OUT: v4/ at fp16, reranker/ at
+#      fp16 with 8-bit tables (its match-marked table is twice the encoder's: 23 MB at fp16,
+#      over the 16 MiB a returned file may hold).
+#      Size: by 2026-12-04 the checkout was 39.0 MB and the bundle with graded.jsonl 30.3 MB,
+#      over one call's 64 MiB; the decoder (13.2 MB) is not needed here, so it was left out
+#      of that call's copy by taking it out of git's index for the call alone (the files stay):
+#        git rm -r -q --cached models/decoder-en-fr; echo /models/decoder-en-fr/ >> .git/info/exclude
+#      and after it: git reset -q -- models/decoder-en-fr, the exclude line removed.
 #   3. Rehearse on the CPU at a tiny scale, end to end (tests/encoder/test_gpu_kit.py does):
 #        TINY=1 DATA=<a small data dir> WORK=/tmp/kit OUT=/tmp/kit/out \
 #          bash models/gpu-run-v4.sh prepare run
@@ -82,7 +89,7 @@ os.remove(sys.argv[1])' "$WORK/rerank.jsonl"
     "$WORK/rerank.jsonl.xz with PARTS=reranker in another (64 MiB a call, the checkout in it)"
 }
 
-snapshot() {  # the newest of each run, at fp16, into $OUT (a run may be cut off any time)
+snapshot() {  # the newest of each run into $OUT (a run may be cut off any time)
   mkdir -p "$OUT"
   local src="$RUN/v4/last"  # a finished run's own checkpoint beside last/ comes first
   [ -f "$RUN/v4/model.safetensors" ] && src="$RUN/v4"

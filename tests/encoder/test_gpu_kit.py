@@ -32,9 +32,9 @@ def test_the_kit_runs_end_to_end_at_a_tiny_scale(data_dir: Path, tmp_path: Path)
     training = meta["training"]
     assert training["graded_weight"] > 0 and training["graded"].endswith("graded.jsonl")
     assert "steps_per_second" in training  # the finished run's own checkpoint, not last/
-    for d in ("v4", "reranker"):
+    for d, precision in (("v4", "fp16"), ("reranker", "fp16+q8")):
         with safe_open(str(out / d / "model.safetensors"), "pt") as f:
-            assert f.metadata()["qkv_precision"] == "fp16"
+            assert f.metadata()["qkv_precision"] == precision
     v4 = encoder.load(out / "v4", device="cpu")
     assert v4.encode(["a dog"]).shape == (1, v4.dim)
     rr = reranker.load(out / "reranker", device="cpu")
