@@ -34,7 +34,7 @@ browser:
 test: $(STAMP) browser
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/mypy
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q --durations=30
 
 # The long crash, fault and load runs (marked `long`), which `make test` leaves out to stay
 # under 40 minutes on 2 cores: Ray's fault runs, kill -9, full disks, the fuzz pass
