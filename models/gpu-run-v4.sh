@@ -3,7 +3,7 @@
 # minutes of one lent GPU (two calls, below), each leaving fp16 checkpoints in $OUT every
 # few minutes, so a lease that ends early still returns the best so far.
 #
-#   1. On the CPU, before the lease (23 min here on 2 cores; each part skipped where done):
+#   1. On the CPU, before the lease (17-23 min on 2 cores; each part skipped where done):
 #        DATA=../shared/data bash models/gpu-run-v4.sh prepare
 #      writes $WORK (.gpu/v4): the bundle as v3's step 2 builds it (the dev collections held
 #      out, models/train-encoder-v3.sh), STS-B's and SICK's train pairs with their scores
@@ -11,9 +11,13 @@
 #      held out, xz); then prints what to carry.
 #   2. On the GPU, with the image's packages alone (models/gpu_train.py, not `qkv`, which
 #      needs the stores' wheels):  WORK=.gpu/v4 OUT=$OUT bash models/gpu-run-v4.sh run
-#      The checkout (38.5 MB) and the bundle (28 MB) fill one call's 64 MiB, so a lease takes
-#      two calls: the first carries .gpu/v4/bundle and .gpu/v4/graded.jsonl with
-#      PARTS=encoder, the second .gpu/v4/rerank.jsonl.xz (18 MB) with PARTS=reranker; where
+#      The checkout (39.0 MB on 2026-12-04) and the bundle with graded.jsonl (30.3 MB) are
+#      over one call's 64 MiB (see "Size" below), so a lease takes two calls, the second
+#      while the machine is still warm (30 s): the first carries .gpu/v4/bundle and
+#      .gpu/v4/graded.jsonl with PARTS=encoder (ENC_BUDGET_S=420: 3,600 steps ran at 10.7 a
+#      second for v3), the second .gpu/v4/rerank.jsonl.xz (17.9 MB) with PARTS=reranker
+#      and RR_BUDGET_S set from the device time left (status: budget_left_s less about 90 s
+#      for the transfers and the final save); where
 #      both are carried (PARTS="encoder reranker", the default) they train side by side:
 #      - v4: v3's recipe (lexical share 0.30, lr 1e-3, warm-up 300, mining from 30 %) with
 #        batches of 1,024 (the arm the ablation favoured: larger batches lost in the same
@@ -32,6 +36,12 @@
 #   3. Rehearse on the CPU at a tiny scale, end to end (tests/encoder/test_gpu_kit.py does):
 #        TINY=1 DATA=<a small data dir> WORK=/tmp/kit OUT=/tmp/kit/out \
 #          bash models/gpu-run-v4.sh prepare run
+#      and at full scale for a few steps (PARTS=encoder, then reranker, ENC_BUDGET_S=100,
+#      RR_BUDGET_S=90, on the CPU): on 2026-12-04 the encoder tokenised the bundle's
+#      1,154,248 texts in 71 s and ran its first steps with the graded pairs; the reranker
+#      read its 41,844 examples and saved at step 5. That rehearsal found two faults, mended
+#      before a GPU was asked for: the reranker's file too big to come back at fp16, and its
+#      time budget read once after five (warm-up) steps.
 # Then score on dev only: python bench/encoder_dev.py ... $OUT/v4 and
 # python bench/rerank.py --data ../shared/data --reranker $OUT/reranker.
 set -euo pipefail
@@ -130,9 +140,12 @@ with lzma.open(sys.argv[1] + ".xz", "rb") as f, open(sys.argv[1], "wb") as g:
     pids+=($!)
   fi
   trap 'kill "${pids[@]}" 2>/dev/null; snapshot; exit 124' TERM INT
-  local alive=1
+  # poll every few seconds, snapshot every SNAPSHOT_S: a lease's time counts while it idles,
+  # so the run returns as soon as its trainings end, not at the next snapshot
+  local alive=1 since=$SECONDS
   while [ "$alive" = 1 ]; do
-    sleep "$SNAPSHOT_S"; snapshot
+    sleep 2
+    if [ $((SECONDS - since)) -ge "$SNAPSHOT_S" ]; then snapshot; since=$SECONDS; fi
     alive=0; for p in "${pids[@]}"; do kill -0 "$p" 2>/dev/null && alive=1; done
   done
   local status=0
