@@ -18,6 +18,7 @@ import uuid
 from pathlib import Path
 from typing import Any
 
+import pytest
 from conftest import MakeClient
 
 from api.access import required_scope
@@ -94,6 +95,8 @@ def _counts(obj: Any) -> list[int]:
     return []
 
 
+@pytest.mark.parametrize("store_uri", ["lite-file", pytest.param(
+    "milvus-2.3.5", marks=pytest.mark.long)], indirect=True)  # make test: 40 min on 2 cores
 def test_no_key_reaches_past_its_scope_or_tenant(make_client: MakeClient, store_uri: str,
                                                  tmp_path: Path) -> None:
     mt = f"fz_{uuid.uuid4().hex[:8]}"

@@ -86,6 +86,8 @@ def served(store_uri: str, tiny_encoder_dir: Path) -> Iterator[str]:
     thread.join(60)
 
 
+@pytest.mark.parametrize("store_uri", ["lite-file", pytest.param(
+    "milvus-2.3.5", marks=pytest.mark.long)], indirect=True)  # make test: 40 min on 2 cores
 def test_reindex_under_an_alias_fails_no_query(served: str, store_uri: str,
                                                tiny_encoder_dir: Path, tmp_path: Path) -> None:
     tag = uuid.uuid4().hex[:8]

@@ -28,7 +28,8 @@ DOCS = [
 STORE_TIMEOUT_S = 5.0
 RECOVERY_S = 120.0  # Milvus reloads the collection after a restart; slow on 2 busy cores
 
-pytestmark = pytest.mark.slow
+# a fault run of most of a minute: make test-long (make test stays under 40 minutes)
+pytestmark = [pytest.mark.slow, pytest.mark.long]
 
 
 @pytest.fixture

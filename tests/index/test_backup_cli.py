@@ -9,6 +9,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from index import FaissStore, MilvusStore
 from index.store import EncoderInfo, Item
 
@@ -133,6 +135,7 @@ def test_export_reads_a_collection_out_whole_and_back_in(tmp_path: Path,
     assert not (tmp_path / "x.jsonl").exists() and not (tmp_path / "x.csv").exists()
 
 
+@pytest.mark.long  # make test-long: the bucket's S3 server; the local backups stay in make test
 def test_backup_to_a_bucket_and_restore_from_it(tmp_path: Path, tiny_model_dir: Path) -> None:
     """``--to s3://BUCKET/PREFIX`` on a real S3 API (moto's server): the parts under the
     backup's id and the manifest put last; a second backup removes the first's parts; a

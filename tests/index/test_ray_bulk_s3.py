@@ -55,6 +55,8 @@ def objects(endpoint: str, prefix: str) -> dict[str, int]:
 
 
 @pytest.mark.slow
+@pytest.mark.long  # make test-long: most of a minute; test_ray_bulk.py's local
+# bulk import stays in make test
 def test_bulk_import_from_the_servers_bucket(tmp_path: Path, tiny_model_dir: Path,
                                              s3_milvus: tuple[str, str]) -> None:
     from test_index_cli import write_corpus
