@@ -223,8 +223,9 @@ def build_later(col: Any, reason: str = "after the load") -> None:
                 built = col._ensure_loaded_segments_indexed()
             finally:
                 col._qkv_after_load = False
-            log.info("Milvus Lite: built %d segment graphs %s in %.1f s", built, reason,
-                     time.monotonic() - began)
+            # Lite counts each segment's indexes, the HNSW graph and the BM25 one
+            log.info("Milvus Lite: built %d segment indexes (HNSW graphs, BM25) %s in %.1f s",
+                     built, reason, time.monotonic() - began)
 
     col._bg_executor.submit(when_loaded)
 
