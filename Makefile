@@ -37,7 +37,8 @@ test: $(STAMP) browser
 	$(PY) -m pytest -q --durations=30
 
 # The long crash, fault and load runs (marked `long`), which `make test` leaves out to stay
-# under 40 minutes on 2 cores: Ray's fault runs, kill -9, full disks, the fuzz pass
+# under 40 minutes on 2 cores: Ray's fault runs, kill -9, full disks, a store outage, the
+# fuzz pass, the S3-bucket runs, and the Milvus-server twins of some API runs
 test-long: $(STAMP) browser
 	$(PY) -m pytest -q -m long
 

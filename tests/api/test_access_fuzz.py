@@ -95,8 +95,9 @@ def _counts(obj: Any) -> list[int]:
     return []
 
 
+# the server's run is most of a minute: make test-long (make test stays under 40 minutes)
 @pytest.mark.parametrize("store_uri", ["lite-file", pytest.param(
-    "milvus-2.3.5", marks=pytest.mark.long)], indirect=True)  # make test: 40 min on 2 cores
+    "milvus-2.3.5", marks=pytest.mark.long)], indirect=True)
 def test_no_key_reaches_past_its_scope_or_tenant(make_client: MakeClient, store_uri: str,
                                                  tmp_path: Path) -> None:
     mt = f"fz_{uuid.uuid4().hex[:8]}"

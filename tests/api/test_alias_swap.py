@@ -86,8 +86,9 @@ def served(store_uri: str, tiny_encoder_dir: Path) -> Iterator[str]:
     thread.join(60)
 
 
+# the server's run is most of a minute: make test-long (make test stays under 40 minutes)
 @pytest.mark.parametrize("store_uri", ["lite-file", pytest.param(
-    "milvus-2.3.5", marks=pytest.mark.long)], indirect=True)  # make test: 40 min on 2 cores
+    "milvus-2.3.5", marks=pytest.mark.long)], indirect=True)
 def test_reindex_under_an_alias_fails_no_query(served: str, store_uri: str,
                                                tiny_encoder_dir: Path, tmp_path: Path) -> None:
     tag = uuid.uuid4().hex[:8]

@@ -141,7 +141,7 @@ def test_a_time_budget_is_spent_when_the_first_steps_ran_slow(
 
     monkeypatch.setattr(rt, "group_loss", slow_start)
     train_file = _examples(tmp_path / "train.jsonl", 50, seed=3)
-    budget = 6.0
+    budget = 8.0
     cfg = RerankTrainConfig(str(train_file), str(tmp_path / "run"), str(tiny_encoder_dir),
                             steps=100_000, queries=4, negatives=2, device="cpu",
                             budget_s=budget, checkpoint_every_s=1e9)
@@ -149,8 +149,8 @@ def test_a_time_budget_is_spent_when_the_first_steps_ran_slow(
     train(cfg)
     took = time.time() - t0
     step = json.loads((tmp_path / "run/config.json").read_text())["training"]["step"]
-    assert took >= 0.75 * budget, (took, step)
-    assert step > 10 * rt.PROBE, step
+    assert took >= 0.8 * budget, (took, step)  # one early reading: about half of it
+    assert step > 4 * rt.PROBE, step  # one early reading stopped near 2 * PROBE
 
 
 def test_examples_leave_held_out_texts_out(data_dir: Path, tmp_path: Path) -> None:
