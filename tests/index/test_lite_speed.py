@@ -7,6 +7,7 @@ with the same fields, BM25 scores to the last bit, inner products to float32 rou
 
 from __future__ import annotations
 
+import json
 import os
 import random
 from collections.abc import Callable, Iterator
@@ -280,3 +281,62 @@ def test_a_hits_projection_equals_lites_own() -> None:
     # only the records with a dynamic field or $meta were passed on to Lite's own
     assert len(passed_on) == 2 * 3 * 7 * 3
     assert all({"$meta", "colour", "extra"} & set(r) for r in passed_on)
+
+
+def test_a_filter_evaluated_on_its_columns_equals_lites_own() -> None:
+    """lite.filters.evaluate_python gives Lite's mask for every kind of expression, and
+    hands Lite's own only the columns the expression reads (never the vectors)."""
+    from milvus_lite.schema.types import CollectionSchema, DataType, FieldSchema
+    from milvus_lite.search.filter import compile_filter
+    from milvus_lite.search.filter.eval import python_backend
+
+    from index.milvus.lite import filters as lite_filters
+
+    own = lite_filters.ORIGINAL.get("evaluate_python") or python_backend.evaluate_python
+    assert own is not lite_filters.evaluate_python
+    fields = [FieldSchema("id", DataType.VARCHAR, is_primary=True, max_length=64),
+              FieldSchema("vector", DataType.FLOAT_VECTOR, dim=4),
+              FieldSchema("text", DataType.VARCHAR, max_length=64),
+              FieldSchema("n", DataType.INT64),
+              FieldSchema("metadata", DataType.JSON)]
+    schema = CollectionSchema(fields=fields, enable_dynamic_field=True)
+    rng = random.Random(0)
+    metas = [None, {}, {"lang": "en"}, {"lang": "fr", "_qkv_p": ["a", "s", 1, 0, 5]},
+             {"tags": ["x", "y"]}, {"lang": None}, {"nested": {"lang": "en"}},
+             {"lang": "en", "n": 3}]
+    rows = [{"id": f"d{i}", "vector": [rng.random() for _ in range(4)],
+             "text": rng.choice(WORDS), "n": i,
+             "metadata": None if (m := rng.choice(metas)) is None else json.dumps(m),
+             "$meta": rng.choice([None, '{"colour": "red"}', '{"colour": "blue"}'])}
+            for i in range(200)]
+    table = pa.Table.from_pylist(rows)
+    exprs = ['not (exists metadata["_qkv_p"])', 'exists metadata["lang"]',
+             'metadata["lang"] == "en"', '(not (exists metadata["lang"])) or '
+             '(metadata["lang"] != "en")', 'metadata["lang"] == "en" and n > 50',
+             'array_contains(metadata["tags"], "x")', 'metadata["nested"]["lang"] == "en"',
+             'id like "d1%" or metadata["lang"] == "fr"', 'colour == "red" or '
+             'metadata["lang"] == "fr"', 'text == "dog" and exists metadata["lang"]']
+    passed: list[list[str]] = []
+
+    def counted(compiled: Any, data: Any) -> Any:
+        passed.append(list(data.column_names))
+        return own(compiled, data)
+
+    saved = lite_filters.ORIGINAL.get("evaluate_python")
+    lite_filters.ORIGINAL["evaluate_python"] = counted
+    try:
+        for expr in exprs:
+            compiled = compile_filter(expr, schema)
+            for data in (table, table.to_batches(max_chunksize=64)[1]):
+                want = own(compiled, data).to_pylist()
+                got = lite_filters.evaluate_python(compiled, data).to_pylist()
+                assert got == want, expr
+                assert any(want) and not all(want), expr  # a filter that tells rows apart
+    finally:
+        if saved is None:
+            lite_filters.ORIGINAL.pop("evaluate_python")
+        else:
+            lite_filters.ORIGINAL["evaluate_python"] = saved
+    assert len(passed) == 2 * len(exprs)
+    assert not any("vector" in cols for cols in passed)
+    assert ["metadata"] in passed and ["$meta", "metadata"] in [sorted(c) for c in passed]

@@ -11,8 +11,9 @@ same two search paths with visibility cached per generation of segments
 their results are Lite's own (a test holds them so on random workloads: the same hits
 in the same order, BM25 scores to the last bit, inner products to float32 rounding). They are
 written to go upstream as they are. Lite's write path loses two per-value Python loops
-too (:mod:`index.milvus.lite.writes`), and a hit's projection its scans of the schema
-(:mod:`index.milvus.lite.projection`), with the same results.
+too (:mod:`index.milvus.lite.writes`), a hit's projection its scans of the schema
+(:mod:`index.milvus.lite.projection`), and a filter on a JSON path the conversion of the
+columns it does not read (:mod:`index.milvus.lite.filters`), with the same results.
 
 They replace Lite's functions only when the installed Lite is the one they were copied
 from (the replaced functions' source hashes to what is recorded here): any other version
@@ -47,6 +48,7 @@ KNOWN_SOURCES = {
         "6a7d20cc7bdddb80d4cfb22873c77ead82e6b94c1ef6cbf04a3a2db477c70b76",
     "FaissHnswIndex.build": "f9f8f677eb7a79f8c72220166bc7ce630af70e3d21ae8ae90ad3b9caaa153372",
     "project_record": "1a05f13dfb2f8d56af9bd49eaa301091ee2b5a2c6334b65c91bf3c127a1bb337",
+    "evaluate_python": "4be0aee27efc870edc0c133586ee69ac49498beab255cf9eaf44e36acfb63878",
 }
 # A segment smaller than this gets no HNSW graph and is searched exactly by brute force
 # (about 3 ms at 50,000 rows, 256 dims, 2 cores): Lite merges small segments into larger
@@ -79,6 +81,7 @@ def _targets() -> dict[str, Any]:
     from milvus_lite.index.faiss_hnsw import FaissHnswIndex
     from milvus_lite.schema import validation
     from milvus_lite.search import executor_indexed
+    from milvus_lite.search.filter.eval import python_backend
     from milvus_lite.storage import memtable
 
     return {"execute_search_with_index": executor_indexed.execute_search_with_index,
@@ -89,7 +92,8 @@ def _targets() -> dict[str, Any]:
             "_find_float_vector": validation._find_float_vector,
             "MemTable._build_data_table": memtable.MemTable._build_data_table,
             "FaissHnswIndex.build": FaissHnswIndex.build,
-            "project_record": projection.project_record}
+            "project_record": projection.project_record,
+            "evaluate_python": python_backend.evaluate_python}
 
 
 def source_hashes() -> dict[str, str]:
@@ -160,6 +164,7 @@ def install() -> bool:
         collection.project_record = lite_projection.project_record  # its search's, by name
         _install_writes(targets)
         _install_graphs()
+        _install_filters(targets)
         _state["installed"] = True
         log.info("Milvus Lite: fast search paths installed")
         return True
@@ -190,6 +195,19 @@ def _install_graphs() -> None:
 
     lite_graphs.ORIGINAL["build"] = FaissHnswIndex.__dict__["build"]
     FaissHnswIndex.build = classmethod(lite_graphs.build)  # type: ignore[method-assign,assignment]
+
+
+def _install_filters(targets: dict[str, Any]) -> None:
+    """Lite's row-by-row filters on the columns they read (:mod:`index.milvus.lite.filters`):
+    its dispatcher's name and the module's (its hybrid backend's fallback imports it)."""
+    from milvus_lite.search.filter import eval as filter_eval
+    from milvus_lite.search.filter.eval import python_backend
+
+    from index.milvus.lite import filters as lite_filters
+
+    lite_filters.ORIGINAL["evaluate_python"] = targets["evaluate_python"]
+    filter_eval.evaluate_python = lite_filters.evaluate_python
+    python_backend.evaluate_python = lite_filters.evaluate_python
 
 
 def build_later(col: Any, reason: str = "after the load") -> None:
@@ -279,6 +297,11 @@ def uninstall() -> None:
 
             if "build" in lite_graphs.ORIGINAL:
                 FaissHnswIndex.build = lite_graphs.ORIGINAL.pop("build")
+            from milvus_lite.search.filter import eval as filter_eval
+            from milvus_lite.search.filter.eval import python_backend
+
+            filter_eval.evaluate_python = originals["evaluate_python"]
+            python_backend.evaluate_python = originals["evaluate_python"]
         _state["installed"] = None
 
 
