@@ -40,10 +40,20 @@ def error_bodies_name_no_path() -> Iterator[None]:
 
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    workeroutput = getattr(session.config, "workeroutput", None)
+    if workeroutput is not None:  # a pytest-xdist worker: its controller reports them
+        workeroutput["path_leaks"] = list(error_paths.leaks)
+        return
     if error_paths.leaks:  # also those a client thread swallowed
         print(f"\n{len(error_paths.leaks)} error answers named a server path:",
               *error_paths.leaks[:5], sep="\n")
         session.exitstatus = 1
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_testnodedown(node: object, error: object) -> None:
+    """pytest-xdist's controller: a worker's leaks, for its session's end above."""
+    error_paths.leaks.extend(getattr(node, "workeroutput", {}).get("path_leaks", []))
 
 
 @pytest.fixture(scope="session")

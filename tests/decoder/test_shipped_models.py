@@ -114,13 +114,13 @@ def test_memory_can_be_the_services_jsonl(memory: tuple[Path, Path], tmp_path: P
     assert "femme" in from_files[0]
 
 
-def test_a_bad_memory_row_is_a_clear_error(tmp_path: Path) -> None:
-    bad = tmp_path / "tm.jsonl"
-    bad.write_text('{"text": "A dog.", "value": "Un chien."}\n{"text": "A cat."}\n')
-    inp = tmp_path / "in.en"
-    inp.write_text("A dog.\n")
-    result = CliRunner().invoke(app, ["translate", "--model", str(MODEL), "--input", str(inp),
-                                      "--output", str(tmp_path / "o"), "--memory", str(bad),
-                                      "--k", "2"])
+def test_a_bad_memory_row_is_a_clear_error(tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+                                           ) -> None:
+    # relative paths: the error's box wraps a long one (a worker's tmp_path) mid-name
+    monkeypatch.chdir(tmp_path)
+    Path("tm.jsonl").write_text('{"text": "A dog.", "value": "Un chien."}\n{"text": "A cat."}\n')
+    Path("in.en").write_text("A dog.\n")
+    result = CliRunner().invoke(app, ["translate", "--model", str(MODEL), "--input", "in.en",
+                                      "--output", "o", "--memory", "tm.jsonl", "--k", "2"])
     assert result.exit_code == 2 and "tm.jsonl:2" in result.output
     assert not (tmp_path / "o").exists()
