@@ -28,6 +28,14 @@ query's terms are scattered over BM25's best texts and how the encoder pools it
 (:mod:`index.hybrid.relevance`), alone, with the overlap, and with all the others: the
 worst dev collection 0.970–0.986 × BM25 left out, against 0.987 × for the collection's
 weight; the means 1.076–1.094 × against 1.094 ×.
+
+Tried and not kept (2026-12-04, a throwaway script on the cached lists): a choice of form
+rather than of weight, BM25's best text put first when it holds every term of the query
+and leads the second by a margin of 5–50 % of its score (the rest fused at the
+collection's weight): the worst dev collection 0.987–0.988 ×, the means 1.093–1.095 ×.
+The losses of the two worst (SciTLDR 0.987 ×, the tweets 0.994 ×) are first and second
+places swapped, in both directions (the tweets: 10 queries gained so, 9 lost), at BM25
+margins of a few per cent, where neither list says which is right.
 """
 
 from __future__ import annotations
