@@ -43,7 +43,10 @@ def test_the_heap_is_frozen_while_an_app_serves_and_thawed_after(make_client: Ma
         garbage = [[]]
         garbage[0].append(garbage)  # a cycle made after startup: still collectable
         del garbage
-        assert gc.collect() >= 1 and gc.get_freeze_count() == frozen
+        assert gc.collect() >= 1
+        # still frozen: a thaw empties the frozen generation; a frozen object another
+        # test's thread lets go of meanwhile is freed from it (1,005,372 -> 1,005,370 once)
+        assert frozen - 100 <= gc.get_freeze_count() <= frozen
     finally:
         if was:
             gc.enable()
