@@ -340,8 +340,8 @@ def test_a_filter_on_a_json_field_equals_lites_own(mixed: bool) -> None:
     """lite.filters.evaluate_python gives the mask of Lite's own row-by-row evaluation for
     every kind of expression, on keys of one JSON type and of many, on tables and batches;
     it hands Lite's own only the columns the expression reads (never the vectors), and an
-    expression on the JSON field's top-level keys of one type not at all (the hybrid
-    backend answers it)."""
+    expression on the JSON field's top-level keys of one type not at all (it is evaluated
+    in Arrow)."""
     from milvus_lite.search.filter import compile_filter
     from milvus_lite.search.filter.eval import python_backend
 
@@ -377,7 +377,7 @@ def test_a_filter_on_a_json_field_equals_lites_own(mixed: bool) -> None:
     assert not any("vector" in cols for calls in passed.values() for cols in calls)
     assert ROW_BY_ROW | {'colour == "red" or metadata["lang"] == "fr"'} <= set(passed)
     assert passed['array_contains(metadata["tag"], "x")'][0] == ["metadata"]
-    if not mixed:  # one type a key: the hybrid backend, no row-by-row fallback
+    if not mixed:  # one type a key: evaluated in Arrow, not row by row
         assert {'metadata["lang"] == "en"', 'not (exists metadata["_qkv_p"])',
                 'metadata["k"] >= 2 and metadata["k"] < 7',
                 'metadata["lang"] == "en" and n > 50'}.isdisjoint(passed)
