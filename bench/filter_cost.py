@@ -39,19 +39,17 @@ SIZES = (10, 256, MAX_FILTER_TERMS)
 @contextmanager
 def evaluation(ours: bool) -> Iterator[None]:
     """Filters evaluated the installed way (``ours``), or by Lite's own evaluate_python."""
-    from milvus_lite.search.filter import eval as filter_eval
     from milvus_lite.search.filter.eval import python_backend
 
     from index.milvus.lite import filters as lite_filters
 
     installed = python_backend.evaluate_python
     if not ours:
-        own = lite_filters.ORIGINAL.get("evaluate_python", installed)
-        filter_eval.evaluate_python = python_backend.evaluate_python = own
+        lite_filters.bind(lite_filters.ORIGINAL.get("evaluate_python", installed))
     try:
         yield
     finally:
-        filter_eval.evaluate_python = python_backend.evaluate_python = installed
+        lite_filters.bind(installed)
 
 
 def main() -> None:

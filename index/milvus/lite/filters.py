@@ -39,6 +39,15 @@ from typing import Any
 ORIGINAL: dict[str, Any] = {}  # Lite's evaluate_python, set by speed.install
 
 
+def bind(evaluate: Any) -> None:
+    """Make ``evaluate`` Lite's ``evaluate_python``: its filter dispatcher's name and its
+    module's (the hybrid backend's fallback imports it from there when it runs)."""
+    from milvus_lite.search.filter import eval as filter_eval
+    from milvus_lite.search.filter.eval import python_backend
+
+    filter_eval.evaluate_python = python_backend.evaluate_python = evaluate
+
+
 def _columns(node: Any, out: set[str]) -> None:
     from milvus_lite.search.filter.ast import FieldRef, MetaAccess
 
@@ -151,7 +160,8 @@ def evaluate_python(compiled: Any, data: Any) -> Any:
 
         try:  # as Lite's hybrid backend does for a dynamic field's keys
             made = _key_columns(data.column(field), keys)
-            keep = [c for c in data.column_names if c in columns(ast)]
+            need = columns(ast)
+            keep = [c for c in data.column_names if c in need]
             table = pa.Table.from_arrays([*(data.column(c) for c in keep), *made.values()],
                                          names=[*keep, *made])
             return evaluate_arrow(dataclasses.replace(compiled, ast=ast, backend="arrow"),

@@ -12,8 +12,8 @@ their results are Lite's own (a test holds them so on random workloads: the same
 in the same order, BM25 scores to the last bit, inner products to float32 rounding). They are
 written to go upstream as they are. Lite's write path loses two per-value Python loops
 too (:mod:`index.milvus.lite.writes`), a hit's projection its scans of the schema
-(:mod:`index.milvus.lite.projection`), and a filter on a JSON path the conversion of the
-columns it does not read (:mod:`index.milvus.lite.filters`), with the same results.
+(:mod:`index.milvus.lite.projection`), and a filter on a JSON path its row-by-row Python
+(in Arrow where it can be, :mod:`index.milvus.lite.filters`), with the same results.
 
 They replace Lite's functions only when the installed Lite is the one they were copied
 from (the replaced functions' source hashes to what is recorded here): any other version
@@ -198,16 +198,12 @@ def _install_graphs() -> None:
 
 
 def _install_filters(targets: dict[str, Any]) -> None:
-    """Lite's row-by-row filters on the columns they read (:mod:`index.milvus.lite.filters`):
-    its dispatcher's name and the module's (its hybrid backend's fallback imports it)."""
-    from milvus_lite.search.filter import eval as filter_eval
-    from milvus_lite.search.filter.eval import python_backend
-
+    """Lite's filters on a JSON path in Arrow where they can be, else row by row on the
+    columns they read (:mod:`index.milvus.lite.filters`)."""
     from index.milvus.lite import filters as lite_filters
 
     lite_filters.ORIGINAL["evaluate_python"] = targets["evaluate_python"]
-    filter_eval.evaluate_python = lite_filters.evaluate_python
-    python_backend.evaluate_python = lite_filters.evaluate_python
+    lite_filters.bind(lite_filters.evaluate_python)
 
 
 def build_later(col: Any, reason: str = "after the load") -> None:
@@ -297,11 +293,9 @@ def uninstall() -> None:
 
             if "build" in lite_graphs.ORIGINAL:
                 FaissHnswIndex.build = lite_graphs.ORIGINAL.pop("build")
-            from milvus_lite.search.filter import eval as filter_eval
-            from milvus_lite.search.filter.eval import python_backend
+            from index.milvus.lite import filters as lite_filters
 
-            filter_eval.evaluate_python = originals["evaluate_python"]
-            python_backend.evaluate_python = originals["evaluate_python"]
+            lite_filters.bind(originals["evaluate_python"])
         _state["installed"] = None
 
 
