@@ -187,9 +187,17 @@ def split(text: str, settings: Settings, count: Count) -> list[Passage]:
     """Cut ``text`` into passages of at most ``settings.size`` tokens (``count`` gives the
     token counts of texts); their spans cover ``text``, in order. A text with nothing but
     whitespace is one passage."""
+    blocks = _layout(text, settings)
+    if isinstance(blocks, Passage):
+        return [blocks]
+    return _split_blocks(text, blocks, settings, count)
+
+
+def _layout(text: str, settings: Settings) -> Passage | list[_Block]:
+    """The text's one passage where it needs no counting, else its blocks (to count)."""
     blocks = _blocks(text)
     if not blocks:
-        return [Passage(0, len(text), text)]
+        return Passage(0, len(text), text)
     if len(blocks) == 1 and not blocks[0].heading and text.isascii() \
             and len(text) + 2 <= settings.size:
         # one paragraph that cannot hold more tokens than it has bytes, a prefix space and
@@ -197,8 +205,31 @@ def split(text: str, settings: Settings, count: Count) -> list[Passage]:
         # ASCII as it is) is one passage: what the counting path makes of it, without the tokenizer
         # (a translation memory's sentences, a caption: most short documents)
         body = text[blocks[0].start:blocks[0].end].strip()
-        return [Passage(0, len(text), body or text)]
-    return _split_blocks(text, blocks, settings, count)
+        return Passage(0, len(text), body or text)
+    return blocks
+
+
+class _Known:
+    """``count`` that answers texts counted before from memory: :func:`plan` counts every
+    document's blocks in one call. Called once a document (8,758 calls in 100,000 of
+    ``bench/ingest.py``'s documents) in a job's planning thread, beside the encoder's and the
+    store's threads, counting was 6.4 s of that thread's time in a ``qkv index`` of them
+    with a free encoder (py-spy, AVX2-only AMD EPYC): each call gives the GIL up to
+    tokenize and waits to take it back. Once a batch (75 calls): 0.5 s; the process's CPU
+    55.2 -> 54.0 s (one run each, throwaway)."""
+
+    def __init__(self, count: Count) -> None:
+        self.count = count
+        self.known: dict[str, int] = {}
+
+    def learn(self, texts: Sequence[str]) -> None:
+        new = [t for t in dict.fromkeys(texts) if t not in self.known]
+        if new:
+            self.known.update(zip(new, self.count(new), strict=True))
+
+    def __call__(self, texts: Sequence[str]) -> list[int]:
+        self.learn(texts)
+        return [self.known[t] for t in texts]
 
 
 def _split_blocks(text: str, blocks: list[_Block], settings: Settings, count: Count
@@ -344,9 +375,16 @@ def plan(docs: Sequence[tuple[str, str, str | None, dict[str, Any]]], settings: 
     passages; ``ValueError``/``OverflowError`` for a document a collection cannot take."""
     last = {d[0]: d for d in docs}
     p = Planned([], [], [], [], [], [])
-    for doc_id, text, value, meta in last.values():
+    for doc_id, text, _, meta in last.values():
         check_document(doc_id, text, meta)
-        parts = split(text, settings, count)
+    layouts = [_layout(d[1], settings) for d in last.values()]
+    known = _Known(count)
+    known.learn([text[b.start:b.end] for (_, text, _, _), blocks in zip(last.values(), layouts,
+                                                                        strict=True)
+                 if not isinstance(blocks, Passage) for b in blocks])
+    for (doc_id, text, value, meta), blocks in zip(last.values(), layouts, strict=True):
+        parts = [blocks] if isinstance(blocks, Passage) else \
+            _split_blocks(text, blocks, settings, known)
         p.ids.append(doc_id)
         p.texts.append(text)
         p.values.append(value)

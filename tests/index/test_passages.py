@@ -293,6 +293,29 @@ def test_a_short_ascii_paragraph_is_one_passage_without_the_tokenizer() -> None:
     assert all(n <= len(t) + 2 for t, n in zip(worst, count(worst), strict=True))
 
 
+def test_plan_counts_a_batch_of_documents_in_one_call_and_cuts_as_split_does() -> None:
+    """:func:`P.plan` counts the blocks of all its documents in one call (a call a document
+    gave up and took back the GIL each time in a bulk job's planning thread); the passages
+    are the ones :func:`P.split` cuts a document at a time. A paragraph over the size is
+    cut into sentences, counted in a call of its own."""
+    s = P.Settings(50, 8)
+    docs = {f"d{i}": document(i, paragraphs=3 + i % 4, size=30) for i in range(12)}
+    docs |= {"short": "a caption of a dog", "blank": "  \n\n ", "same": document(3, 6, 30)}
+    calls: list[int] = []
+
+    def counted(texts: Sequence[str]) -> list[int]:
+        calls.append(len(texts))
+        return words(texts)
+
+    planned = P.plan([(i, t, None, {}) for i, t in docs.items()], s, counted, None)
+    assert planned.passages == [P.split(t, s, words) for t in docs.values()]
+    blocks = {t[b.start:b.end] for d in docs.values() if d.strip() and d != "a caption of a dog"
+              for t in [d] for b in P._blocks(t)}
+    assert calls[0] == len(blocks) > len(docs)  # each block once, the repeated document's too
+    over = sum(1 for b in blocks if words([b])[0] > s.size)
+    assert over > 0 and len(calls) == 1 + over
+
+
 @pytest.mark.parametrize("seed", range(5))
 def test_a_documents_version_is_the_hash_of_its_json_as_before(seed: int) -> None:
     """:func:`P.version` writes the settings' and encoder's JSON once, not once a
