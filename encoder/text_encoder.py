@@ -27,6 +27,7 @@ log = logging.getLogger(__name__)
 # long-running process.
 PAD_MULTIPLE = 8
 ONNX_PAD_BUDGET = 10_000  # summed T² - L² of an onnx batch at d = 256 (_length_groups)
+CUT_ROWS = 1024  # texts whose batches' costs _cheapest_cut computes at once
 
 
 @dataclass(frozen=True)
@@ -348,7 +349,17 @@ def _length_groups(order: list[int], lengths: list[int], batch_size: int, d_mode
 def _cheapest_cut(order: list[int], lengths: list[int], batch_size: int, run_cost: float
                   ) -> list[list[int]]:
     """``order`` cut into consecutive batches of at most ``batch_size`` minimising
-    Σ (run_cost + Σ (T² - L²)) over the batches (T: a batch's first, longest, length)."""
+    Σ (run_cost + Σ (T² - L²)) over the batches (T: a batch's first, longest, length).
+
+    Dynamic programming over the texts: the best cut of the first j ends with a batch of
+    texts i..j-1, i within ``batch_size`` of j. What a batch costs apart from the best cut
+    before it is computed for :data:`CUT_ROWS` values of j at once; only the sum with the
+    cuts before it and its minimum are left to a step per text (a step per text of a
+    dozen numpy calls took 2.2 s of a ``qkv index`` of 100,000 documents, a py-spy
+    profile on the AVX2-only AMD EPYC). On ties the batch starting earliest wins, as
+    before; where the run cost is a whole number (the shipped encoder's, d = 256) every sum
+    is of integers, exact in float64, and the cut is the one a step per text made; else
+    one of the same cost up to rounding."""
     n = len(order)
     if n <= 1:  # nothing to cut (the API's batches of one)
         return [order] if n else []
@@ -356,11 +367,18 @@ def _cheapest_cut(order: list[int], lengths: list[int], batch_size: int, run_cos
     prefix = np.concatenate([[0.0], np.cumsum(sq)])
     best = np.zeros(n + 1)
     start = np.zeros(n + 1, dtype=np.int64)
-    for j in range(1, n + 1):  # the best cut of the first j texts
-        i = np.arange(max(0, j - batch_size), j)  # the last batch is texts i..j-1
-        cost = best[i] + run_cost + (j - i) * sq[i] - (prefix[j] - prefix[i])
-        k = int(np.argmin(cost))
-        best[j], start[j] = cost[k], i[k]
+    width = min(batch_size, n)
+    size = np.arange(width, 0, -1)  # the last batch's size, its first text i ascending
+    for a in range(1, n + 1, CUT_ROWS):
+        js = np.arange(a, min(n, a + CUT_ROWS - 1) + 1)
+        first = np.maximum(js[:, None] - size[None, :], 0)  # (rows, width): i, clipped
+        # the batch i..j-1's own cost (rows where j - size < 0 are cut off below)
+        own = run_cost + size[None, :] * sq[first] - (prefix[js][:, None] - prefix[first])
+        for r, j in enumerate(js.tolist()):
+            lo = j - width
+            cost = best[lo:j] + own[r] if lo >= 0 else best[:j] + own[r, -lo:]
+            k = int(cost.argmin())
+            best[j], start[j] = cost[k], max(lo, 0) + k
     groups: list[list[int]] = []
     j = n
     while j > 0:

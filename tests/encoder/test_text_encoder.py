@@ -168,3 +168,43 @@ def test_onnx_batches_split_where_padded_attention_would_cost_more_than_a_run() 
     assert cost(groups) <= min(cost([order]), cost([[i] for i in order]),
                                cost([order[:3], order[3:]]))  # the greedy cut's
     assert all(len(g) <= 4 for g in _length_groups(order, lengths, 4, 256, onnx=True))
+
+
+def test_the_cheapest_cut_is_the_cheapest_of_all_cuts() -> None:
+    """:func:`_cheapest_cut` against every cut of small batches (exhaustive) and, past
+    the rows it computes at once (``CUT_ROWS``), against the plain recursion in Python."""
+    import itertools
+    import random
+
+    from encoder.text_encoder import CUT_ROWS, _cheapest_cut
+
+    rng = random.Random(3)
+
+    def cost(cut: list[list[int]], lengths: list[int], run: float) -> float:
+        return sum(run + sum(lengths[g[0]] ** 2 - lengths[i] ** 2 for i in g) for g in cut)
+
+    for _ in range(200):
+        n, size = rng.randint(0, 9), rng.randint(1, 5)
+        lengths = [rng.randint(1, 60) for _ in range(n)]
+        order = sorted(range(n), key=lambda i: -lengths[i])
+        run = float(rng.choice([0, 50, 500, 5000]))
+        got = _cheapest_cut(order, lengths, size, run)
+        assert [i for g in got for i in g] == order and all(0 < len(g) <= size for g in got)
+        cuts = [[order[a:b] for a, b in zip((0, *ends), (*ends, n), strict=True)]
+                for k in range(n) for ends in itertools.combinations(range(1, n), k)]
+        least = min((cost(c, lengths, run) for c in cuts if all(len(g) <= size for g in c)),
+                    default=0.0)
+        assert cost(got, lengths, run) == least
+
+    n, size, run = CUT_ROWS * 2 + 77, 8, 20000.0  # batches of every size from 1 to 8
+    lengths = [rng.randint(1, 3000) for _ in range(n)]
+    order = sorted(range(n), key=lambda i: -lengths[i])
+    best = [0.0] + [float("inf")] * n
+    for j in range(1, n + 1):
+        for i in range(max(0, j - size), j):
+            t = lengths[order[i]] ** 2
+            best[j] = min(best[j], best[i] + run + sum(t - lengths[order[x]] ** 2
+                                                       for x in range(i, j)))
+    got = _cheapest_cut(order, lengths, size, run)
+    assert {len(g) for g in got} == set(range(1, size + 1))
+    assert [i for g in got for i in g] == order and cost(got, lengths, run) == best[n]
