@@ -223,15 +223,42 @@ def _datasink_class() -> type:
     return StoreSink
 
 
+def open_driver_store(job: RayJob, hybrid: bool | None
+                      ) -> tuple[VectorStore, dict[str, Any] | None]:
+    """The driver's store, the collection made, and how its documents are cut: an existing
+    collection's way, else the job's (a new one is made so)."""
+    store = open_store(job.store, token=job.token, timeout=job.timeout, bulk=True)
+    try:
+        try:
+            chosen = retrying(job, "describe", lambda: store.describe(job.collection),
+                              [0]).passages
+        except CollectionNotFoundError:
+            chosen = job.passages
+        info = retrying(job, "create", lambda: store.create(
+            job.collection, job.encoder.dim, job.encoder,
+            hybrid=hybrid_default(store, job.collection, hybrid)), [0])
+        if chosen is not None and info.passages is None:
+            retrying(job, "create", lambda: store.set_passages(job.collection, chosen), [0])
+    except BaseException:
+        store.close()
+        raise
+    return store, chosen
+
+
 def run_ray(job: RayJob, manifest: Manifest, state_path: Path, workers: int,
             gpus_per_worker: float, address: str | None, hybrid: bool | None,
             progress: Callable[[dict[str, Any]], None],
-            write_range: RangeWriter | None = None, shutdown: bool = False) -> dict[str, Any]:
+            write_range: RangeWriter | None = None, shutdown: bool = False,
+            opened: Future[tuple[VectorStore, dict[str, Any] | None]] | None = None
+            ) -> dict[str, Any]:
     """Run the job's pending ranges on Ray; returns the final progress figures.
     ``write_range``: where the driver puts each encoded range (:func:`encoded_range`)
     instead of the store (the Parquet files of a bulk import, ``wiring.ray_bulk``).
     ``shutdown``: stop Ray when done, as the store closes (a Ray this call starts is
     always stopped).
+
+    ``opened``: the driver's store already opening (:func:`open_driver_store`, as
+    :func:`index_with_ray` starts it while Ray starts), closed here as one opened here is.
 
     The driver's store is opened and the collection made in a thread, while Ray starts
     the encoder actors (seconds: a worker process, then the checkpoint); where the driver
@@ -247,29 +274,9 @@ def run_ray(job: RayJob, manifest: Manifest, state_path: Path, workers: int,
     tracker = Progress(manifest.records)
     tracker.start(done_dir)
 
-    def open_and_create() -> tuple[VectorStore, dict[str, Any] | None]:
-        """The driver's store, the collection made, and how its documents are cut: an
-        existing collection's way, else the job's (a new one is made so)."""
-        store = open_store(job.store, token=job.token, timeout=job.timeout, bulk=True)
-        try:
-            try:
-                chosen = retrying(job, "describe", lambda: store.describe(job.collection),
-                                  [0]).passages
-            except CollectionNotFoundError:
-                chosen = job.passages
-            info = retrying(job, "create", lambda: store.create(
-                job.collection, job.encoder.dim, job.encoder,
-                hybrid=hybrid_default(store, job.collection, hybrid)), [0])
-            if chosen is not None and info.passages is None:
-                retrying(job, "create", lambda: store.set_passages(job.collection, chosen),
-                         [0])
-        except BaseException:
-            store.close()
-            raise
-        return store, chosen
-
     pool = ThreadPoolExecutor(1, thread_name_prefix="qkv-driver-store")
-    opened = pool.submit(open_and_create)
+    if opened is None:
+        opened = pool.submit(open_driver_store, job, hybrid)
     started_here = False
     try:
         if todo:
@@ -420,22 +427,32 @@ def index_with_ray(job: IndexJob, config: JobConfig) -> Any:
         enc = load_encoder(model, "cpu", backend="torch")
         return manifest, before, encoder_info(enc), enc.max_tokens
 
-    started_here = False
-    # a local Ray takes seconds to start: the inputs are counted and the encoder read
-    # meanwhile (ray.init stays on the calling thread, as Ray expects)
-    with ThreadPoolExecutor(1, thread_name_prefix="qkv-plan") as pool:
+    def job_of(manifest: Manifest, info: EncoderInfo, window: int) -> RayJob:
+        return RayJob(collection, [f["path"] for f in manifest.inputs],
+                      [detect_format(p, fmt) for p in inputs], fields, str(model.resolve()),
+                      store, token, timeout, info, str(done_dir.resolve()), device, retries,
+                      backoff_s, passages=config.fitted(window).passages,
+                      runtime=runtime.current())
+
+    def open_planned() -> tuple[VectorStore, dict[str, Any] | None]:
+        manifest, _, info, window = planned.result()
+        return open_driver_store(job_of(manifest, info, window), hybrid)
+
+    started_here, handed = False, False
+    # a local Ray takes seconds to start: the inputs are counted, the encoder read, and
+    # then the driver's store opened and the collection made meanwhile (ray.init stays on
+    # the calling thread, as Ray expects). Made after Ray's start, the collection held
+    # the actors back 1.2 s on Lite, both cores idle most of it (100,000 documents, AMD
+    # EPYC, AVX2 only).
+    with ThreadPoolExecutor(2, thread_name_prefix="qkv-plan") as pool:
         planned = pool.submit(plan)
+        opened = pool.submit(open_planned)
         try:
             if not finished and not ray.is_initialized():
                 start_ray(address)
                 started_here = True
             manifest, before, info, window = planned.result()
-            ray_job = RayJob(collection, [f["path"] for f in manifest.inputs],
-                             [detect_format(p, fmt) for p in inputs], fields,
-                             str(model.resolve()), store, token, timeout, info,
-                             str(done_dir.resolve()), device, retries, backoff_s,
-                             passages=config.fitted(window).passages,
-                             runtime=runtime.current())
+            ray_job = job_of(manifest, info, window)
             with tqdm(total=manifest.records, unit="doc", desc=collection,
                       disable=not show, dynamic_ncols=True) as bar:
                 def show_progress(figures: dict[str, Any]) -> None:
@@ -443,12 +460,18 @@ def index_with_ray(job: IndexJob, config: JobConfig) -> Any:
                     bar.set_postfix(written=figures["written"], retries=figures["retries"],
                                     eta=f"{figures['eta_s']:.0f}s", refresh=True)
 
+                handed = True  # run_ray closes the store
                 final = run_ray(ray_job, manifest, state_path, workers, gpus_per_worker,
                                 address, hybrid, show_progress,
-                                bulk.writer(ray_job) if bulk else None, shutdown=started_here)
+                                bulk.writer(ray_job) if bulk else None, shutdown=started_here,
+                                opened=opened)
         finally:
-            if started_here:
-                ray.shutdown()
+            try:
+                if not handed:
+                    _close_opened(opened)
+            finally:
+                if started_here:
+                    ray.shutdown()
     if bulk is not None:
         try:
             if final["complete"]:

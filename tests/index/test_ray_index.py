@@ -282,3 +282,52 @@ def test_the_server_stopped_for_20_s_mid_run(tmp_path: Path, tiny_model_dir: Pat
         check_store(server.uri, "docs")
     finally:
         server.stop()
+
+
+def test_a_ray_that_fails_to_start_closes_the_store_opened_meanwhile(
+        tmp_path: Path, tiny_model_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The driver's store is opened and the collection made while Ray starts: a Ray that
+    does not start is the job's error, and the store it opened meanwhile (a real Lite
+    file) is closed, not left holding the file."""
+    from index import JobConfig
+    from wiring import ray_indexing
+    from wiring.index_job import IndexJob, RayOptions
+
+    src = write_corpus(tmp_path / "c.jsonl")
+    closed: list[str] = []
+    real_open = ray_indexing.open_store
+
+    def opened(*args: object, **kwargs: object) -> object:
+        store = real_open(*args, **kwargs)  # type: ignore[arg-type]
+        close = store.close
+
+        def closing() -> None:
+            closed.append("closed")
+            close()
+        store.close = closing  # type: ignore[method-assign]
+        return store
+
+    def no_ray(address: str | None, tries: int = 3) -> None:
+        deadline = time.monotonic() + 60  # fails once the job is planned: a slow start
+        while time.monotonic() < deadline and not list(
+                (tmp_path / "state").glob("*.manifest.json")):
+            time.sleep(0.05)
+        raise RuntimeError("Ray did not start")
+
+    monkeypatch.setattr(ray_indexing, "open_store", opened)
+    monkeypatch.setattr(ray_indexing, "start_ray", no_ray)
+    db = tmp_path / "ray.db"
+    config = JobConfig(state_path=tmp_path / "state" / "docs.progress.json",
+                       rejects_path=tmp_path / "state" / "rejects.jsonl", fields=Fields(),
+                       batch_size=500, progress_bar=False)
+    (tmp_path / "state").mkdir()
+    job = IndexJob(inputs=[src], store=str(db), model=tiny_model_dir, collection="docs",
+                   engine="ray", ray=RayOptions(workers=1), device="cpu")
+    with pytest.raises(RuntimeError, match="Ray did not start"):
+        ray_indexing.index_with_ray(job, config)
+    assert closed == ["closed"]  # opened while Ray was starting, and closed
+    store = open_store(str(db))  # the file is free, the collection there
+    try:
+        assert store.count("docs") == 0
+    finally:
+        store.close()
