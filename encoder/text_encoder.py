@@ -27,7 +27,8 @@ log = logging.getLogger(__name__)
 # long-running process.
 PAD_MULTIPLE = 8
 ONNX_PAD_BUDGET = 10_000  # summed T² - L² of an onnx batch at d = 256 (_length_groups)
-CUT_ROWS = 1024  # texts whose batches' costs _cheapest_cut computes at once
+CUT_ROWS = 1024  # texts whose batches' costs _cheapest_cut computes at once...
+CUT_CELLS = 1 << 20  # ...at most this many costs (8 MB; a batch size of 100,000 is possible)
 
 
 @dataclass(frozen=True)
@@ -353,7 +354,8 @@ def _cheapest_cut(order: list[int], lengths: list[int], batch_size: int, run_cos
 
     Dynamic programming over the texts: the best cut of the first j ends with a batch of
     texts i..j-1, i within ``batch_size`` of j. What a batch costs apart from the best cut
-    before it is computed for :data:`CUT_ROWS` values of j at once; only the sum with the
+    before it is computed for :data:`CUT_ROWS` values of j at once (fewer for a large
+    ``batch_size``: at most :data:`CUT_CELLS` costs); only the sum with the
     cuts before it and its minimum are left to a step per text (a step per text of a
     dozen numpy calls took 2.2 s of a ``qkv index`` of 100,000 documents, a py-spy
     profile on the AVX2-only AMD EPYC). On ties the batch starting earliest wins, as
@@ -369,8 +371,9 @@ def _cheapest_cut(order: list[int], lengths: list[int], batch_size: int, run_cos
     start = np.zeros(n + 1, dtype=np.int64)
     width = min(batch_size, n)
     size = np.arange(width, 0, -1)  # the last batch's size, its first text i ascending
-    for a in range(1, n + 1, CUT_ROWS):
-        js = np.arange(a, min(n, a + CUT_ROWS - 1) + 1)
+    rows = max(1, min(CUT_ROWS, CUT_CELLS // width))
+    for a in range(1, n + 1, rows):
+        js = np.arange(a, min(n, a + rows - 1) + 1)
         first = np.maximum(js[:, None] - size[None, :], 0)  # (rows, width): i, clipped
         # the batch i..j-1's own cost (rows where j - size < 0 are cut off below)
         own = run_cost + size[None, :] * sq[first] - (prefix[js][:, None] - prefix[first])

@@ -170,9 +170,10 @@ def test_onnx_batches_split_where_padded_attention_would_cost_more_than_a_run() 
     assert all(len(g) <= 4 for g in _length_groups(order, lengths, 4, 256, onnx=True))
 
 
-def test_the_cheapest_cut_is_the_cheapest_of_all_cuts() -> None:
+def test_the_cheapest_cut_is_the_cheapest_of_all_cuts(monkeypatch: pytest.MonkeyPatch) -> None:
     """:func:`_cheapest_cut` against every cut of small batches (exhaustive) and, past
-    the rows it computes at once (``CUT_ROWS``), against the plain recursion in Python."""
+    the rows it computes at once (``CUT_ROWS``, or fewer within ``CUT_CELLS``), against
+    the plain recursion in Python."""
     import itertools
     import random
 
@@ -208,3 +209,7 @@ def test_the_cheapest_cut_is_the_cheapest_of_all_cuts() -> None:
     got = _cheapest_cut(order, lengths, size, run)
     assert {len(g) for g in got} == set(range(1, size + 1))
     assert [i for g in got for i in g] == order and cost(got, lengths, run) == best[n]
+    from encoder import text_encoder
+
+    monkeypatch.setattr(text_encoder, "CUT_CELLS", 5 * size + 3)  # 5 rows at once
+    assert _cheapest_cut(order, lengths, size, run) == got
