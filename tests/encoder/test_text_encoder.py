@@ -151,7 +151,7 @@ def test_bad_batch_size(enc: encoder.TextEncoder) -> None:
 
 
 def test_onnx_batches_split_where_padded_attention_would_cost_more_than_a_run() -> None:
-    from encoder.text_encoder import ONNX_PAD_BUDGET, _length_groups
+    from encoder.text_encoder import _length_groups, onnx_pad_budget
 
     lengths = [79, 46, 44, 42, 40, 38, 36, 34, 30, 28, 25, 20, 16, 14]  # an API batch
     order = list(range(len(lengths)))
@@ -162,7 +162,7 @@ def test_onnx_batches_split_where_padded_attention_would_cost_more_than_a_run() 
     assert [i for g in groups for i in g] == order and len(groups) < len(lengths)
 
     def cost(cut: list[list[int]]) -> float:
-        return sum(ONNX_PAD_BUDGET + sum(lengths[g[0]] ** 2 - lengths[i] ** 2 for i in g)
+        return sum(onnx_pad_budget() + sum(lengths[g[0]] ** 2 - lengths[i] ** 2 for i in g)
                    for g in cut)
 
     assert cost(groups) <= min(cost([order]), cost([[i] for i in order]),
@@ -213,3 +213,17 @@ def test_the_cheapest_cut_is_the_cheapest_of_all_cuts(monkeypatch: pytest.Monkey
 
     monkeypatch.setattr(text_encoder, "CUT_CELLS", 5 * size + 3)  # 5 rows at once
     assert _cheapest_cut(order, lengths, size, run) == got
+
+
+def test_the_pad_budget_follows_the_cpus_vector_width(monkeypatch: pytest.MonkeyPatch) -> None:
+    from encoder import text_encoder as T
+
+    try:
+        for flags, want in ((frozenset({"avx2", "avx512f", "avx512_vnni"}), T.ONNX_PAD_BUDGET),
+                            (frozenset({"avx2", "fma"}), T.ONNX_PAD_BUDGET_AVX2)):
+            monkeypatch.setattr(T, "cpu_flags", lambda f=flags: f)
+            T.onnx_pad_budget.cache_clear()
+            assert T.onnx_pad_budget() == want
+    finally:
+        T.onnx_pad_budget.cache_clear()  # this machine's, read again at the next call
+    assert T.ONNX_PAD_BUDGET_AVX2 < T.ONNX_PAD_BUDGET
