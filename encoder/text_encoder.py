@@ -339,7 +339,8 @@ def _length_groups(order: list[int], lengths: list[int], batch_size: int, d_mode
     of 1,024 from 1,225 to 1,491; budgets of 3,000 and 30,000 did no better. On the
     AVX2-only AMD EPYC 3,000 did better on the API's small batches: ``POST /v1/embeddings``
     under 32 connections (mean batch ~10) 1,044-1,054 requests/s against 918-1,031 at
-    10,000 in turns, server CPU 1.62-1.64 against 1.68-1.88 ms a request; sorted bulk
+    10,000 in turns, server CPU 1.62-1.64 against 1.68-1.88 ms a request (a second A/B of
+    4 rounds, the machine noisier: 911-1,003 against 745-984, 3,000 ahead in 3); sorted bulk
     batches alike (1,632 against 1,635 documents/s; throwaway A/Bs, 2026-12-05). So a CPU
     without AVX-512 takes 3,000 (:data:`ONNX_PAD_BUDGET_AVX2`) and the AVX-512 kinds keep
     10,000 until measured: narrower vectors make padded attention dearer against a run's
