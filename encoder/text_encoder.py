@@ -343,7 +343,8 @@ def _length_groups(order: list[int], lengths: list[int], batch_size: int, d_mode
     4 rounds, the machine noisier: 911-1,003 against 745-984, 3,000 ahead in 3); sorted bulk
     batches alike (1,632 against 1,635 documents/s; throwaway A/Bs, 2026-12-05). So a CPU
     without AVX-512 takes 3,000 (:data:`ONNX_PAD_BUDGET_AVX2`) and the AVX-512 kinds keep
-    10,000 until measured: narrower vectors make padded attention dearer against a run's
+    10,000 (tuned on the Intel Xeon; the AVX-512 AMD EPYC not measured). Why the two differ
+    is a guess: with narrower vectors padded attention may cost more against a run's
     fixed cost."""
     if onnx:
         return _cheapest_cut(order, lengths, batch_size, onnx_pad_budget() * 256 / d_model)
