@@ -418,25 +418,21 @@ def index_with_ray(job: IndexJob, config: JobConfig) -> Any:
         if manifest_path.is_file() else None  # a rerun: read it now, nothing to count
     finished = known is not None and not pending(known, done_dir)
 
-    def plan() -> tuple[Manifest, tuple[int, int], EncoderInfo, int]:
+    def plan() -> tuple[Manifest, tuple[int, int], RayJob]:
         import ray.data  # noqa: F401  (0.4 s of imports, while Ray starts)
 
         manifest = known or load_or_plan(manifest_path, inputs, fields, fmt, per_range)
         earlier = done_reports(done_dir).values()
         before = sum(d["written"] for d in earlier), sum(d["records"] for d in earlier)
         enc = load_encoder(model, "cpu", backend="torch")
-        return manifest, before, encoder_info(enc), enc.max_tokens
-
-    def job_of(manifest: Manifest, info: EncoderInfo, window: int) -> RayJob:
-        return RayJob(collection, [f["path"] for f in manifest.inputs],
-                      [detect_format(p, fmt) for p in inputs], fields, str(model.resolve()),
-                      store, token, timeout, info, str(done_dir.resolve()), device, retries,
-                      backoff_s, passages=config.fitted(window).passages,
-                      runtime=runtime.current())
+        return manifest, before, RayJob(
+            collection, [f["path"] for f in manifest.inputs],
+            [detect_format(p, fmt) for p in inputs], fields, str(model.resolve()), store, token,
+            timeout, encoder_info(enc), str(done_dir.resolve()), device, retries, backoff_s,
+            passages=config.fitted(enc.max_tokens).passages, runtime=runtime.current())
 
     def open_planned() -> tuple[VectorStore, dict[str, Any] | None]:
-        manifest, _, info, window = planned.result()
-        return open_driver_store(job_of(manifest, info, window), hybrid)
+        return open_driver_store(planned.result()[2], hybrid)
 
     started_here, handed = False, False
     # a local Ray takes seconds to start: the inputs are counted, the encoder read, and
@@ -451,8 +447,7 @@ def index_with_ray(job: IndexJob, config: JobConfig) -> Any:
             if not finished and not ray.is_initialized():
                 start_ray(address)
                 started_here = True
-            manifest, before, info, window = planned.result()
-            ray_job = job_of(manifest, info, window)
+            manifest, before, ray_job = planned.result()
             with tqdm(total=manifest.records, unit="doc", desc=collection,
                       disable=not show, dynamic_ncols=True) as bar:
                 def show_progress(figures: dict[str, Any]) -> None:
