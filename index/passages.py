@@ -610,7 +610,7 @@ def group(store: VectorStore, collection: str, hits: Sequence[Hit], tenant: str 
         out.append(Hit(id=doc_id, score=best.score, text=best.text, value=head.value,
                        metadata=user_metadata(head.metadata), vector=best.vector,
                        sources=best.sources, floor=best.floor, scattered=best.scattered,
-                       passages=[_passage(*x) for x in ps]))
+                       mix=best.mix, passages=[_passage(*x) for x in ps]))
     return out
 
 
@@ -621,5 +621,6 @@ def as_passages(store: VectorStore, collection: str, hits: Sequence[Hit], tenant
     valid, heads = _valid(store, collection, hits, tenant, consistency)
     return [Hit(id=doc_id, score=h.score, text=h.text, value=heads[doc_id].value,
                 metadata=user_metadata(h.metadata), vector=h.vector, sources=h.sources,
-                floor=h.floor, scattered=h.scattered, passages=[_passage(h, i, a, b)])
+                floor=h.floor, scattered=h.scattered, mix=h.mix,
+                passages=[_passage(h, i, a, b)])
             for h, doc_id, i, a, b in valid]

@@ -16,7 +16,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, NamedTuple, Protocol, runtime_checkable
 
 import numpy as np
 
@@ -131,6 +131,18 @@ class Item:
     tenant: str | None = None  # in a multi-tenant collection (index.tenancy)
 
 
+class Mix(NamedTuple):
+    """Hybrid: the dense weight one query's fusion used (``convex``: the request's or the
+    collection's ``w`` moved by this query's confidence in each side, see
+    :mod:`index.hybrid.fusion`), and the two confidences it was mixed from: how far each
+    side's best score stands above what a hit it missed gets (cosine units on the dense
+    side, relative on BM25's); None where the fusion has none (``weighted``)."""
+
+    weight: float
+    dense: float | None = None
+    bm25: float | None = None
+
+
 @dataclass
 class Hit:
     """One neighbour of a query: ``score`` (higher is better: the cosine in ``dense`` mode,
@@ -153,6 +165,7 @@ class Hit:
     floor: float | None = None
     scattered: bool | None = None
     relevance: float | None = None
+    mix: Mix | None = None  # hybrid: the query's fusion weight (None for rrf)
 
 
 @runtime_checkable

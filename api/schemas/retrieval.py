@@ -189,6 +189,16 @@ class HitOut(BaseModel):
                                               "document for all of it).")
 
 
+class SideConfidence(BaseModel):
+    """How sure each side of a hybrid search was of this query (what moved its weight)."""
+
+    dense: float = Field(description="How far the dense list's best cosine stands above "
+                         "what a document it did not return gets (its last cosine at the "
+                         "search depth).")
+    bm25: float = Field(description="1 − BM25's last score over its best at the search depth "
+                        "(1 when the query matched fewer documents than that: a rare term).")
+
+
 class SearchResponse(BaseModel):
     hits: list[HitOut]
     temperature: float
@@ -196,6 +206,15 @@ class SearchResponse(BaseModel):
     mode: SearchMode = Field(description="The mode that ran.")
     dense_weight: float | None = dense_weight_field()
     weight_source: WeightSource | None = weight_source_field()
+    query_weight: float | None = Field(None, description="In hybrid mode: the dense weight "
+                                       "this query was fused with. Convex fusion moves "
+                                       "`dense_weight` towards the side that is surer of "
+                                       "the query: w·c_dense / (w·c_dense + (1 − w)·c_bm25), "
+                                       "c from `confidence`; weighted fusion uses it as it "
+                                       "is; rrf has none.")
+    confidence: SideConfidence | None = Field(None, description="In hybrid mode with convex "
+                                              "fusion: each side's confidence for this "
+                                              "query, from its own list.")
     seeding: Seeding | None = seeding_field()
 
 

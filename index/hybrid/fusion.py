@@ -42,7 +42,9 @@ holds the best ``k`` of every hit either side found, scored by one of:
 
 Every fused hit records the query's ``floor``: its dense list's cosine at rank
 :data:`CANDIDATES` (the last in a smaller collection), from which
-:mod:`index.hybrid.relevance` measures how far a hit stands out.
+:mod:`index.hybrid.relevance` measures how far a hit stands out; and its ``mix``
+(:class:`index.store.Mix`): the dense weight this query was fused with and, for
+``convex``, the two confidences that moved it there (``rrf`` has no weight).
 
 For ``rrf`` and ``weighted`` a side that did not find ``d`` adds 0. Ties are broken by id,
 so the fused order is a pure function of the two input lists. Every fused hit's ``sources``
@@ -60,7 +62,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from index.store import Hit
+from index.store import Hit, Mix
 
 FUSIONS = ("convex", "rrf", "weighted")
 DEFAULT_FUSION = "convex"
@@ -137,11 +139,13 @@ def fuse(dense: Sequence[Hit], bm25: Sequence[Hit], k: int, fusion: str = DEFAUL
     depth = candidates(k) if depth is None else depth
     sides = {"dense": dense, "bm25": bm25}
     norm = {side: _normalised(side, hits, fusion, rrf_k, depth) for side, hits in sides.items()}
+    mix: Mix | None = None
     if fusion == "convex":
-        w = _mix(norm["dense"].confidence, norm["bm25"].confidence, dense_weight)
-        weights = {"dense": w, "bm25": 1.0 - w}
+        cd, cb = norm["dense"].confidence, norm["bm25"].confidence
+        w = _mix(cd, cb, dense_weight)
+        weights, mix = {"dense": w, "bm25": 1.0 - w}, Mix(w, cd, cb)
     elif fusion == "weighted":
-        weights = {"dense": dense_weight, "bm25": 1.0 - dense_weight}
+        weights, mix = {"dense": dense_weight, "bm25": 1.0 - dense_weight}, Mix(dense_weight)
     else:
         weights = {"dense": 1.0, "bm25": 1.0}
     first: dict[str, Hit] = {}
@@ -161,7 +165,8 @@ def fuse(dense: Sequence[Hit], bm25: Sequence[Hit], k: int, fusion: str = DEFAUL
     # hit's relevance is measured from (index.hybrid.relevance)
     floor = dense[min(len(dense), CANDIDATES) - 1].score if dense else None
     return [replace(first[i], score=score[i], sources=dict(found[i]),
-                    vector=vectors.get(i, first[i].vector), floor=floor) for i in order]
+                    vector=vectors.get(i, first[i].vector), floor=floor, mix=mix)
+            for i in order]
 
 
 def fused_ids(dense: Sequence[Hit], bm25: Sequence[Hit], k: int,

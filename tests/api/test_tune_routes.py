@@ -103,6 +103,41 @@ def test_tune_from_documents_is_seeded_stored_and_used(app: TestClient, docs_col
     assert (asked["dense_weight"], asked["weight_source"]) == (0.25, "request")
 
 
+def test_a_hybrid_answer_says_the_weight_its_query_was_fused_with(app: TestClient,
+                                                                   docs_coll: str) -> None:
+    """The answer's ``query_weight`` and ``confidence`` are what the fusion computes from the
+    query's own two lists, each 100 deep, as the same request's dense and BM25 modes give
+    them; the request's ``dense_weight`` moves it; rrf has none, weighted uses w as it is."""
+    from index import Hit
+    from index.hybrid.fusion import CANDIDATES, query_weight
+
+    def side(mode: str, query: str) -> list[Hit]:
+        got = search(app, docs_coll, query=query, mode=mode, top_k=CANDIDATES)["hits"]
+        return [Hit(h["id"], h["score"], "", None, {}) for h in got]
+
+    seen = set()
+    # BM25 matched 64 documents of the first (a list shorter than the depth: c_bm25 = 1),
+    # 100 or more of the second
+    for query in ("how do I read a file line by line", "a function that returns a value"):
+        dense, bm25 = side("dense", query), side("bm25", query)
+        assert len(dense) == CANDIDATES and 0 < len(bm25)
+        for w in (None, 0.3):
+            got = search(app, docs_coll, query=query, **({} if w is None else {"dense_weight": w}))
+            want = query_weight(dense, bm25, got["dense_weight"])
+            assert got["query_weight"] == pytest.approx(want, abs=1e-6)
+            c = got["confidence"]
+            assert c["dense"] == pytest.approx(dense[0].score - dense[-1].score, abs=1e-6)
+            bm25_last = bm25[-1].score if len(bm25) >= CANDIDATES else 0.0
+            assert c["bm25"] == pytest.approx(1 - bm25_last / bm25[0].score, abs=1e-6)
+            seen.add(round(got["query_weight"], 6))
+    assert len(seen) == 4, "each query and weight fuses with its own weight"
+    rrf = search(app, docs_coll, fusion="rrf")
+    assert rrf.get("query_weight") is None and rrf.get("confidence") is None
+    weighted = search(app, docs_coll, fusion="weighted", dense_weight=0.4)
+    assert weighted["query_weight"] == 0.4 and weighted.get("confidence") is None
+    assert search(app, docs_coll, mode="dense").get("query_weight") is None
+
+
 def test_tune_in_the_background_then_read_its_state(app: TestClient, docs_coll: str) -> None:
     r = app.post(f"/v1/collections/{docs_coll}/tune", json={})
     assert r.status_code == 202 and r.json()["state"] in ("queued", "running", "done"), r.text

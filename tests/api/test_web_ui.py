@@ -287,6 +287,9 @@ def test_search_shades_tokens_and_filters(browser: Any, server: str, api: httpx.
     assert said["mode"] == "hybrid" and said["weight_source"] == "encoder default"
     summary = browser.find_element(By.ID, "search-summary").text
     assert f"dense weight {said['dense_weight']:.2f} (from the encoder's default)" in summary
+    sure = said["confidence"]
+    assert (f"this query {said['query_weight']:.2f} (sure of it: dense {sure['dense']:.2f}, "
+            f"BM25 {sure['bm25']:.2f})") in summary
     assert {b.text.split()[0] for b in browser.find_elements(By.CSS_SELECTOR, "#hits .badge")
             } <= {"dense", "bm25"}
     # the query's tokens, shaded by the weights /v1/pooling gives

@@ -275,6 +275,18 @@ def test_fuse_convex_weights_each_query_by_its_sides_confidence() -> None:
     rare = fake_hits("bm25", ["c"], [7.0])
     assert query_weight(sure, rare, 0.7, depth=3) == pytest.approx(0.7 * 0.8 / (0.7 * 0.8 + 0.3))
     assert [h.id for h in fuse(unsure, rare, k=3, dense_weight=0.7, depth=3)][0] == "c"
+    # every fused hit says the weight its query was fused with, and the confidences behind it
+    for d, b in ((unsure, sharp), (sure, flat), (sure, rare)):
+        mixes = {h.mix for h in fuse(d, b, k=3, dense_weight=0.7, depth=3)}
+        assert len(mixes) == 1
+        (mix,) = mixes
+        assert mix is not None and mix.weight == pytest.approx(query_weight(d, b, 0.7, depth=3))
+        assert mix.weight == pytest.approx(0.7 * mix.dense / (0.7 * mix.dense + 0.3 * mix.bm25))
+    assert fuse(sure, sharp, k=3, dense_weight=0.7, depth=3)[0].mix == pytest.approx(
+        (query_weight(sure, sharp, 0.7, depth=3), 0.8, 17 / 18))
+    assert {h.mix for h in fuse(sure, sharp, k=3, fusion="weighted", dense_weight=0.7)} == {
+        (0.7, None, None)}
+    assert {h.mix for h in fuse(sure, sharp, k=3, fusion="rrf")} == {None}
 
 
 def test_fuse_convex_gives_a_cut_sides_missing_hits_its_last_score() -> None:

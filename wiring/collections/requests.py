@@ -11,7 +11,7 @@ from typing import Any
 import numpy as np
 
 from decoder.knn import KnnOptions
-from index import EncoderInfo, Filter, Hit
+from index import EncoderInfo, Filter, Hit, Mix
 from index.hybrid.fusion import DEFAULT_FUSION
 
 Async = Callable[..., Coroutine[Any, Any, Any]]
@@ -59,6 +59,7 @@ class Neighbours:
     mode: str
     truncated: bool
     weight: tuple[float, str] | None = None  # hybrid's w and where it came from
+    mix: Mix | None = None  # hybrid: the weight this query was fused with, and why
 
     def cosines(self) -> np.ndarray:
         """Each hit's dense similarity to the query: its score in dense mode, else q·key

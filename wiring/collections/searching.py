@@ -21,6 +21,7 @@ from index import (
     EncoderInfo,
     EncoderMismatchError,
     Hit,
+    Mix,
     parse_filter,
     resolve_mode,
     softmax,
@@ -132,6 +133,7 @@ class Searching(Base):
                    s.fusion, s.dense_weight, s.tenant)
             groups.setdefault(key, []).append(i)
         found: list[list[Hit]] = [[] for _ in searches]
+        mixes: list[Mix | None] = [None] * len(searches)  # each query's, from its fusion
         weights = [self.hybrid_weight(info, s.dense_weight) for s in searches]
         for rows in groups.values():
             p = plans[rows[0]]
@@ -154,7 +156,7 @@ class Searching(Base):
                     if len(shaped) < p.depth and len(hits) >= depth and depth < cap:
                         deeper.append(i)
                         continue
-                    found[i] = shaped
+                    found[i], mixes[i] = shaped, hits[0].mix if hits else None
                 todo, depth = deeper, min(cap, depth * 4)
         xq, cut = await encoding
         spreads = await self._spreads(model, plans, found)
@@ -173,7 +175,8 @@ class Searching(Base):
                 hits = (await self._reranked(s.query or "", hits, p.mode)
                         )[s.offset:s.offset + s.top_k]
             out.append(Neighbours(hits, xq[i], p.mode, cut[i],
-                                  weights[i] if p.mode == "hybrid" else None))
+                                  weights[i] if p.mode == "hybrid" else None,
+                                  mixes[i] if p.mode == "hybrid" else None))
         return out
 
     async def _query_vectors(self, info: CollectionInfo, model: Served,

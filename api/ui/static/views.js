@@ -62,6 +62,9 @@ async function runSearch(form) {
     + `${res.dense_weight == null ? "" : `, dense weight ${fmt(res.dense_weight, 2)} (from `
       + `${res.weight_source === "collection" ? "the collection's calibration"
         : res.weight_source === "request" ? "the request" : "the encoder's default"})`}`
+    + `${res.query_weight == null ? "" : `, this query ${fmt(res.query_weight, 2)}`
+      + `${res.confidence ? ` (sure of it: dense ${fmt(res.confidence.dense, 2)}, `
+        + `BM25 ${fmt(res.confidence.bm25, 2)})` : ""}`}`
     + `; weight = softmax(cosine / ${res.temperature}) over these hits.${seedingNote(res)}`;
   $("#hits").replaceChildren(...res.hits.map((hit, i) => h("li", { class: "hit",
     "data-id": hit.id },
