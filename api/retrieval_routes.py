@@ -89,9 +89,9 @@ def _search_out(svc: Service, name: str, body: s.SearchRequest, nb: Neighbours
     if nb.weight is not None:
         out["dense_weight"], out["weight_source"] = nb.weight
     if nb.mix is not None:
-        out["query_weight"] = nb.mix.weight
+        out["query_weight"] = float(nb.mix.weight)
         if nb.mix.dense is not None and nb.mix.bm25 is not None:
-            out["confidence"] = {"dense": nb.mix.dense, "bm25": nb.mix.bm25}
+            out["confidence"] = {"dense": float(nb.mix.dense), "bm25": float(nb.mix.bm25)}
     return with_seeding(svc, name, out)
 
 
