@@ -58,7 +58,7 @@ sys.path.insert(0, str(ROOT / "bench"))
 from machine import add_results_arg, record, stamp  # noqa: E402
 
 from index.hybrid.analysis import BM25_K1  # noqa: E402
-from index.hybrid.fusion import CANDIDATES, fuse  # noqa: E402
+from index.hybrid.fusion import CANDIDATES, fuse, query_weight  # noqa: E402
 from index.store import Hit  # noqa: E402
 
 GRID = np.array([0.0, 0.05, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.75, 0.8, 0.85, 0.88, 0.9,
@@ -119,7 +119,11 @@ def collection(path: Path) -> dict[str, Any]:
                      for (q, (d, b)), w in zip(sides.items(), weights, strict=True)})
 
     grid = np.stack([fused(np.full(len(qids), w)) for w in GRID], 1)
+    # the weight each query is fused with as the service fuses it (its answer's query_weight)
+    served = np.array([query_weight(d, b, row["weight"], depth=CANDIDATES)
+                       for d, b in sides.values()])
     return {"name": row["name"], "held_out": row["held_out"], "weight": row["weight"],
+            "served": served,
             "grid": grid, "bm25": ndcg({q: b[:10] for q, (_, b) in sides.items()}),
             "X": np.array([features(row["queries"][q], d, b) for q, (d, b) in sides.items()]),
             "fused": fused}
@@ -190,12 +194,17 @@ def main() -> None:
     lines = [f"\n## Per-query fusion weight, leave-one-collection-out ({args.model.name}, "
              f"{time.strftime('%Y-%m-%d')})", "", f"`{argv}` ({stamp()})", "",
              "nDCG@10 × BM25 on each dev collection's judged queries. Per-query columns: "
-             "feature set, shrink; fitted on the other dev collections.", "",
-             "| collection | collection w | best w (hindsight) | oracle per query | "
-             + " | ".join(head) + " |", "|---" * (4 + len(head)) + "|"]
+             "feature set, shrink; fitted on the other dev collections. *Served w_q*: the "
+             "weight each query is fused with today (the collection's w moved by the two "
+             "sides' confidence, `query_weight` in a hybrid answer), 10th, 50th and 90th "
+             "percentiles over the collection's queries.", "",
+             "| collection | collection w | served w_q | best w (hindsight) | oracle per query | "
+             + " | ".join(head) + " |", "|---" * (5 + len(head)) + "|"]
     for c in table:
+        p10, p50, p90 = np.percentile(c["served"], [10, 50, 90])
         lines.append(f"| {c['name']}{' (held out)' if c['held_out'] else ''} | "
-                     f"{c['weight']} → {c['coll']:.3f} | {c['best'][0]} → {c['best'][1]:.3f} | "
+                     f"{c['weight']} → {c['coll']:.3f} | {p10:.2f} / {p50:.2f} / {p90:.2f} | "
+                     f"{c['best'][0]} → {c['best'][1]:.3f} | "
                      f"{c['oracle']:.3f} | "
                      + " | ".join(f"{loo[k][c['name']]:.3f}" for k in loo) + " |")
     names = {c["name"] for c in dev}
