@@ -211,7 +211,8 @@ class SearchResponse(BaseModel):
                                        "`dense_weight` towards the side that is surer of "
                                        "the query: w·c_dense / (w·c_dense + (1 − w)·c_bm25), "
                                        "c from `confidence`; weighted fusion uses it as it "
-                                       "is; rrf has none.")
+                                       "is; rrf has none. Absent when neither side found "
+                                       "anything.")
     confidence: SideConfidence | None = Field(None, description="In hybrid mode with convex "
                                               "fusion: each side's confidence for this "
                                               "query, from its own list.")
