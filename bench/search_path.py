@@ -15,6 +15,8 @@ collection's calibrated weight), hybrid with the encoder's default weight (the r
 lists 100 deep (two more requests) are fused here by :func:`index.hybrid.fusion.fuse` at every
 weight of the calibration grid: the best weight in hindsight, what calibration leaves on
 the table. Reported: nDCG@10 per mode next to bm25s (same analysis) on the same queries,
+the spread of the weight each hybrid answer says its query was fused with
+(``query_weight``),
 and p50/p99 latency per mode next to the p50 of embedding the query. With
 ``--big N`` the latency columns again on N documents (the ingest benchmark's texts) written
 by ``qkv index`` into the same kind of file. Prints a markdown section and records it with
@@ -75,11 +77,14 @@ def timed(client: httpx.Client, url: str, body: dict) -> tuple[float, dict]:  # 
 
 
 def search_all(client: httpx.Client, name: str, queries: dict[str, str],
-               default_w: float | None = None, hindsight: bool = False
+               default_w: float | None = None, hindsight: bool = False,
+               served: list[float] | None = None,
                ) -> tuple[dict[str, dict[str, dict[str, float]]], dict[str, list[float]]]:
     """Per mode the run (query → doc → score) and the latencies; also ``embed``. With
     ``default_w``, also ``hybrid-default`` (hybrid at that weight); with ``hindsight``, a
-    run ``w{w}`` per grid weight, fused here from 100-deep dense and BM25 lists."""
+    run ``w{w}`` per grid weight, fused here from 100-deep dense and BM25 lists. Each
+    hybrid answer's ``query_weight`` (the weight that query was fused with) is appended to
+    ``served`` when given."""
     runs: dict[str, dict[str, dict[str, float]]] = {}
     ms: dict[str, list[float]] = {m: [] for m in (*MODES, "embed")}
     url = f"/v1/collections/{name}/search"
@@ -94,6 +99,8 @@ def search_all(client: httpx.Client, name: str, queries: dict[str, str],
             t, body = timed(client, url, {"query": text, "mode": mode, "top_k": 10})
             ms[mode].append(t)
             add(mode, qid, [h["id"] for h in body["hits"]])
+            if mode == "hybrid" and served is not None and "query_weight" in body:
+                served.append(body["query_weight"])
         if default_w is not None:
             _, body = timed(client, url, {"query": text, "mode": "hybrid", "top_k": 10,
                                           "dense_weight": default_w})
@@ -159,13 +166,16 @@ def main() -> None:
                 time.sleep(1.5)  # what a user does between writing and searching, at least
                 cal = tuned(client, coll)
                 default_w = client.get("/v1/models").json()["data"][0]["dense_weight"]
-                runs, ms = search_all(client, coll, queries, default_w, hindsight=True)
+                served: list[float] = []
+                runs, ms = search_all(client, coll, queries, default_w, hindsight=True,
+                                      served=served)
                 nd = {m: score_run(run, qrels)["ndcg@10"] for m, run in runs.items()}
                 nd["bm25s"] = score_run(bm25s_run(corpus, queries), qrels)["ndcg@10"]
                 best = max(GRID, key=lambda w: nd[f"w{w}"])
                 alone = encoder_alone(args.model, [d["text"] for d in docs])
                 rows.append((name, len(docs), len(queries), nd, ingest, alone,
-                             (cal["dense_weight"], default_w, best, cal["seconds"])))
+                             (cal["dense_weight"], default_w, best, cal["seconds"],
+                              tuple(round(pct(served, q), 2) for q in (10, 50, 90)))))
                 lat_rows.append((name, len(docs), ms))
                 print(name, {m: nd[m] for m in (*MODES, "hybrid-default", "bm25s")},
                       f"w {cal['dense_weight']} ({cal['source']}, {cal['seconds']} s), "
@@ -201,16 +211,18 @@ def main() -> None:
              "what a user gets) and at the best weight in hindsight:", "",
              "| set | docs | queries | dense | bm25 | hybrid, default w | hybrid, calibrated "
              "(w) | best w in hindsight | bm25s | × bm25s: default / calibrated / best | "
-             "calibration s (per 1,000 docs) | ingest docs/s (API) | ingest × encoder |",
-             "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
-    for name, n, nq, nd, ingest, alone, (w, dw, best, secs) in rows:
+             "calibration s (per 1,000 docs) | ingest docs/s (API) | ingest × encoder | "
+             "query_weight served (10th / 50th / 90th) |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    for name, n, nq, nd, ingest, alone, (w, dw, best, secs, wq) in rows:
         b = nd["bm25s"]
         lines.append(f"| {name} | {n} | {nq} | {nd['dense']:.3f} | {nd['bm25']:.3f} | "
                      f"{nd['hybrid-default']:.3f} (w {dw}) | {nd['hybrid']:.3f} (w {w}) | "
                      f"{nd[f'w{best}']:.3f} (w {best}) | {b:.3f} | "
                      f"{nd['hybrid-default'] / b:.3f} / {nd['hybrid'] / b:.3f} / "
                      f"{nd[f'w{best}'] / b:.3f} | {secs:.1f} ({1000 * secs / n:.1f}) | "
-                     f"{ingest:.0f} | {ingest / alone:.2f}× |")
+                     f"{ingest:.0f} | {ingest / alone:.2f}× | "
+                     f"{wq[0]:.2f} / {wq[1]:.2f} / {wq[2]:.2f} |")
     if rows:
         means = [np.mean([r[3][m] / r[3]["bm25s"] for r in rows])
                  for m in ("hybrid-default", "hybrid")]
@@ -238,7 +250,7 @@ def main() -> None:
 def figures(rows: list, lat_rows: list) -> list[dict[str, object]]:
     """A row per set (and one for ``--big``, and the means), rounded as printed."""
     out: list[dict[str, object]] = []
-    for (name, n, nq, nd, ingest, alone, (w, dw, best, secs)), (_, _, ms) in zip(
+    for (name, n, nq, nd, ingest, alone, (w, dw, best, secs, wq)), (_, _, ms) in zip(
             rows, lat_rows, strict=False):
         b = nd["bm25s"]
         out.append({
@@ -251,7 +263,8 @@ def figures(rows: list, lat_rows: list) -> list[dict[str, object]]:
             "hybrid_best_ndcg10": round(nd[f"w{best}"], 3), "best_w": best,
             "bm25s_ndcg10": round(b, 3), "docs": n, "queries": nq,
             "calibration_s": round(secs, 1), "ingest_docs_per_s": round(ingest),
-            "ingest_x_encoder": round(ingest / alone, 2), **latency(ms)})
+            "ingest_x_encoder": round(ingest / alone, 2), "query_weight_p10_p50_p90": list(wq),
+            **latency(ms)})
     for name, n, ms in lat_rows[len(rows):]:  # --big
         out.append({"set": name, "docs": n, **latency(ms)})
     if rows:
