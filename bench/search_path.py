@@ -16,8 +16,7 @@ lists 100 deep (two more requests) are fused here by :func:`index.hybrid.fusion.
 weight of the calibration grid: the best weight in hindsight, what calibration leaves on
 the table. Reported: nDCG@10 per mode next to bm25s (same analysis) on the same queries,
 the spread of the weight each hybrid answer says its query was fused with
-(``query_weight``),
-and p50/p99 latency per mode next to the p50 of embedding the query. With
+(``query_weight``), and p50/p99 latency per mode next to the p50 of embedding the query. With
 ``--big N`` the latency columns again on N documents (the ingest benchmark's texts) written
 by ``qkv index`` into the same kind of file. Prints a markdown section and records it with
 the figures, a row per set (``bench/machine.py``).
