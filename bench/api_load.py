@@ -347,8 +347,9 @@ WAIT = "embeddings, first text waits 2 ms for company (QKV_BATCH_MAX_WAIT_MS=2)"
 # A worker more than the cores: with one a core, both sometimes waited for texts still on
 # their way back through HTTP (the load used 89 % of the cores on the AVX2-only AMD EPYC);
 # 3 workers served 1,024-1,058 requests/s against the default's 924-1,018 there in turns
-# (/tmp A/B, 4 rounds each, 2026-12-05), 4 workers 948-978. Measured here on every CPU kind
-# before it becomes the default (it wins on one so far).
+# (/tmp A/B, 4 rounds each, 2026-12-05), 4 workers 948-978; a later A/B on the same kind
+# that day had the default ahead in 3 of 4 rounds (931-998 against 827-1,059). Measured
+# here on every CPU kind: not the default while no kind shows it winning steadily.
 EXTRA = "embeddings, one more encoder worker than cores (QKV_BATCH_WORKERS=cores + 1)"
 SHORT = {"embeddings": "embeddings", "HTTP only: GET /health": "http_health",
          "embeddings, batching off": "batching_off",
