@@ -7,9 +7,12 @@ A backup is a directory::
     COLLECTION/part-00001.parquet ...
 
 Each row is one stored row, as the store keeps it: ``id``, ``tenant`` (null outside a
-multi-tenant collection), ``text``, ``value``, ``metadata`` (JSON text) and ``vector``
-(``dim`` float32s). A collection with passages (:mod:`index.passages`) is backed up as its
-rows are, heads and passages alike, so it restores exactly. ``manifest.json``::
+multi-tenant collection), ``text``, ``value``, ``metadata`` (JSON text), ``vector``
+(``dim`` float32s) and ``keywords`` (the analysed terms a hybrid collection's BM25 indexes
+for the row, where the store gives them back: a passage's window; null otherwise, and
+absent from backups made before it, whose rows a restore indexes by their text). A
+collection with passages (:mod:`index.passages`) is backed up as its rows are, heads and
+passages alike, so it restores exactly. ``manifest.json``::
 
     {"format": "qkv-backup", "version": 1, "id": "...", "created": "2026-11-29T01:02:03Z",
      "collections": [{"name", "dim", "encoder": {"name", "fingerprint", "dim"} | null,
@@ -149,7 +152,7 @@ def _schema(dim: int) -> Any:
 
     return pa.schema([("id", pa.string()), ("tenant", pa.string()), ("text", pa.string()),
                       ("value", pa.string()), ("metadata", pa.string()),
-                      ("vector", pa.list_(pa.float32(), dim))])
+                      ("vector", pa.list_(pa.float32(), dim)), ("keywords", pa.string())])
 
 
 def _table(items: Sequence[Item], dim: int) -> Any:
@@ -165,7 +168,8 @@ def _table(items: Sequence[Item], dim: int) -> Any:
         "value": pa.array([it.value for it in items], pa.string()),
         "metadata": pa.array([json.dumps(it.metadata, ensure_ascii=False) for it in items],
                              pa.string()),
-        "vector": pa.FixedSizeListArray.from_arrays(flat, dim)}, schema=_schema(dim))
+        "vector": pa.FixedSizeListArray.from_arrays(flat, dim),
+        "keywords": pa.array([it.keywords for it in items], pa.string())}, schema=_schema(dim))
 
 
 def _write_collection(store: VectorStore, name: str, folder: Path, dim: int,
@@ -324,13 +328,16 @@ def _rows(src: Path, c: dict[str, Any]) -> Iterator[list[Item]]:
         for batch in pq.ParquetFile(src / part["path"]).iter_batches(batch_size=PAGE):
             cols = {name: batch.column(name).to_pylist()  # the vectors stay in numpy
                     for name in ("id", "tenant", "text", "value", "metadata")}
+            # a backup from before keywords: its rows are indexed by their text
+            keywords = (batch.column("keywords").to_pylist()
+                        if "keywords" in batch.schema.names else [None] * len(batch))
             vectors = batch.column("vector").flatten().to_numpy(zero_copy_only=False)
             vectors = vectors.reshape(len(batch), c["dim"]).astype(np.float32)
             yield [Item(id=i, vector=vectors[r], text=t or "", value=v,
-                        metadata=json.loads(m) if m else {}, tenant=tn)
-                   for r, (i, tn, t, v, m) in enumerate(zip(
+                        metadata=json.loads(m) if m else {}, tenant=tn, keywords=kw)
+                   for r, (i, tn, t, v, m, kw) in enumerate(zip(
                        cols["id"], cols["tenant"], cols["text"], cols["value"],
-                       cols["metadata"], strict=True))]
+                       cols["metadata"], keywords, strict=True))]
 
 
 @dataclass

@@ -129,6 +129,11 @@ class Item:
     value: str | None = None
     metadata: dict[str, Any] = field(default_factory=dict)
     tenant: str | None = None  # in a multi-tenant collection (index.tenancy)
+    # the terms a hybrid collection's BM25 indexes for it (analysed, joined by spaces:
+    # index.hybrid.analysis.analyzed) where they are not its text's: a passage's read with
+    # its neighbours' (index.passages); None: its text's. Stores that read rows back whole
+    # (scans) give them back, so a copy indexes the same terms.
+    keywords: str | None = None
 
 
 class Mix(NamedTuple):
@@ -323,7 +328,8 @@ def check_item(item: Item) -> None:
         raise ValueError(f"item id must be a non-empty string, got {item.id!r}")
     if len(item.id.encode()) > MAX_ID_BYTES:
         raise ValueError(f"item id is longer than {MAX_ID_BYTES} bytes: {item.id[:40]!r}...")
-    for name, text in (("text", item.text), ("value", item.value or "")):
+    for name, text in (("text", item.text), ("value", item.value or ""),
+                       ("keywords", item.keywords or "")):
         if len(text.encode()) > MAX_TEXT_BYTES:
             raise ValueError(f"item {item.id!r}: {name} is longer than {MAX_TEXT_BYTES} bytes")
     if not isinstance(item.metadata, dict):

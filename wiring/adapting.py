@@ -130,7 +130,8 @@ def copy_items(store: VectorStore, target: str, items: list[Item], embed: Embed,
     for start in range(0, len(items), BATCH):
         page = items[start:start + BATCH]
         vectors = embed([it.text for it in page])
-        store.upsert(target, [Item(it.id, v, it.text, it.value, it.metadata)
+        store.upsert(target, [Item(it.id, v, it.text, it.value, it.metadata,
+                                   keywords=it.keywords)
                               for it, v in zip(page, vectors, strict=True)], info)
         progress((start + len(page)) / max(1, len(items)))
 

@@ -79,7 +79,7 @@ def write_parquet_range(job: Any, r: Range, meta: dict[str, Any], items: list[It
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    from index.milvus.schema import BM25_FIELD, bm25_text
+    from index.milvus.schema import BM25_FIELD, bm25_of
 
     for it in items:
         check_item(it)  # as an upsert would: the import would fail on the whole file
@@ -91,7 +91,7 @@ def write_parquet_range(job: Any, r: Range, meta: dict[str, Any], items: list[It
             "text": [it.text for it in items], "value": [it.value or "" for it in items],
             "metadata": [json.dumps(it.metadata, ensure_ascii=False) for it in items]}
         if bm25:
-            columns[BM25_FIELD] = [bm25_text(it.text) for it in items]
+            columns[BM25_FIELD] = [bm25_of(it) for it in items]
         path = parquet_path(bulk_dir, stem, r)
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp = path.with_name(path.name + ".tmp")

@@ -87,6 +87,7 @@ class RayJob:
     # how documents are cut into passages (index.passages.Settings as a dict; None: one row
     # a document): the job's for a new collection, an existing one's own (run_ray decides)
     passages: dict[str, Any] | None = None
+    keywords: bool = False  # a hybrid collection's passages keep their windows' terms
     # the driver's process settings (wiring.runtime.current: QKV_NO_BF16 ...), which the
     # encoder actors, processes of their own, take on
     runtime: dict[str, Any] | None = None
@@ -122,7 +123,7 @@ def planned_range(job: RayJob, row: dict[str, Any]
     vectors = np.frombuffer(row["vectors"], dtype=np.float32).reshape(-1, job.encoder.dim)
     spans = [[long_docs.Passage(a, b, "") for a, b in doc] for doc in meta["passages"]]
     planned = long_docs.Planned(meta["ids"], meta["texts"], meta["values"], meta["metadata"],
-                                meta["versions"], spans)
+                                meta["versions"], spans, keywords=job.keywords)
     return Range.from_dict(meta["range"]), meta, planned, vectors
 
 
@@ -292,8 +293,10 @@ def run_ray(job: RayJob, manifest: Manifest, state_path: Path, workers: int,
                 # the encoders cut documents as the collection does: known once it is open
                 # (on Lite, ~2 s that Ray's start of its actors used to hide)
                 store, chosen = opened.result()
-                _pipeline(replace(job, passages=chosen), todo, workers, gpus_per_worker,
-                          lambda: store, write_range)
+                keywords = retrying(job, "describe", lambda: store.describe(job.collection),
+                                    [0]).hybrid
+                _pipeline(replace(job, passages=chosen, keywords=keywords), todo, workers,
+                          gpus_per_worker, lambda: store, write_range)
             finally:
                 stop.set()
                 ticker.join()

@@ -193,6 +193,7 @@ class BulkJob:
         self.count = count  # token counts: what cuts documents into passages
         self.seen: set[str] = set()  # fields of rows that lacked the id or text field
         self.passages: Settings | None = None
+        self.keywords = False  # a hybrid collection's passages keep their windows' terms
         self.encoder, self.config = encoder, config
         self.state = _load_state(config.state_path, job)
         self.summary = JobSummary()
@@ -204,9 +205,10 @@ class BulkJob:
         the job says (one row a document without a token counter)."""
         try:
             info = self._retry("describe", lambda: self.store.describe(self.collection))
-            chosen = info.passages
+            chosen, self.keywords = info.passages, info.hybrid
         except CollectionNotFoundError:
             chosen = self.config.passages
+            self.keywords = hybrid_default(self.store, self.collection, self.config.hybrid)
         return Settings.of(chosen) if self.count is not None else None
 
     def run(self) -> JobSummary:
@@ -265,7 +267,7 @@ class BulkJob:
             return self._encode(batch.texts)
         planned = long_docs.plan(list(zip(batch.ids, batch.texts, batch.values,
                                           batch.metadata, strict=True)),
-                                 self.passages, self.count, self.encoder)
+                                 self.passages, self.count, self.encoder, self.keywords)
         return planned, self._encode(planned.embed_texts)
 
     def _encode(self, texts: list[str]) -> np.ndarray:

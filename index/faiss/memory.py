@@ -72,7 +72,9 @@ class Memory:
                     ids, terms = list(self.items), self._terms
                     for i in ids:
                         if i not in terms:
-                            terms[i] = term_ids(analyze(self.items[i].text), self._vocab)
+                            it = self.items[i]  # its keywords are analysed already
+                            terms[i] = term_ids(analyze(it.text) if it.keywords is None
+                                                else it.keywords.split(), self._vocab)
                     built = (BM25Index([terms[i] for i in ids], self._vocab), ids)
                     self._bm25 = built
         return built
@@ -104,13 +106,15 @@ def encode_item(it: Item) -> dict[str, Any]:
          "value": it.value, "metadata": it.metadata}
     if it.tenant is not None:
         d["tenant"] = it.tenant
+    if it.keywords is not None:
+        d["keywords"] = it.keywords
     return d
 
 
 def decode_item(d: dict[str, Any]) -> Item:
     vec = np.frombuffer(base64.b64decode(d["v"]), dtype=np.float32).copy()
     return Item(id=d["id"], vector=vec, text=d["text"], value=d["value"] or None,
-                metadata=d["metadata"], tenant=d.get("tenant"))
+                metadata=d["metadata"], tenant=d.get("tenant"), keywords=d.get("keywords"))
 
 
 def _snapshot(path: Path) -> tuple[Path, int]:
@@ -133,7 +137,7 @@ def read_snapshot(path: Path) -> Iterator[Item]:
         for row, line in enumerate(f):
             d = json.loads(line)
             yield Item(d["id"], vectors[row], d["text"], d["value"] or None, d["metadata"],
-                       d.get("tenant"))
+                       d.get("tenant"), d.get("keywords"))
 
 
 def write_snapshot(path: Path, items: list[Item], dim: int) -> None:
@@ -152,8 +156,11 @@ def write_snapshot(path: Path, items: list[Item], dim: int) -> None:
         os.fsync(f.fileno())
     with open(folder / "items.jsonl", "w", encoding="utf-8") as f:
         for it in items:
-            f.write(json.dumps({"id": it.id, "text": it.text, "value": it.value,
-                                "metadata": it.metadata, "tenant": it.tenant}) + "\n")
+            row = {"id": it.id, "text": it.text, "value": it.value,
+                   "metadata": it.metadata, "tenant": it.tenant}
+            if it.keywords is not None:
+                row["keywords"] = it.keywords
+            f.write(json.dumps(row) + "\n")
         f.flush()
         os.fsync(f.fileno())
     write_json(path / "snapshot.json", {"snapshot": n + 1})  # synced, renamed into place

@@ -10,8 +10,9 @@ search is exact over the matching items. With ``index_type="flat"`` this is the 
 reference that approximate stores' recall is measured against.
 
 A hybrid collection also has a BM25 index of the items' text (:mod:`index.hybrid.bm25`, over
-:func:`index.hybrid.analysis.analyze`'s terms, scored as Milvus' BM25 function scores), built in
-process, lazily after writes like the faiss index; nothing of it is stored but the texts.
+:func:`index.hybrid.analysis.analyze`'s terms, or an item's own ``keywords``: a passage's
+window, :mod:`index.passages`; scored as Milvus' BM25 function scores), built in process,
+lazily after writes like the faiss index; nothing of it is stored but the texts and keywords.
 Searches take ``mode`` ``dense``, ``bm25`` or ``hybrid`` as on Milvus, through the steps
 every backend shares (:func:`index.steps.search`: both sides ``candidates(k)`` deep, fused).
 """
@@ -263,7 +264,7 @@ class FaissStore:
         if not items:
             return 0
         stored = [Item(it.id, xb[i].copy(), it.text, it.value or None, dict(it.metadata),
-                       it.tenant) for i, it in enumerate(items)]
+                       it.tenant, it.keywords) for i, it in enumerate(items)]
         self._append(collection, {"op": "upsert", "items": stored})
         return len(stored)
 

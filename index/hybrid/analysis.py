@@ -52,3 +52,13 @@ def _stem_word(word: str) -> str:
 def analyzed(text: str) -> str:
     """``analyze(text)`` as one string, stems separated by single spaces."""
     return " ".join(analyze(text))
+
+
+def fit_terms(terms: str, limit: int) -> str:
+    """Analysed ``terms`` (joined by spaces) cut at a space to at most ``limit`` bytes of
+    UTF-8 (a store's text field)."""
+    raw = terms.encode()
+    if len(raw) <= limit:
+        return terms
+    cut = raw[:limit + 1].decode(errors="ignore")
+    return cut.rsplit(" ", 1)[0] if " " in cut else raw[:limit].decode(errors="ignore")

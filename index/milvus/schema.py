@@ -3,7 +3,8 @@
 Fields: ``id`` VARCHAR primary key, ``vector`` FLOAT_VECTOR (inner product), ``text`` and
 ``value`` VARCHAR, ``metadata`` JSON; the encoder in the collection's properties. A hybrid
 collection adds ``bm25_text``, the analysed copy of ``text`` (:func:`bm25_text`), and
-``sparse``, which Milvus' BM25 function fills from it (k1 and b as bm25s).
+``sparse``, which Milvus' BM25 function fills from it (k1 and b as bm25s); an item's
+``keywords`` where it has them (a passage's window, :mod:`index.passages`).
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from index.hybrid.analysis import BM25_B, BM25_K1, STOP_WORDS, analyzed
+from index.hybrid.analysis import BM25_B, BM25_K1, STOP_WORDS, analyzed, fit_terms
 from index.store import MAX_ID_BYTES, MAX_TEXT_BYTES, CollectionInfo, EncoderInfo, Hit, Item
 from index.tenancy import MAX_TENANT_CHARS, TENANT_FIELD, local_id
 
@@ -89,11 +90,15 @@ def described(name: str, d: dict[str, Any]) -> tuple[CollectionInfo, bool]:
 def bm25_text(text: str) -> str:
     """What ``bm25_text`` holds for ``text``: :func:`index.hybrid.analysis.analyzed`, cut at a space
     to fit a VARCHAR of MAX_TEXT_BYTES (lower-casing can lengthen a text in UTF-8)."""
-    out = analyzed(text)
-    raw = out.encode()
-    if len(raw) <= MAX_TEXT_BYTES:
-        return out
-    return raw[:MAX_TEXT_BYTES].decode(errors="ignore").rsplit(" ", 1)[0]
+    return fit_terms(analyzed(text), MAX_TEXT_BYTES)
+
+
+def bm25_of(item: Item) -> str:
+    """What ``bm25_text`` holds for ``item``: its :attr:`~index.store.Item.keywords` as they
+    are (already analysed), else :func:`bm25_text` of its text."""
+    if item.keywords is not None:
+        return fit_terms(item.keywords, MAX_TEXT_BYTES)
+    return bm25_text(item.text)
 
 
 def bm25_query(text: str) -> str:
@@ -103,17 +108,21 @@ def bm25_query(text: str) -> str:
     return kept if kept.strip(" \t\n\r.,;:!?'\"()-") else text
 
 
-def item_fields(multi_tenant: bool, brief: bool = False) -> list[str]:
-    """The fields a read of whole items asks for (``brief``: id, value and metadata)."""
+def item_fields(multi_tenant: bool, brief: bool = False, keywords: bool = False) -> list[str]:
+    """The fields a read of whole items asks for (``brief``: id, value and metadata;
+    ``keywords``: and :data:`BM25_FIELD`, what a copy of the rows writes again)."""
     fields = ["id", "value", "metadata"] if brief else [*OUTPUT_FIELDS, "vector"]
-    return [*fields, *([TENANT_FIELD] if multi_tenant else [])]
+    return [*fields, *([TENANT_FIELD] if multi_tenant else []),
+            *([BM25_FIELD] if keywords else [])]
 
 
 def item(row: dict[str, Any], multi_tenant: bool = False) -> Item:
+    """A row as an item; with :data:`BM25_FIELD` read, its terms as the item's keywords."""
     return Item(id=local_id(str(row["id"]), multi_tenant),
                 vector=np.asarray(row.get("vector", ()), dtype=np.float32),
                 text=row.get("text") or "", value=row.get("value") or None,
-                metadata=dict(row.get("metadata") or {}), tenant=row.get(TENANT_FIELD))
+                metadata=dict(row.get("metadata") or {}), tenant=row.get(TENANT_FIELD),
+                keywords=row.get(BM25_FIELD))
 
 
 def hit(h: dict[str, Any], with_vector: bool, side: str, multi_tenant: bool = False) -> Hit:

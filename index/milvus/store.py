@@ -8,8 +8,9 @@ collection's properties. Writes are upserts; counts and gets are strong reads; s
 default to Session consistency (sees this client's writes, fast otherwise).
 
 A hybrid collection adds full-text search: the store fills a hidden ``bm25_text`` field with
-:func:`index.hybrid.analysis.analyzed` (lower-cased, stop words dropped, Snowball-stemmed: Milvus'
-analyzers do not stem), and Milvus' BM25 function turns it into a ``sparse``
+:func:`index.hybrid.analysis.analyzed` (lower-cased, stop words dropped, Snowball-stemmed:
+Milvus' analyzers do not stem), or with an item's own ``keywords`` (a passage's window), and
+Milvus' BM25 function turns it into a ``sparse``
 SPARSE_FLOAT_VECTOR field (inverted index, BM25 metric, k1/b as bm25s), in Milvus Lite 3.x
 and Milvus ≥ 2.5. Queries are analysed the same way, so Milvus' BM25 ranks as bm25s does. A
 hybrid search runs the dense and the BM25 search in Milvus, each ``candidates(k)`` deep, and
@@ -49,7 +50,7 @@ from index.milvus.schema import (
     CALIBRATION_PROPERTY,
     OUTPUT_FIELDS,
     PASSAGES_PROPERTY,
-    bm25_text,
+    bm25_of,
     create_collection,
     described,
     item,
@@ -467,8 +468,8 @@ class MilvusStore:
             for row, it in zip(rows, items, strict=True):
                 row[TENANT_FIELD] = it.tenant
         if self._analysed.get(collection):
-            for row in rows:
-                row[BM25_FIELD] = bm25_text(row["text"])
+            for row, it in zip(rows, items, strict=True):
+                row[BM25_FIELD] = bm25_of(it)
         for start in range(0, len(rows), UPSERT_CHUNK):
             chunk = rows[start : start + UPSERT_CHUNK]
             with self._flushing:
@@ -554,7 +555,8 @@ class MilvusStore:
         if not (every_tenant and info.multi_tenant):
             check_tenant(info, None)
         ids = self._ids_after(collection, after or "")
-        fields = item_fields(info.multi_tenant)
+        # a hybrid collection's analysed terms too: a copy of its rows indexes the same
+        fields = item_fields(info.multi_tenant, keywords=bool(self._analysed.get(collection)))
         for start in range(0, len(ids), batch_size):
             page = ids[start : start + batch_size]
             rows = {str(r["id"]): r for r in rows_of(self._call, collection, page, fields,

@@ -110,6 +110,21 @@ def test_a_long_document_is_found_by_any_passage_and_read_back_whole(
     assert len({n["id"] for n in r.json()["neighbours"]}) == 3
 
 
+def test_bm25_finds_a_passage_by_its_own_words_and_its_neighbours(
+        client: TestClient, long_coll: str) -> None:
+    """A hybrid collection's passages are indexed for BM25 with the passage on each side:
+    a word of one passage finds it and its two neighbours, the one holding it first."""
+    upsert(client, long_coll, [{"id": "b", "text": long_text("b")}], truncate=False)
+    out = search(client, long_coll, query="bp6w20", mode="bm25", top_k=10,
+                 group_by_document=False)
+    found = [h["passages"][0] for h in out["hits"]]
+    own = [p["index"] for p in found if "bp6w20" in p["text"].split()]
+    assert len(own) == 1 and len(found) == 3, found
+    assert sorted(p["index"] for p in found) == [own[0] - 1, own[0], own[0] + 1]
+    out = search(client, long_coll, query="bp6w20", mode="bm25", top_k=1)
+    assert "bp6w20" in out["hits"][0]["passages"][0]["text"].split()
+
+
 def test_replace_and_delete_act_on_the_whole_document(client: TestClient, lite_path: str,
                                                       long_coll: str) -> None:
     upsert(client, long_coll, [{"id": "d", "text": long_text("old")},

@@ -360,3 +360,47 @@ def test_a_restore_into_a_server_is_searched_on_its_index_when_readers_come(
                 store.drop_alias(alias)
             store.drop(r.collection)
         store.close()
+
+
+def _bm25_ids(store: VectorStore, name: str, query: str) -> set[str]:
+    return {h.id for h in store.search(name, np.ones((1, DIM), np.float32) / DIM ** 0.5, 10,
+                                       consistency="Strong", query_text=[query],
+                                       mode="bm25")[0]}
+
+
+@pytest.mark.parametrize("target", ["faiss", "lite"])
+def test_a_rows_keywords_travel_with_its_backup(tmp_path: Path, target: str) -> None:
+    """The BM25 terms a row keeps beside its text (a passage's window, ``Item.keywords``)
+    come back with a restore: a word that only the keywords hold still finds the row. A
+    backup from before keywords (its files without the column) restores its rows indexed
+    by their text."""
+    import pyarrow.parquet as pq
+
+    source = MilvusStore(str(tmp_path / "src.db"))
+    source.create("w", DIM, ENC, hybrid=True)
+    items = _items(6, 3)
+    items[1].keywords = "zebra quokka"  # analysed terms, as index.passages writes them
+    source.upsert("w", items, ENC)
+    assert _bm25_ids(source, "w", "quokka") == {"d0001"}
+    backup(source, tmp_path / "b")
+    source.close()
+    store: VectorStore = FaissStore(tmp_path / "f") if target == "faiss" else \
+        MilvusStore(str(tmp_path / "dst.db"))
+    restore(store, tmp_path / "b", encoder=ENC)
+    assert _bm25_ids(store, "w", "quokka") == {"d0001"}
+    assert _bm25_ids(store, "w", "text") == {f"d{i:04d}" for i in range(6)} - {"d0001"}
+    # the same backup, its files rewritten without keywords (and the manifest's checksums)
+    manifest_path = tmp_path / "b" / "manifest.json"
+    manifest = json.loads(manifest_path.read_text())
+    for part in manifest["collections"][0]["parts"]:
+        path = tmp_path / "b" / part["path"]
+        pq.write_table(pq.read_table(path).drop_columns(["keywords"]), path)
+        part["sha256"] = index_backup._sha256(path)
+    manifest_path.write_text(json.dumps(manifest))
+    other: VectorStore = FaissStore(tmp_path / "f2") if target == "faiss" else \
+        MilvusStore(str(tmp_path / "dst2.db"))
+    restore(other, tmp_path / "b", encoder=ENC)
+    assert _bm25_ids(other, "w", "quokka") == set()
+    assert _bm25_ids(other, "w", "text") == {f"d{i:04d}" for i in range(6)}
+    store.close()
+    other.close()

@@ -344,3 +344,86 @@ def test_a_documents_version_is_the_hash_of_its_json_as_before(seed: int) -> Non
         st = P.Settings.sized(rnd.choice([64, 128, 256]))
         enc = rnd.choice([None, EncoderInfo("e", "f" * 16, 256), EncoderInfo("é", "0", 64)])
         assert P.version(text, value, meta, st, enc) == old(text, value, meta, st, enc)
+
+
+def _windowed_doc() -> str:
+    """Four paragraphs of 12 words (each a passage at size 20), one rare word in each of the
+    first, second and fourth: zebra, quokka, narwhal."""
+    rng = random.Random(7)
+    paras = []
+    for i, rare in enumerate(["zebra", "quokka", None, "narwhal"]):
+        filler = [f"f{i}w{rng.randint(0, 5)}" for _ in range(11)]
+        paras.append(" ".join([*filler, rare or f"f{i}w9"]) + ".")
+    return "\n\n".join(paras)
+
+
+def _bm25_rows(store: VectorStore, collection: str, query: str) -> set[str]:
+    hits = store.search(collection, embed([query]), 20, consistency="Strong",
+                        query_text=[query], mode="bm25")[0]
+    return {h.id for h in hits}
+
+
+def test_a_hybrid_collections_passage_is_found_by_its_neighbours_terms(
+        store: VectorStore, collection: str) -> None:
+    """In a hybrid collection each passage of a long document keeps the BM25 terms of its
+    window (itself twice and the passage on each side): a word of the second passage finds
+    the first three, not the fourth, and the second first; the store's scan gives the terms
+    back, and a copy of the rows searches alike. Planned without keywords (a dense
+    collection's way), a word finds its own passage only."""
+    if not store.bm25_available():
+        pytest.skip("this store has no BM25 (Milvus < 2.5)")
+    s = P.Settings(20, 4)
+    text = _windowed_doc()
+    docs = [("long", text, None, {}), ("other", "zebra alone here.", None, {})]
+    planned = P.plan(docs, s, words, None, keywords=True)
+    assert [len(ps) for ps in planned.passages] == [4, 1]
+    rows = P.new_rows(planned, embed(planned.embed_texts))
+    windows = {it.id: it.keywords for it in rows}
+    assert windows["other"] is None  # a document of one passage: its text's own terms
+    ids = {i: P.part_id("long", planned.versions[0], i) if i else "long" for i in range(4)}
+    assert windows[ids[1]] is not None and windows[ids[1]].split().count("zebra") == 1
+    assert windows[ids[1]].split().count("quokka") == 2  # its own terms count twice
+    assert "narwhal" not in windows[ids[1]].split() and "quokka" not in windows[ids[3]].split()
+    store.create(collection, DIM, hybrid=True)
+    store.set_passages(collection, s.to_dict())
+    assert P.commit(store, collection, planned, embed(planned.embed_texts), None) == 2
+    assert _bm25_rows(store, collection, "quokka") == {ids[0], ids[1], ids[2]}
+    best = store.search(collection, embed(["quokka"]), 1, consistency="Strong",
+                        query_text=["quokka"], mode="bm25")[0]
+    assert [h.id for h in best] == [ids[1]]  # the passage holding it, above its neighbours
+    assert _bm25_rows(store, collection, "narwhal") == {ids[2], ids[3]}
+    assert _bm25_rows(store, collection, "zebra") == {ids[0], ids[1], "other"}
+    scanned = {it.id: it for page in store.scan(collection) for it in page}
+    assert all(scanned[i].keywords == windows[i] for i in ids.values())
+    copy = f"{collection}_copy"
+    store.create(copy, DIM, hybrid=True)
+    try:
+        store.upsert(copy, list(scanned.values()))
+        assert _bm25_rows(store, copy, "quokka") == {ids[0], ids[1], ids[2]}
+    finally:
+        store.drop(copy)
+    plain = P.plan(docs, s, words, None)
+    assert all(it.keywords is None for it in P.new_rows(plain, embed(plain.embed_texts)))
+    store.drop(collection)
+    store.create(collection, DIM, hybrid=True)
+    P.commit(store, collection, plain, embed(plain.embed_texts), None)
+    assert _bm25_rows(store, collection, "quokka") == {ids[1]}
+
+
+def test_window_terms_are_cut_to_a_stores_text_field() -> None:
+    """A passage's window of long passages is cut at a term to what a text field holds."""
+    from index.store import MAX_TEXT_BYTES
+
+    text = "\n\n".join(" ".join(f"w{p}x{i}z" for i in range(6000)) for p in range(3))
+    spans = [P.Passage(a, a + len(x), x) for a, x in
+             zip([0, *[m + 2 for m in _ends(text)]], text.split("\n\n"), strict=True)]
+    terms = P.window_terms(text, spans)
+    assert all(t is not None and len(t.encode()) <= MAX_TEXT_BYTES for t in terms)
+    whole = set(text.split())
+    for t in terms:  # cut near the limit, at a term: the last one is whole
+        assert t is not None and len(t.encode()) > MAX_TEXT_BYTES - 10
+        assert t.split()[-1] in whole  # a term cut short has lost its "z"
+
+
+def _ends(text: str) -> list[int]:
+    return [i for i in range(len(text)) if text.startswith("\n\n", i)]

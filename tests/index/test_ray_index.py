@@ -164,12 +164,16 @@ def test_ray_cuts_long_documents_as_the_local_job_does(tmp_path: Path,
             for doc_id, text in docs.items():
                 found = read_document(store, "docs", doc_id)
                 assert found is not None and found[0].text == text, doc_id
-            rows[db] = {it.id: (it.text, it.metadata) for page in store.scan("docs")
-                        for it in page}
+            rows[db] = {it.id: (it.text, it.metadata, it.keywords)
+                        for page in store.scan("docs") for it in page}
         finally:
             store.close()
     assert len(rows[ray_db]) > 2 * len(docs)  # the long ones are several passages each
     assert rows[ray_db] == rows[local_db]
+    # hybrid (the default): each passage's BM25 terms are its window's, more than its own
+    from index.hybrid.analysis import analyzed
+    windows = [k for t, _, k in rows[ray_db].values() if k != analyzed(t)]
+    assert len(windows) == len(rows[ray_db]) - 1  # all but the short document's row
 
 
 def store_for(where: str, tmp_path: Path, request: pytest.FixtureRequest, name: str

@@ -125,7 +125,8 @@ class Writing(Base):
             count = long_docs.token_counter(model.encoder.tokenizer)
             try:
                 planned = await self.run(long_docs.plan, [(d.id, d.text, d.value, d.metadata)
-                                                          for d in docs], settings, count, enc)
+                                                          for d in docs], settings, count, enc,
+                                         info.hybrid)
             except OverflowError as e:
                 raise TooLargeError(str(e)) from e
             except ValueError as e:
