@@ -454,8 +454,8 @@ def window_terms(text: str, passages: Sequence[Passage]) -> list[str | None]:
     twice and of the passage on each side of it once, so a query whose terms a cut set
     apart still finds the passages around the cut, and the passage that holds a term ranks
     above its neighbours that only see it (cut at a term to
-    :data:`index.store.MAX_TEXT_BYTES`, the neighbours' terms first); for a document of one
-    passage None (its text's own, as a short document's). Chosen on
+    :data:`index.store.MAX_TEXT_BYTES`: the neighbours' terms come last and go first); for a
+    document of one passage None (its text's own, as a short document's). Chosen on
     bench/long_documents.py's sets: see the module docstring."""
     if len(passages) < 2:
         return [None] * len(passages)
