@@ -225,9 +225,9 @@ def _datasink_class() -> type:
 
 
 def open_driver_store(job: RayJob, hybrid: bool | None
-                      ) -> tuple[VectorStore, dict[str, Any] | None]:
-    """The driver's store, the collection made, and how its documents are cut: an existing
-    collection's way, else the job's (a new one is made so)."""
+                      ) -> tuple[VectorStore, dict[str, Any] | None, bool]:
+    """The driver's store, the collection made, how its documents are cut (an existing
+    collection's way, else the job's: a new one is made so) and whether it is hybrid."""
     store = open_store(job.store, token=job.token, timeout=job.timeout, bulk=True)
     try:
         try:
@@ -243,14 +243,14 @@ def open_driver_store(job: RayJob, hybrid: bool | None
     except BaseException:
         store.close()
         raise
-    return store, chosen
+    return store, chosen, info.hybrid
 
 
 def run_ray(job: RayJob, manifest: Manifest, state_path: Path, workers: int,
             gpus_per_worker: float, address: str | None, hybrid: bool | None,
             progress: Callable[[dict[str, Any]], None],
             write_range: RangeWriter | None = None, shutdown: bool = False,
-            opened: Future[tuple[VectorStore, dict[str, Any] | None]] | None = None
+            opened: Future[tuple[VectorStore, dict[str, Any] | None, bool]] | None = None
             ) -> dict[str, Any]:
     """Run the job's pending ranges on Ray; returns the final progress figures.
     ``write_range``: where the driver puts each encoded range (:func:`encoded_range`)
@@ -292,9 +292,7 @@ def run_ray(job: RayJob, manifest: Manifest, state_path: Path, workers: int,
             try:
                 # the encoders cut documents as the collection does: known once it is open
                 # (on Lite, ~2 s that Ray's start of its actors used to hide)
-                store, chosen = opened.result()
-                keywords = retrying(job, "describe", lambda: store.describe(job.collection),
-                                    [0]).hybrid
+                store, chosen, keywords = opened.result()
                 _pipeline(replace(job, passages=chosen, keywords=keywords), todo, workers,
                           gpus_per_worker, lambda: store, write_range)
             finally:
@@ -317,7 +315,7 @@ def run_ray(job: RayJob, manifest: Manifest, state_path: Path, workers: int,
     return final
 
 
-def _close_opened(opened: Future[tuple[VectorStore, Any]]) -> None:
+def _close_opened(opened: Future[tuple[VectorStore, Any, bool]]) -> None:
     """Close the driver's store if it opened (a store that failed to open is not there)."""
     if opened.exception() is None:
         opened.result()[0].close()
@@ -434,7 +432,7 @@ def index_with_ray(job: IndexJob, config: JobConfig) -> Any:
             timeout, encoder_info(enc), str(done_dir.resolve()), device, retries, backoff_s,
             passages=config.fitted(enc.max_tokens).passages, runtime=runtime.current())
 
-    def open_planned() -> tuple[VectorStore, dict[str, Any] | None]:
+    def open_planned() -> tuple[VectorStore, dict[str, Any] | None, bool]:
         return open_driver_store(planned.result()[2], hybrid)
 
     started_here, handed = False, False

@@ -95,10 +95,9 @@ def bm25_text(text: str) -> str:
 
 def bm25_of(item: Item) -> str:
     """What ``bm25_text`` holds for ``item``: its :attr:`~index.store.Item.keywords` as they
-    are (already analysed), else :func:`bm25_text` of its text."""
-    if item.keywords is not None:
-        return fit_terms(item.keywords, MAX_TEXT_BYTES)
-    return bm25_text(item.text)
+    are (already analysed, and within the field: :func:`index.store.check_item`), else
+    :func:`bm25_text` of its text."""
+    return item.keywords if item.keywords is not None else bm25_text(item.text)
 
 
 def bm25_query(text: str) -> str:
