@@ -11,7 +11,7 @@ scope, its collection and its tenant; per-key limits; one audit line per write.
   and in :data:`current` (routes ask :func:`bound_tenant` for the tenant to use).
 - :class:`Limiter`: token buckets per key id, requests/s checked here and texts/s where
   texts are encoded (:func:`charge_texts`, from ``Service.embed``): 429 with Retry-After.
-- :class:`AuditMiddleware`: one JSON log line (logger ``qkv.audit``) per write and admin
+- :func:`write_audit`: one JSON log line (logger ``qkv.audit``) per write and admin
   call: key id, tenant, method, route, collection, count, status, request id.
 """
 
@@ -261,42 +261,19 @@ def audit_facts(body: bytes) -> tuple[int | None, str | None]:
     return count, tenant if isinstance(tenant, str) else None
 
 
-class AuditMiddleware:
-    """Pure ASGI: after each call that :func:`authorize` marked (writes, admin calls, reads
-    of keys among them, and every refusal: 401 and 403), one line to ``qkv.audit`` with the
-    key, its scope, the route, the collection, the alias or key acted on, and the outcome."""
-
-    def __init__(self, app: Any) -> None:
-        self.app = app
-
-    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
-        if scope["type"] != "http" or scope["method"] == "OPTIONS":
-            await self.app(scope, receive, send)
-            return
-        status, body = [500], bytearray()
-        copy = scope["method"] not in ("GET", "HEAD")  # a body to count documents in
-
-        async def receive_copy() -> Any:
-            message = await receive()
-            if copy and message["type"] == "http.request" and len(body) < 2**24:
-                body.extend(message.get("body", b""))
-            return message
-
-        async def send_status(message: Any) -> None:
-            if message["type"] == "http.response.start":
-                status[0] = message["status"]
-            await send(message)
-
-        try:
-            await self.app(scope, receive_copy, send_status)
-        finally:
-            state = scope.get("state") or {}
-            entry = state.get("audit")
-            if entry is not None:
-                headers = dict(scope.get("headers") or [])
-                count, tenant = audit_facts(bytes(body))
-                tenant = tenant or headers.get(b"x-tenant", b"").decode("latin-1") or None
-                audit_log.info(json.dumps({
-                    **entry, "method": scope["method"], "tenant": tenant or entry["tenant"],
-                    "count": count, "status": status[0],
-                    "request_id": state.get("request_id")}))
+def write_audit(scope: Any, status: int, body: bytes) -> None:
+    """After a call that :func:`authorize` marked (writes, admin calls, reads of keys among
+    them, and every refusal: 401 and 403), one line to ``qkv.audit`` with the key, its
+    scope, the route, the collection, the alias or key acted on, the count of documents or
+    ids ``body`` named, and the outcome (``status``); nothing for a call it did not mark.
+    Called by :class:`api.edge.EdgeMiddleware` once the call has answered."""
+    state = scope.get("state") or {}
+    entry = state.get("audit")
+    if entry is None:
+        return
+    headers = dict(scope.get("headers") or [])
+    count, tenant = audit_facts(body)
+    tenant = tenant or headers.get(b"x-tenant", b"").decode("latin-1") or None
+    audit_log.info(json.dumps({
+        **entry, "method": scope["method"], "tenant": tenant or entry["tenant"],
+        "count": count, "status": status, "request_id": state.get("request_id")}))

@@ -33,11 +33,11 @@ from api import (
     tei_routes,
     web,
 )
-from api.access import AuditMiddleware
-from api.errors import ApiError, RequestIdMiddleware, error_response, public_text
+from api.edge import EdgeMiddleware
+from api.errors import public_text
 from api.keys import KeyRing, default_keys_file
 from api.lean import LeanRoutes
-from api.metrics import Metrics, MetricsMiddleware
+from api.metrics import Metrics
 from api.settings import Settings
 from index import collection_name
 from wiring import memory
@@ -55,52 +55,6 @@ def _telemetry() -> dict[str, Any]:
         return {}
     on = any(k.startswith(("OTEL_", "FASTAPI_OTEL_")) for k in os.environ)
     return {"telemetry": {"tracing": on, "metrics": on, "logs": on}}
-
-
-class BodyLimitMiddleware:
-    """413 for a body over ``limit`` bytes, by Content-Length or, for chunked bodies, by
-    counting, before any route reads it."""
-
-    def __init__(self, app: Any, limit: int) -> None:
-        self.app, self.limit = app, limit
-
-    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
-        if scope["type"] != "http":
-            await self.app(scope, receive, send)
-            return
-        length = dict(scope["headers"]).get(b"content-length")
-        if length is not None:
-            if length.isdigit() and int(length) > self.limit:
-                await self._reject(scope, receive, send)
-                return
-            await self.app(scope, receive, send)
-            return
-        chunks, size, more = [], 0, True  # chunked: read it all (up to the limit) first
-        while more:
-            message = await receive()
-            if message["type"] != "http.request":
-                break
-            chunks.append(message.get("body", b""))
-            size += len(chunks[-1])
-            more = message.get("more_body", False)
-            if size > self.limit:
-                await self._reject(scope, receive, send)
-                return
-        body, sent = b"".join(chunks), False
-
-        async def replay() -> Any:
-            nonlocal sent
-            if not sent:
-                sent = True
-                return {"type": "http.request", "body": body, "more_body": False}
-            return await receive()
-
-        await self.app(scope, replay, send)
-
-    async def _reject(self, scope: Any, receive: Any, send: Any) -> None:
-        err = ApiError(413, "payload_too_large",
-                       f"request body over {self.limit} bytes (QKV_MAX_BODY_BYTES)")
-        await error_response(err, scope.get("path", ""))(scope, receive, send)
 
 
 # (request schema, field, setting): arrays get it as maxItems, integers as maximum
@@ -266,8 +220,6 @@ def create_app(settings: Settings | None = None, banner: str | None = None) -> F
     app.add_middleware(LeanRoutes, routes=[*embedding_routes.HOT, *tei_routes.HOT,
                                            *retrieval_routes.HOT],
                        enabled=settings.lean_embeddings)  # innermost
-    app.add_middleware(AuditMiddleware)
-    app.add_middleware(BodyLimitMiddleware, limit=settings.max_body_bytes)
-    app.add_middleware(MetricsMiddleware, metrics=metrics)
-    app.add_middleware(RequestIdMiddleware)
+    # request id, metrics, body limit and audit in one layer (api.edge)
+    app.add_middleware(EdgeMiddleware, metrics=metrics, limit=settings.max_body_bytes)
     return app

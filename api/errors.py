@@ -94,29 +94,12 @@ def new_request_id() -> str:
     return raw[:16]
 
 
-class RequestIdMiddleware:
-    """Pure ASGI middleware: every request gets an id (the caller's ``X-Request-Id`` when it
-    is a plain token, else a new one), answered in ``X-Request-Id``; a 5xx names it in its
-    message and the log line with the store's own text carries it."""
-
-    def __init__(self, app: Any) -> None:
-        self.app = app
-
-    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
-        if scope["type"] != "http":
-            await self.app(scope, receive, send)
-            return
-        given = dict(scope.get("headers") or []).get(b"x-request-id", b"").decode("latin-1")
-        rid = given if _REQUEST_ID.match(given) else new_request_id()
-        scope.setdefault("state", {})["request_id"] = rid
-
-        async def send_with_id(message: Any) -> None:
-            if message["type"] == "http.response.start":
-                message["headers"] = [*message.get("headers", []),
-                                      (b"x-request-id", rid.encode())]
-            await send(message)
-
-        await self.app(scope, receive, send_with_id)
+def request_id_of(given: bytes) -> str:
+    """A request's id: the caller's ``X-Request-Id`` (``given``) when it is a plain token
+    (letters, digits, ``._-``, at most 64), else a new one (:func:`new_request_id`).
+    :class:`api.edge.EdgeMiddleware` puts it in the request's state and its answer."""
+    text = given.decode("latin-1")
+    return text if _REQUEST_ID.match(text) else new_request_id()
 
 
 def public_text(e: BaseException) -> str:

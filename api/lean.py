@@ -1,15 +1,16 @@
 """Hot routes answered past FastAPI's routing, dependency and body machinery.
 
-:class:`LeanRoutes` is a pure ASGI layer, innermost of the app's middleware (inside the
-request id, metrics, body limit and audit layers). A ``POST`` to one of its paths whose body
-is JSON (by its content type, as FastAPI reads one) and validates against the route's model
-(and whose path parameters pass the route's checks) is answered here: the key checked by
-the same :func:`api.access.authorize`, with the route's own object in the scope (the key's
-scope, the audit line and the metrics' route template are the route's), the answer made by
-the same function the route calls, and a failure answered by the app's own exception
-handlers. A body that does not parse, or is not sent as JSON, or a path parameter that
-does not pass, goes to the route with the bytes already read, so its 422 is the route's,
-word for word; every other request goes to the app unchanged.
+:class:`LeanRoutes` is a pure ASGI layer, innermost of the app's middleware (inside
+:class:`api.edge.EdgeMiddleware`: the request id, metrics, body limit and audit). A
+``POST`` to one of its paths whose body is JSON (by its content type, as FastAPI reads
+one) and validates against the route's model (and whose path parameters pass the route's
+checks) is answered here: the key checked by the same :func:`api.access.authorize`, with
+the route's own object in the scope (the key's scope, the audit line and the metrics' route
+template are the route's), the answer made by the same function the route calls, and a
+failure answered by the app's own exception handlers. A body that does not parse, or is not
+sent as JSON, or a path parameter that does not pass, goes to the route with the bytes
+already read, so its 422 is the route's, word for word; every other request goes to the
+app unchanged.
 
 Under wrk's 32 connections, one sentence a request, FastAPI's machinery was half of the
 event loop's CPU a request on ``POST /v1/embeddings`` (0.25 against 0.12 ms: 0.40 and 0.25 of

@@ -10,7 +10,6 @@
 
 from __future__ import annotations
 
-import time
 from typing import Any
 
 from prometheus_client import (
@@ -59,34 +58,14 @@ class Metrics:
                                       "Writes refused with 507 (store's disk under the flood "
                                       "mark)", registry=r)
 
+    def observe_request(self, scope: Any, status: int, seconds: float) -> None:
+        """One HTTP request's latency under its route template
+        (``/v1/collections/{name}/search``, not the raw path, so label cardinality stays
+        small; ``unmatched`` where no route saw it)."""
+        route = scope.get("route")
+        path = (getattr(route, "path_format", None) or getattr(route, "path", None)
+                or "unmatched")
+        self.request_seconds.labels(scope["method"], path, str(status)).observe(seconds)
+
     def render(self) -> bytes:
         return generate_latest(self.registry)
-
-
-class MetricsMiddleware:
-    """Pure ASGI middleware: observes each HTTP request's latency under its route template
-    (``/v1/collections/{name}/search``, not the raw path, so label cardinality stays small)."""
-
-    def __init__(self, app: Any, metrics: Metrics) -> None:
-        self.app, self.metrics = app, metrics
-
-    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
-        if scope["type"] != "http":
-            await self.app(scope, receive, send)
-            return
-        t0 = time.perf_counter()
-        status = [500]
-
-        async def send_wrapper(message: Any) -> None:
-            if message["type"] == "http.response.start":
-                status[0] = message["status"]
-            await send(message)
-
-        try:
-            await self.app(scope, receive, send_wrapper)
-        finally:
-            route = scope.get("route")
-            path = (getattr(route, "path_format", None) or getattr(route, "path", None)
-                    or "unmatched")
-            self.metrics.request_seconds.labels(scope["method"], path, str(status[0])).observe(
-                time.perf_counter() - t0)
