@@ -1,8 +1,9 @@
 """The one ASGI layer of ours that every HTTP request passes, in and out: its request id, its
 latency in the metrics, the body limit and the audit line.
 
-Outside it, Starlette's server-error layer (a 500 for an exception nothing handled);
-inside it, :class:`api.lean.LeanRoutes` and the routes. In order:
+Outside it, Starlette's and FastAPI's own layers (the server-error one answers 500 for an
+exception nothing handled); inside it, :class:`api.lean.LeanRoutes` and the routes. In
+order:
 
 1. **Request id**: the caller's ``X-Request-Id`` when it is a plain token, else a new one
    (:func:`api.errors.request_id_of`), in ``request.state.request_id`` and answered in
