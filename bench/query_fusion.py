@@ -36,6 +36,16 @@ collection's weight): the worst dev collection 0.987–0.988 ×, the means 1.093
 The losses of the two worst (SciTLDR 0.987 ×, the tweets 0.994 ×) are first and second
 places swapped, in both directions (the tweets: 10 queries gained so, 9 lost), at BM25
 margins of a few per cent, where neither list says which is right.
+
+Tried and not kept (2026-12-05, a throwaway script on the cached lists, AVX2-only AMD
+EPYC): (a) the fusion given each BM25-only hit's true cosine (the cached lists hold it; a
+store would need the vectors with BM25's hits) instead of the dense list's last: worst
+0.985 ×, mean 1.095 × against 0.987 ×, 1.094 ×; (b) a fusion learned per candidate rather
+than per query: a logistic regression over the union of both lists (each side's normalised
+score at the query's served weight, ranks as 1/(10 + rank), which list holds it, and the
+scores times the top-10 overlap and the log query length), fitted on the other dev
+collections' judgements, each query weighing the same: worst 0.961 ×, mean 1.078–1.080 ×
+left out for three feature sets (SciTLDR 0.961 ×, the tweets 0.980–0.983 ×).
 """
 
 from __future__ import annotations
