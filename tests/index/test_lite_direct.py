@@ -170,3 +170,91 @@ def test_a_failed_direct_call_goes_through_grpc(store: MilvusStore,
     assert store.get("c", ["a"])[0].text == "red ball"
     (hits,) = store.search("c", v, 1, encoder=ENC, query_text=["red ball"], mode="hybrid")
     assert [h.id for h in hits] == ["a"] and calls == ["direct"] * 3
+
+
+
+@pytest.mark.parametrize("multi", [False, True])
+def test_whole_rows_inserted_answer_as_upserted(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                multi: bool) -> None:
+    """Whole rows go to the engine's insert, which its upsert ends in (lite.direct.upsert):
+    two files written alike through new keys, overwrites, deletes and flushes, one through
+    insert and one through the engine's upsert, answer every search, read and count alike;
+    a partial row is still the engine's upsert's, merged into the key's record."""
+    from milvus_lite.engine.collection import Collection
+
+    assert lite_direct._upsert_is_merge_then_insert()  # the Lite this was written for
+    upserts = [0]
+    own_upsert = Collection.upsert
+
+    def counted(self: Any, *a: Any, **kw: Any) -> Any:
+        upserts[0] += 1
+        return own_upsert(self, *a, **kw)
+
+    monkeypatch.setattr(Collection, "upsert", counted)
+    rnd, rng = random.Random(5), np.random.default_rng(5)
+    tenants = ("acme", "zeta") if multi else (None,)
+    stores = {way: MilvusStore(str(tmp_path / f"{way}.db")) for way in ("insert", "upsert")}
+    for s in stores.values():
+        s._sealer.rows, s._sealer.quiet_s = 10**9, 10**9  # flushes happen when the test says
+        s.create("c", 8, ENC, hybrid=not multi, multi_tenant=multi)
+
+    def each(act: Any) -> None:
+        for way, s in stores.items():
+            before = upserts[0]
+            with monkeypatch.context() as m:
+                if way == "upsert":
+                    m.setattr(lite_direct, "_upsert_is_merge_then_insert", lambda: False)
+                act(s)
+            assert (upserts[0] > before) == (way == "upsert" and wrote), way
+
+    written: list[str] = []
+    for step in range(12):
+        action = "new" if step < 2 else rnd.choice(["new", "overwrite", "overwrite", "delete",
+                                                    "flush"])
+        wrote = action in ("new", "overwrite")
+        if wrote:
+            ids = ([f"d{len(written) + i}" for i in range(rnd.randint(20, 60))]
+                   if action == "new" else rnd.sample(written, rnd.randint(5, 30)))
+            xb = rng.standard_normal((len(ids), 8)).astype(np.float32)
+            xb /= np.linalg.norm(xb, axis=1, keepdims=True)
+            items = [Item(id=i, vector=xb[j],
+                          text=" ".join(rnd.choices(WORDS, k=rnd.randint(1, 6))),
+                          value=rnd.choice([None, "v"]),
+                          metadata={"n": rnd.randint(0, 9)} if rnd.random() < 0.5 else {},
+                          tenant=rnd.choice(tenants)) for j, i in enumerate(ids)]
+            for tenant in tenants:
+                part = [it for it in items if it.tenant == tenant]
+                if part:
+                    each(lambda s, part=part: s.upsert("c", part, ENC))
+            written += [i for i in ids if i not in written]
+        elif action == "delete":
+            gone = rnd.sample(written, 5)
+            for tenant in tenants:
+                each(lambda s, tenant=tenant, gone=gone: s.delete("c", gone, tenant=tenant))
+        else:
+            each(lambda s: s.flush("c"))
+        xq = rng.standard_normal((3, 8)).astype(np.float32)
+        texts = [" ".join(rnd.choices(WORDS, k=3)) for _ in range(3)]
+        for tenant in tenants:
+            for mode in ("dense",) if multi else ("dense", "bm25", "hybrid"):
+                kw: dict[str, Any] = {"k": 10, "encoder": ENC, "query_text": texts,
+                                      "mode": mode, "tenant": tenant, "with_vectors": True}
+                _same(stores["insert"].search("c", xq, **kw),
+                      stores["upsert"].search("c", xq, **kw))
+            a, b = (s.get("c", written, tenant=tenant) for s in stores.values())
+            assert [(x.id, x.text, x.value, x.metadata) for x in a] == [
+                (x.id, x.text, x.value, x.metadata) for x in b]
+            assert all(np.array_equal(x.vector, y.vector) for x, y in zip(a, b, strict=True))
+            assert stores["insert"].count("c", tenant=tenant) == stores["upsert"].count(
+                "c", tenant=tenant) > 0
+    if not multi:  # a partial row: the engine's upsert fills in the fields it lacks
+        old = stores["insert"].get("c", [written[0]])[0]
+        before = upserts[0]
+        lite_direct.upsert(lite_direct.collection(stores["insert"].uri, "c"),
+                           [{"id": old.id, "text": "a partial row"}])
+        new = stores["insert"].get("c", [old.id])[0]
+        assert upserts[0] == before + 1
+        assert (new.text, new.value, new.metadata) == ("a partial row", old.value, old.metadata)
+        assert np.array_equal(new.vector, old.vector)
+    for s in stores.values():
+        s.close()

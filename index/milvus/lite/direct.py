@@ -11,7 +11,8 @@ scripts, the recorded figures are ``bench/scale.py``'s and ``bench/backup.py``'s
 So a store on a Lite file calls the engine's collection directly for its searches, its reads
 of rows by id and its upserts: the same method the gRPC servicer calls with the same
 arguments (the servicer adds nothing for these calls: no consistency, ranker or grouping),
-and the same rows back (as pymilvus parses them: JSON fields as values, not text). Anything
+and the same rows back (as pymilvus parses them: JSON fields as values, not text); an upsert
+of whole rows calls the insert that the engine's upsert ends in (:func:`upsert`). Anything
 else, and any call that fails, goes through gRPC as before, so errors keep their mapping
 (:func:`index.milvus.conn.failure`) and a failed write its restart: a direct call that
 raises is made again through gRPC (an upsert twice is the same upsert).
@@ -27,6 +28,8 @@ holds the two ways equal.
 
 from __future__ import annotations
 
+import hashlib
+import inspect
 import json
 import logging
 import os
@@ -135,5 +138,42 @@ def count(col: Any, expr: str) -> int:
 def upsert(col: Any, rows: list[dict[str, Any]]) -> None:
     """Upsert ``rows`` (field name -> value, as ``MilvusClient.upsert`` takes them). The
     engine gets copies: what it adds to a record must not reach the gRPC call that follows
-    a failure."""
-    col.upsert([dict(r) for r in rows], partition_name="_default")
+    a failure.
+
+    Rows that carry every field a caller writes (all but the BM25 vector, which the engine
+    makes from the text) go to the engine's ``insert``: its ``upsert`` is that insert,
+    after a read of each key's current record only to fill in the fields a partial row
+    lacks, and that read takes a snapshot of the segments and tombstones a row. A key
+    written again is its newest write (its sequence number) for every read, search and
+    count either way. 100,000 rows of 256 dimensions and 30 words into a hybrid
+    collection, 1,024 a call, in turns (a throwaway script, AVX2-only AMD EPYC): 16.8 s
+    against 18.7 s. Only while the engine's ``upsert`` is the one read
+    (:data:`UPSERT_SOURCE`); else, and for partial rows, its ``upsert``."""
+    copies = [dict(r) for r in rows]
+    if _upsert_is_merge_then_insert() and _whole(col, copies):
+        col.insert(copies, partition_name="_default")
+    else:
+        col.upsert(copies, partition_name="_default")
+
+
+# sha256 of inspect.getsource(Collection.upsert) in milvus-lite 3.2.2: each row's current
+# record read and merged under the new one's fields, then insert() of the merged rows
+UPSERT_SOURCE = "3cea7e04acd70780151ee384436e7808c811598fa54d9bdcb0db6dacf2b40c0a"
+_UPSERT_CHECKED: list[bool] = []
+
+
+def _upsert_is_merge_then_insert() -> bool:
+    """Whether the installed engine's ``Collection.upsert`` is the one of
+    :data:`UPSERT_SOURCE` (checked once a process)."""
+    if not _UPSERT_CHECKED:
+        from milvus_lite.engine.collection import Collection
+
+        source = inspect.getsource(Collection.upsert).encode()
+        _UPSERT_CHECKED.append(hashlib.sha256(source).hexdigest() == UPSERT_SOURCE)
+    return _UPSERT_CHECKED[0]
+
+
+def _whole(col: Any, rows: list[dict[str, Any]]) -> bool:
+    """Whether every row has every field of ``col`` but those the engine makes (BM25's)."""
+    written = {f.name for f in col.schema.fields} - set(col._bm25_analyzers)
+    return all(written <= r.keys() for r in rows)
