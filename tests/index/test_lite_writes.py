@@ -1,7 +1,8 @@
 """Milvus Lite's write path without its per-value loops (:mod:`index.milvus.lite.writes`)
 gives what Lite's own gives: the record check accepts and refuses the same records with the
 same message and leaves them the same, and a flushed segment's table is equal column for
-column, on real memtables (dense, BM25, JSON, tenants, overwrites, deletes)."""
+column, on real memtables (dense, BM25, JSON, tenants, overwrites, deletes); a BM25 term's
+id is the one Lite's hash gives, remembered or not."""
 
 from __future__ import annotations
 
@@ -39,6 +40,35 @@ def test_the_write_path_is_installed(store: MilvusStore) -> None:
     assert lite_speed.installed()
     assert collection.validate_record is lite_writes.validate_record
     assert memtable.MemTable._build_data_table is lite_writes.build_data_table
+    from milvus_lite.analyzer import protocol
+
+    assert protocol.term_to_id is lite_writes.term_to_id
+
+
+def test_a_terms_id_is_lites_hash_remembered_or_not(store: MilvusStore,
+                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    """The ids of random terms (ASCII, accented, CJK, emoji, empty) are Lite's FNV-1a of
+    them, the first time, again from memory, and after the memory filled and started again;
+    a hybrid collection's BM25 finds a text by a word that needs its id."""
+    from milvus_lite.analyzer.hash import term_to_id as lites
+
+    store.list_collections()  # installs the fast paths
+    monkeypatch.setattr(lite_writes, "TERM_IDS_MAX", 50)
+    monkeypatch.setattr(lite_writes, "_term_ids", {})
+    rnd = random.Random(11)
+    alphabet = "abcxyzéüßжπ漢字🙂-_0"
+    terms = ["", *WORDS, *("".join(rnd.choices(alphabet, k=rnd.randint(1, 12)))
+                          for _ in range(300))]
+    for _ in range(3):
+        assert [lite_writes.term_to_id(t) for t in terms] == [lites(t) for t in terms]
+        assert len(lite_writes._term_ids) <= 50
+    xb = np.eye(8, dtype=np.float32)
+    store.create("h", 8, None, hybrid=True)
+    store.upsert("h", [Item(f"d{i}", xb[i], text) for i, text in
+                       enumerate(["zebras graze", "straße café", "漢字 text"])])
+    for word, want in (("zebras", "d0"), ("café", "d1")):
+        hits = store.search("h", xb[:1], k=3, mode="bm25", query_text=[word])[0]
+        assert [h.id for h in hits] == [want]
 
 
 def _outcome(check: Any, record: dict, schema: Any) -> tuple[str, dict]:

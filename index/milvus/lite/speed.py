@@ -10,7 +10,7 @@ same two search paths with visibility cached per generation of segments
 (:mod:`index.milvus.lite.visibility`) and array postings (:mod:`index.milvus.lite.bm25`);
 their results are Lite's own (a test holds them so on random workloads: the same hits
 in the same order, BM25 scores to the last bit, inner products to float32 rounding). They are
-written to go upstream as they are. Lite's write path loses two per-value Python loops
+written to go upstream as they are. Lite's write path loses three per-value Python loops
 too (:mod:`index.milvus.lite.writes`), a hit's projection its scans of the schema
 (:mod:`index.milvus.lite.projection`), and a filter on a JSON path its row-by-row Python
 (in Arrow where it can be, :mod:`index.milvus.lite.filters`), with the same results.
@@ -49,6 +49,7 @@ KNOWN_SOURCES = {
     "FaissHnswIndex.build": "f9f8f677eb7a79f8c72220166bc7ce630af70e3d21ae8ae90ad3b9caaa153372",
     "project_record": "1a05f13dfb2f8d56af9bd49eaa301091ee2b5a2c6334b65c91bf3c127a1bb337",
     "evaluate_python": "4be0aee27efc870edc0c133586ee69ac49498beab255cf9eaf44e36acfb63878",
+    "term_to_id": "39e848f0726b54101f61b8eb7fc80d85e2252a57fdff971a140fe1a1e4df6779",
 }
 # A segment smaller than this gets no HNSW graph and is searched exactly by brute force
 # (about 3 ms at 50,000 rows, 256 dims, 2 cores): Lite merges small segments into larger
@@ -77,6 +78,7 @@ def wanted() -> bool:
 
 
 def _targets() -> dict[str, Any]:
+    from milvus_lite.analyzer import hash as term_hash
     from milvus_lite.engine import collection, projection
     from milvus_lite.index.faiss_hnsw import FaissHnswIndex
     from milvus_lite.schema import validation
@@ -93,7 +95,8 @@ def _targets() -> dict[str, Any]:
             "MemTable._build_data_table": memtable.MemTable._build_data_table,
             "FaissHnswIndex.build": FaissHnswIndex.build,
             "project_record": projection.project_record,
-            "evaluate_python": python_backend.evaluate_python}
+            "evaluate_python": python_backend.evaluate_python,
+            "term_to_id": term_hash.term_to_id}
 
 
 def source_hashes() -> dict[str, str]:
@@ -104,7 +107,7 @@ def source_hashes() -> dict[str, str]:
 
 
 def install() -> bool:
-    """Replace Lite's two search paths and its write path's two loops (once per process);
+    """Replace Lite's two search paths and its write path's loops (once per process);
     whether they now run."""
     with _lock:
         if _state["installed"] is not None:
@@ -172,6 +175,7 @@ def install() -> bool:
 
 def _install_writes(targets: dict[str, Any]) -> None:
     """Lite's write path without its per-value loops (:mod:`index.milvus.lite.writes`)."""
+    from milvus_lite.analyzer import protocol
     from milvus_lite.engine import collection
     from milvus_lite.schema import validation
     from milvus_lite.storage import memtable
@@ -180,10 +184,12 @@ def _install_writes(targets: dict[str, Any]) -> None:
 
     lite_writes.ORIGINAL.update(validate_record=targets["validate_record"],
                                 find_float_vector=targets["_find_float_vector"],
-                                build_data_table=targets["MemTable._build_data_table"])
+                                build_data_table=targets["MemTable._build_data_table"],
+                                term_to_id=targets["term_to_id"])
     collection.validate_record = lite_writes.validate_record
     validation._find_float_vector = lite_writes.find_float_vector
     memtable.MemTable._build_data_table = lite_writes.build_data_table
+    protocol.term_to_id = lite_writes.term_to_id  # what every analyzer's analyze() calls
 
 
 def _install_graphs() -> None:
