@@ -172,7 +172,6 @@ def test_a_failed_direct_call_goes_through_grpc(store: MilvusStore,
     assert [h.id for h in hits] == ["a"] and calls == ["direct"] * 3
 
 
-
 @pytest.mark.parametrize("multi", [False, True])
 def test_whole_rows_inserted_answer_as_upserted(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                                                 multi: bool) -> None:
