@@ -74,7 +74,7 @@ sys.path.insert(0, str(ROOT / "bench"))
 from machine import add_results_arg, record, stamp  # noqa: E402
 
 from index.hybrid.analysis import BM25_K1  # noqa: E402
-from index.hybrid.fusion import CANDIDATES, fuse, query_weight  # noqa: E402
+from index.hybrid.fusion import CANDIDATES, fuse  # noqa: E402
 from index.store import Hit  # noqa: E402
 
 GRID = np.array([0.0, 0.05, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.75, 0.8, 0.85, 0.88, 0.9,
@@ -138,13 +138,13 @@ def collection(path: Path) -> dict[str, Any]:
                      for (q, (d, b)), w in zip(sides.items(), weights, strict=True)})
 
     grid = np.stack([fused(np.full(len(qids), w)) for w in GRID], 1)
-    # the weight each query is fused with as the service fuses it (its answer's query_weight)
-    served = np.array([query_weight(d, b, row["weight"], depth=CANDIDATES)
-                       for d, b in sides.values()])
-    # each query's log(c_dense / c_bm25) (0 where a side has none: the mix then ignores w)
-    mixes = [fuse(d, b, 1, "convex", row["weight"], depth=CANDIDATES) for d, b in sides.values()]
-    log_conf = np.array([np.log(m[0].mix.dense / m[0].mix.bm25)
-                         if m and m[0].mix and m[0].mix.dense and m[0].mix.bm25 else 0.0
+    # each query's fusion as the service fuses it: the weight it is fused with (its answer's
+    # query_weight; the collection's where neither side found anything) and its
+    # log(c_dense / c_bm25) (0 where a side has none: the mix then ignores w)
+    mixes = [m[0].mix if m else None for m in
+             (fuse(d, b, 1, "convex", row["weight"], depth=CANDIDATES) for d, b in sides.values())]
+    served = np.array([m.weight if m else row["weight"] for m in mixes])
+    log_conf = np.array([np.log(m.dense / m.bm25) if m and m.dense and m.bm25 else 0.0
                          for m in mixes])
     return {"name": row["name"], "held_out": row["held_out"], "weight": row["weight"],
             "served": served, "log_conf": log_conf,

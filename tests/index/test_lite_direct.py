@@ -21,6 +21,7 @@ from test_lite_speed import WORDS, random_writes
 from index import CollectionNotFoundError, MilvusStore
 from index.filters import parse_filter
 from index.milvus.lite import direct as lite_direct
+from index.milvus.lite import speed as lite_speed
 from index.store import EncoderInfo, Item
 
 ENC = EncoderInfo("test", "0" * 16, 8)
@@ -181,7 +182,6 @@ def test_whole_rows_inserted_answer_as_upserted(tmp_path: Path, monkeypatch: pyt
     a partial row is still the engine's upsert's, merged into the key's record."""
     from milvus_lite.engine.collection import Collection
 
-    assert lite_direct._upsert_is_merge_then_insert()  # the Lite this was written for
     upserts = [0]
     own_upsert = Collection.upsert
 
@@ -196,13 +196,14 @@ def test_whole_rows_inserted_answer_as_upserted(tmp_path: Path, monkeypatch: pyt
     for s in stores.values():
         s._sealer.rows, s._sealer.quiet_s = 10**9, 10**9  # flushes happen when the test says
         s.create("c", 8, ENC, hybrid=not multi, multi_tenant=multi)
+    assert lite_speed.installed()  # the Lite whose upsert this was written for
 
     def each(act: Any) -> None:
         for way, s in stores.items():
             before = upserts[0]
             with monkeypatch.context() as m:
                 if way == "upsert":
-                    m.setattr(lite_direct, "_upsert_is_merge_then_insert", lambda: False)
+                    m.setattr(lite_direct, "_whole", lambda col, rows: False)
                 act(s)
             assert (upserts[0] > before) == (way == "upsert" and wrote), way
 

@@ -28,8 +28,6 @@ holds the two ways equal.
 
 from __future__ import annotations
 
-import hashlib
-import inspect
 import json
 import logging
 import os
@@ -148,31 +146,14 @@ def upsert(col: Any, rows: list[dict[str, Any]]) -> None:
     count either way. 100,000 rows of 256 dimensions and 30 words into a hybrid
     collection, 1,024 a call, sealed every 1,024 rows, in turns (a throwaway script,
     AVX2-only AMD EPYC): 16.8 s against 18.7 s; ``qkv index`` of 100,000 documents, four
-    rounds in turns, +2.5 % docs/s on the mean, inside the noise. Only while the engine's
-    ``upsert`` is the one read (:data:`UPSERT_SOURCE`); else, and for partial rows, its
-    ``upsert``."""
+    rounds in turns, +2.5 % docs/s on the mean, inside the noise. Only where the fast
+    paths are installed, which holds the engine's ``upsert`` to the one read
+    (:data:`index.milvus.lite.speed.KNOWN_SOURCES`); for partial rows, its ``upsert``."""
     copies = [dict(r) for r in rows]
-    if _upsert_is_merge_then_insert() and _whole(col, copies):
+    if _whole(col, copies):
         col.insert(copies, partition_name="_default")
     else:
         col.upsert(copies, partition_name="_default")
-
-
-# sha256 of inspect.getsource(Collection.upsert) in milvus-lite 3.2.2: each row's current
-# record read and merged under the new one's fields, then insert() of the merged rows
-UPSERT_SOURCE = "3cea7e04acd70780151ee384436e7808c811598fa54d9bdcb0db6dacf2b40c0a"
-_UPSERT_CHECKED: list[bool] = []
-
-
-def _upsert_is_merge_then_insert() -> bool:
-    """Whether the installed engine's ``Collection.upsert`` is the one of
-    :data:`UPSERT_SOURCE` (checked once a process)."""
-    if not _UPSERT_CHECKED:
-        from milvus_lite.engine.collection import Collection
-
-        source = inspect.getsource(Collection.upsert).encode()
-        _UPSERT_CHECKED.append(hashlib.sha256(source).hexdigest() == UPSERT_SOURCE)
-    return _UPSERT_CHECKED[0]
 
 
 def _whole(col: Any, rows: list[dict[str, Any]]) -> bool:

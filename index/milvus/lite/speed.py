@@ -34,7 +34,8 @@ from typing import Any
 
 log = logging.getLogger(__name__)
 
-# sha256 of inspect.getsource of each function replaced, in milvus-lite 3.2.2
+# sha256 of inspect.getsource of each function replaced, in milvus-lite 3.2.2, and of
+# Collection.upsert, which the direct upserts rely on (index.milvus.lite.direct.upsert)
 KNOWN_SOURCES = {
     "execute_search_with_index":
         "e22ce49c5ee11c9535792072df8ac5d07fe48f7a76888f1063d46adc14a6022f",
@@ -50,6 +51,7 @@ KNOWN_SOURCES = {
     "project_record": "1a05f13dfb2f8d56af9bd49eaa301091ee2b5a2c6334b65c91bf3c127a1bb337",
     "evaluate_python": "4be0aee27efc870edc0c133586ee69ac49498beab255cf9eaf44e36acfb63878",
     "term_to_id": "39e848f0726b54101f61b8eb7fc80d85e2252a57fdff971a140fe1a1e4df6779",
+    "Collection.upsert": "3cea7e04acd70780151ee384436e7808c811598fa54d9bdcb0db6dacf2b40c0a",
 }
 # A segment smaller than this gets no HNSW graph and is searched exactly by brute force
 # (about 3 ms at 50,000 rows, 256 dims, 2 cores): Lite merges small segments into larger
@@ -96,11 +98,13 @@ def _targets() -> dict[str, Any]:
             "FaissHnswIndex.build": FaissHnswIndex.build,
             "project_record": projection.project_record,
             "evaluate_python": python_backend.evaluate_python,
-            "term_to_id": term_hash.term_to_id}
+            "term_to_id": term_hash.term_to_id,
+            "Collection.upsert": collection.Collection.upsert}
 
 
 def source_hashes() -> dict[str, str]:
-    """The sha256 of each replaced function's source as installed (unpatched)."""
+    """The sha256 of each replaced (or relied on) function's source as installed
+    (unpatched)."""
     originals = _state.get("originals") or _targets()
     return {name: hashlib.sha256(inspect.getsource(fn).encode()).hexdigest()
             for name, fn in originals.items()}
