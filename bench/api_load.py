@@ -16,7 +16,12 @@ Needs ``wrk`` (Debian package ``wrk``). In one run, on the same real sentences
     middleware, routing and a small JSON answer);
 (c) ``POST /v1/collections/bench_ingest/search`` (a text query, top_k 10) on the 100,000
     docs of the ingest benchmark (written here when missing), in Milvus Lite and/or a
-    Milvus 2.3.5 server (indexed with ``qkv index`` first when missing).
+    Milvus 2.3.5 server (indexed with ``qkv index`` first when missing);
+(d) the encoder alone again, called as the server's batch workers call it: the sentences
+    shuffled, cut into batches of the mean size the batching load formed, each tokenized
+    and encoded by one single-threaded encoder per core, its threads sleeping between
+    operators; in turns with (a)'s call, in one child: how much of the gap between the
+    server and (a) is the encoder at the batch size 32 connections make.
 Each load is one wrk thread with ``--clients`` keep-alive connections, each request a
 different pre-serialised body (a Lua script cycles through them), for ``--seconds`` after a
 short warm-up. wrk reports requests/s, latency percentiles and errors (socket errors and
@@ -40,6 +45,7 @@ import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import httpx
 import orjson
@@ -61,6 +67,63 @@ QKV = str(Path(sys.executable).with_name("qkv"))
 QKV_CMD = [QKV] if Path(QKV).is_file() else [sys.executable, "-m", "cli"]
 N_SENTENCES = 20_000
 WARMUP_S = 3.0
+
+
+def at_batch_child(path: Path, model: str, batch: int, rounds: int = 2) -> None:
+    """(d): the encoder as the service's batcher calls it (``api.service.Service._batcher``:
+    one worker a core, each call on one thread, threads sleeping; a batch tokenized in one
+    call, then ``encode_ids``) on batches of ``batch`` shuffled sentences, in turns with
+    (a)'s call on a second encoder; sentences/s and CPU ms a sentence of each, their means
+    over ``rounds``."""
+    import random
+    import threading
+
+    from wiring import runtime
+
+    runtime.configure()
+    import encoder
+
+    texts = json.loads(path.read_text())
+    whole = encoder.load(model)  # as (a): its own threads, spinning
+    served = encoder.load(model)
+    workers = os.cpu_count() or 1
+    served.set_spin(False)
+    served.set_call_threads(1)
+    order = list(range(len(texts)))
+    random.Random(0).shuffle(order)
+    batches = [[texts[i] for i in order[j:j + batch]] for j in range(0, len(order), batch)]
+
+    def cpu() -> float:
+        r = resource.getrusage(resource.RUSAGE_SELF)
+        return r.ru_utime + r.ru_stime
+
+    def worker(k: int) -> None:
+        for b in batches[k::workers]:
+            ids, _ = served.tokenize(b)
+            served.encode_ids(ids, batch_size=len(ids), normalize=False)
+
+    def as_served() -> None:
+        threads = [threading.Thread(target=worker, args=(k,)) for k in range(workers)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+
+    def timed(fn: Any) -> tuple[float, float]:
+        c0, t0 = cpu(), time.perf_counter()
+        fn()
+        return time.perf_counter() - t0, cpu() - c0
+
+    whole.encode(texts[:512])
+    served.encode(texts[:512])
+    runs: dict[str, list[tuple[float, float]]] = {"whole": [], "served": []}
+    for _ in range(rounds):
+        runs["whole"].append(timed(lambda: whole.encode(texts, batch_size=64)))
+        runs["served"].append(timed(as_served))
+    n = len(texts)
+    print(json.dumps({k: {"sentences_s": n * len(v) / sum(w for w, _ in v),
+                          "cpu_ms": 1e3 * sum(c for _, c in v) / (n * len(v))}
+                      for k, v in runs.items()} | {"batch": batch, "n": n}))
 
 
 def offline_child(path: Path, model: str) -> None:
@@ -265,11 +328,14 @@ def main() -> None:
     ap.add_argument("--model", default="models/encoder-default")
     ap.add_argument("--search-store", choices=("lite", "server", "both", "none"), default="both")
     add_results_arg(ap)
-    ap.add_argument("--child", choices=("offline",), help=argparse.SUPPRESS)
+    ap.add_argument("--child", choices=("offline", "at-batch"), help=argparse.SUPPRESS)
     ap.add_argument("--texts", type=Path, help=argparse.SUPPRESS)
+    ap.add_argument("--batch", type=int, default=0, help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.child == "offline":
         return offline_child(args.texts, args.model)
+    if args.child == "at-batch":
+        return at_batch_child(args.texts, args.model, args.batch)
     if args.data is None:
         ap.error("--data is required")
     if shutil.which("wrk") is None:
@@ -337,9 +403,18 @@ def main() -> None:
             finally:
                 server.stop()
         shutil.rmtree(server_dir, ignore_errors=True)
-    section = report(args, argv, offline, loads)
+    at_batch = None
+    if loads.get("embeddings") and mean_batch(loads["embeddings"]) >= 1:
+        out = subprocess.run([sys.executable, __file__, "--child", "at-batch", "--texts",
+                              str(texts_path), "--model", args.model, "--batch",
+                              str(round(mean_batch(loads["embeddings"])))], cwd=ROOT,
+                             check=True, capture_output=True, text=True).stdout
+        at_batch = json.loads(out.strip().splitlines()[-1])
+        print(f"encoder at the server's batch: {at_batch}", flush=True)
+    section = report(args, argv, offline, loads, at_batch)
     print(section)
-    record("api_load", argv, figures(offline, loads), section=section, results=args.results)
+    record("api_load", argv, figures(offline, loads, at_batch), section=section,
+           results=args.results)
 
 
 ROUTE = "embeddings, through FastAPI's route (QKV_LEAN_EMBEDDINGS=false)"
@@ -365,9 +440,26 @@ def cpu_bound(ld: Load) -> float:
     return (os.cpu_count() or 1) / per_request if per_request > 0 else 0.0
 
 
-def figures(offline: dict, loads: dict[str, Load]) -> dict[str, object]:
+def mean_batch(ld: Load) -> float:
+    """The mean size of the encoder's batches during a load (from ``/metrics``)."""
+    batches = ld.metrics.get("qkv_encoder_batch_texts_count", 0)
+    return ld.metrics.get("qkv_encoder_batch_texts_sum", 0) / batches if batches else 0.0
+
+
+def at_batch_ratio(at_batch: dict) -> float:
+    """The encoder at the server's batch size against (a)'s call, side by side (d)."""
+    return at_batch["served"]["sentences_s"] / at_batch["whole"]["sentences_s"]
+
+
+def figures(offline: dict, loads: dict[str, Load], at_batch: dict | None = None
+            ) -> dict[str, object]:
     """The headline figures of :func:`report`, rounded as it prints them."""
     out: dict[str, object] = {"offline_sentences_per_s": round(offline["sentences_s"])}
+    if at_batch:
+        out |= {"at_batch_size": at_batch["batch"],
+                "at_batch_x_offline": round(at_batch_ratio(at_batch), 2),
+                "at_batch_cpu_ms": round(at_batch["served"]["cpu_ms"], 3),
+                "offline_cpu_ms": round(at_batch["whole"]["cpu_ms"], 3)}
     on, off = loads.get("embeddings"), loads.get("embeddings, batching off")
     spin = loads.get("embeddings, encoder threads spin-wait")
     if on and off:
@@ -393,7 +485,8 @@ def figures(offline: dict, loads: dict[str, Load]) -> dict[str, object]:
     return out
 
 
-def report(args: argparse.Namespace, argv: str, offline: dict, loads: dict[str, Load]) -> str:
+def report(args: argparse.Namespace, argv: str, offline: dict, loads: dict[str, Load],
+           at_batch: dict | None = None) -> str:
     lines = [f"## API load ({time.strftime('%Y-%m-%d')}, {args.clients} clients, "
              f"{args.seconds:.0f} s each, {os.cpu_count()} CPU threads, localhost)", "",
              f"Command: `{argv}`", "",
@@ -405,8 +498,6 @@ def report(args: argparse.Namespace, argv: str, offline: dict, loads: dict[str, 
              "|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for name, ld in loads.items():
         m = ld.metrics
-        batches = m.get("qkv_encoder_batch_texts_count", 0)
-        mean_batch = m["qkv_encoder_batch_texts_sum"] / batches if batches else 0
         busy = m.get("qkv_encoder_batch_seconds_sum", 0) / ld.seconds
         n = max(ld.ok, 1)
         if not ld.ok:  # wrk counts a request only once answered (or past its 30-s timeout)
@@ -417,7 +508,7 @@ def report(args: argparse.Namespace, argv: str, offline: dict, loads: dict[str, 
         lines.append(
             f"| {name} | {ld.rps:.0f} | {ld.p50:.1f} | {ld.p99:.1f} | "
             f"{sum(ld.errors.values()) or 0}{' ' + str(ld.errors) if ld.errors else ''} | "
-            f"{ld.peak_rss_mb:.0f} | {mean_batch:.1f} | {busy:.0%} | "
+            f"{ld.peak_rss_mb:.0f} | {mean_batch(ld):.1f} | {busy:.0%} | "
             f"{ld.server_cpu_s / n * 1e3:.2f} | {ld.client_cpu_s / n * 1e3:.2f} | "
             f"{ld.event_loop_cores:.2f} | {ld.other_cores:.2f} |")
     on, off = loads.get("embeddings"), loads.get("embeddings, batching off")
@@ -433,6 +524,18 @@ def report(args: argparse.Namespace, argv: str, offline: dict, loads: dict[str, 
                   f"would serve {bound:.0f}/s = **{bound / offline['sentences_s']:.2f} × "
                   f"offline**: the most this cost allows here; the load used "
                   f"{on.rps / bound:.0%} of it."]
+    if on and at_batch:
+        r = at_batch_ratio(at_batch)
+        w, b = at_batch["whole"], at_batch["served"]
+        lines += [f"The encoder alone called as the server's workers call it (batches of "
+                  f"{at_batch['batch']} shuffled sentences, the mean the load formed, each "
+                  f"tokenized and encoded on one thread, one worker a core), in turns with "
+                  f"the offline call in one process: {b['sentences_s']:.0f} against "
+                  f"{w['sentences_s']:.0f} sentences/s, **{r:.2f} ×** ({b['cpu_ms']:.3f} "
+                  f"against {w['cpu_ms']:.3f} ms of CPU a sentence). At that, the encoder "
+                  f"alone would serve {r:.2f} × offline; the server reached "
+                  f"**{on.rps / offline['sentences_s'] / r:.2f} ×** of it: the rest is HTTP, "
+                  f"the batcher and wrk."]
     spin = loads.get("embeddings, encoder threads spin-wait")
     if on and spin:
         lines += [f"The encoder's threads sleeping between operators (the service's default) "
