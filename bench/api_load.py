@@ -404,11 +404,12 @@ def main() -> None:
                 server.stop()
         shutil.rmtree(server_dir, ignore_errors=True)
     at_batch = None
-    if loads.get("embeddings") and mean_batch(loads["embeddings"]) >= 1:
+    formed = mean_batch(loads["embeddings"]) if loads.get("embeddings") else 0.0
+    if formed >= 1:
         out = subprocess.run([sys.executable, __file__, "--child", "at-batch", "--texts",
                               str(texts_path), "--model", args.model, "--batch",
-                              str(round(mean_batch(loads["embeddings"])))], cwd=ROOT,
-                             check=True, capture_output=True, text=True).stdout
+                              str(round(formed))], cwd=ROOT, check=True, capture_output=True,
+                             text=True).stdout
         at_batch = json.loads(out.strip().splitlines()[-1])
         print(f"encoder at the server's batch: {at_batch}", flush=True)
     section = report(args, argv, offline, loads, at_batch)
