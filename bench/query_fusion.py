@@ -64,11 +64,13 @@ scores times the top-10 overlap and the log query length), fitted on the other d
 collections' judgements, each query weighing the same: worst 0.961 ×, mean 1.078–1.080 ×
 left out for three feature sets (SciTLDR 0.961 ×, the tweets 0.980–0.983 ×).
 
-Tried and not kept (2026-12-06, throwaway, Intel Xeon): gradient-boosted trees (depth 2 and
-3, scikit-learn's ``HistGradientBoostingClassifier``, not a dependency) in place of
-:func:`tell`'s logistic regression, on its features and three of the collection's
-calibration signals: AUC left out 0.34–0.36 on SciTLDR (worse than a coin), 0.50–0.53 on
-the tweets, 0.38–0.81 over the rest.
+Tried and not kept (2026-12-06, throwaway, Intel Xeon): :func:`tell`'s question on twenty
+features (those above or close variants, with the gaps to the second hit, the top-3
+overlap, BM25's first hit's cosine below the dense first's, the pooling's spread and
+scatter, and three of the collection's calibration signals): AUC left out 0.45–0.69 with a
+logistic regression; with gradient-boosted trees (depth 2 and 3, scikit-learn's
+``HistGradientBoostingClassifier``, not a dependency) 0.34–0.36 on SciTLDR (worse than a
+coin), 0.50–0.53 on the tweets, 0.38–0.81 over the rest.
 """
 
 from __future__ import annotations
