@@ -335,12 +335,8 @@ def main() -> None:
         told[c["name"]] = tell(others, c)
         for name, cols in DIRECT_SETS.items():
             for penalty in PENALTIES:
-                theta, mu, sd = direct(others, cols, penalty)
-                z = np.c_[np.ones(len(c["X"])), (c["X"][:, cols] - mu) / sd]
-                w = 1 / (1 + np.exp(-np.clip(logit(c["weight"]) + z @ theta, GRID_T[0],
-                                             GRID_T[-1])))
-                fitted.setdefault((name, penalty), {})[c["name"]] = float(
-                    c["fused"](w).mean() / c["bm25"].mean())
+                fitted.setdefault((name, penalty), {})[c["name"]] = per_query(
+                    c, direct(others, cols, penalty), cols, 1.0)
     sharp = {(d, p): {c["name"]: sharpened(c, d, p) for c in table} for d, p in SHARP}
     argv = shlex.join(["python", "bench/query_fusion.py", *sys.argv[1:]])
     head = [f"{n}, ×{s}" for n, s in loo]
